@@ -1,0 +1,81 @@
+# Quick start: `make run` (the main job on the bundled example), `make test`.
+# Every target creates or reuses the local virtual environment .venv.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+BUF_VERSION := 1.75.0
+BUF := .tools/node_modules/.bin/buf
+PROTO_FILES := $(wildcard proto/planner/v1/*.proto)
+# Base for the proto breaking-change check: the previous commit by default.
+BREAKING_BASE ?= HEAD~1
+
+.PHONY: run test test-slow proto proto-check lint format bench serve buf clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "planner needs Python >= 3.11 (set PYTHON=...)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/planner call RotationService.PlanRotation --json fixtures/rotation/example_request.json
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+serve: $(STAMP)
+	$(BIN)/planner serve
+
+bench: $(STAMP)
+	$(BIN)/planner bench policies --policy rotation --out docs/bench/rotation.json --markdown docs/benchmarks.md
+
+$(BUF):
+	mkdir -p .tools
+	npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@$(BUF_VERSION)
+
+buf: $(BUF)
+
+# Regenerates the Python stubs (messages, gRPC, and their type stubs) under planner/v1.
+proto: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grpc_tools.protoc -I proto \
+		--python_out=. --mypy_out=quiet:. --grpc_python_out=. --mypy_grpc_out=quiet:. \
+		$(PROTO_FILES)
+
+# Fails when the committed stubs differ from what `make proto` generates.
+proto-check: $(STAMP)
+	rm -rf .tools/proto-check && mkdir -p .tools/proto-check
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grpc_tools.protoc -I proto \
+		--python_out=.tools/proto-check --mypy_out=quiet:.tools/proto-check \
+		--grpc_python_out=.tools/proto-check --mypy_grpc_out=quiet:.tools/proto-check \
+		$(PROTO_FILES)
+	@for f in .tools/proto-check/planner/v1/*; do \
+		diff -q "$$f" "planner/v1/$$(basename $$f)" >/dev/null || \
+		{ echo "stale generated stub: planner/v1/$$(basename $$f) (run make proto)"; exit 1; }; \
+	done
+	@for f in planner/v1/*_pb2*.py*; do \
+		test -e ".tools/proto-check/$$f" || { echo "stub without proto: $$f"; exit 1; }; \
+	done
+	@echo "generated stubs are up to date"
+
+lint: $(STAMP) $(BUF)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BUF) lint
+	@if git cat-file -e $(BREAKING_BASE):proto 2>/dev/null; then \
+		$(BUF) breaking --against '.git#ref=$(BREAKING_BASE),subdir=proto'; \
+	else echo "buf breaking: no proto/ at $(BREAKING_BASE), nothing to compare"; fi
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Plain data the policies take and return; mirrors proto/planner/v1."""
