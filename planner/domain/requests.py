@@ -49,12 +49,6 @@ class TrackedRequest:
     gpu_block_ids: tuple[int, ...] = ()
     cpu_block_ids: tuple[int, ...] = ()
 
-    def full_blocks(self, block_size_tokens: int) -> int:
-        """GPU blocks that will receive no more writes."""
-        if self.num_tokens is None:
-            return max(self.gpu_blocks - 1, 0)
-        return min(self.num_tokens // block_size_tokens, self.gpu_blocks)
-
 
 @dataclass(frozen=True, slots=True)
 class BlockPools:
@@ -96,58 +90,116 @@ class RequestTable:
     ) -> RequestTable:
         """Columns from rows. With block_level, block id lists are kept and
         GPU/CPU/synced counts are taken from them."""
+        builder = RequestTableBuilder(block_size_tokens, block_level)
+        for r in requests:
+            builder.add(
+                r.id,
+                r.state,
+                arrival_s=r.arrival_s,
+                run_start_s=r.run_start_s,
+                last_token_s=r.last_token_s,
+                prompt_blocks=r.prompt_blocks,
+                gpu_blocks=r.gpu_blocks,
+                cpu_blocks=r.cpu_blocks,
+                num_tokens=r.num_tokens,
+                synced_blocks=r.synced_blocks,
+                slo_ttft_s=r.slo_ttft_s,
+                slo_tbt_s=r.slo_tbt_s,
+                gpu_block_ids=r.gpu_block_ids,
+                cpu_block_ids=r.cpu_block_ids,
+            )
+        return builder.build()
 
-        def col(values: list[float]) -> npt.NDArray[np.float64]:
-            return np.array(values, dtype=np.float64)
 
-        def icol(values: list[int]) -> npt.NDArray[np.int64]:
-            return np.array(values, dtype=np.int64)
+class RequestTableBuilder:
+    """Collects rows and builds a RequestTable in one pass (the service's hot
+    path: no per-row objects)."""
 
-        gpu = [len(r.gpu_block_ids) if block_level else r.gpu_blocks for r in requests]
-        cpu = [
-            (sum(1 for b in r.cpu_block_ids if b != NO_BLOCK) if block_level else r.cpu_blocks)
-            for r in requests
-        ]
-        full = [
-            r.full_blocks(block_size_tokens)
-            if not block_level
-            else _full_blocks(r.num_tokens, len(r.gpu_block_ids), block_size_tokens)
-            for r in requests
-        ]
-        synced = [
-            _synced_count(r.cpu_block_ids, len(r.gpu_block_ids))
-            if block_level
-            else min(r.synced_blocks, r.gpu_blocks)
-            for r in requests
-        ]
-        nan = math.nan
-        return RequestTable(
-            ids=[r.id for r in requests],
-            state=np.array([int(r.state) for r in requests], dtype=np.int8),
-            arrival_s=col([r.arrival_s for r in requests]),
-            run_start_s=col([r.run_start_s for r in requests]),
-            last_token_s=col([r.last_token_s for r in requests]),
-            prompt_blocks=icol([r.prompt_blocks for r in requests]),
-            gpu_blocks=icol(gpu),
-            cpu_blocks=icol(cpu),
-            full_blocks=icol(full),
-            synced_blocks=icol(synced),
-            slo_ttft_s=col([nan if r.slo_ttft_s is None else r.slo_ttft_s for r in requests]),
-            slo_tbt_s=col([nan if r.slo_tbt_s is None else r.slo_tbt_s for r in requests]),
-            gpu_block_ids=[r.gpu_block_ids for r in requests] if block_level else [],
-            cpu_block_ids=[r.cpu_block_ids for r in requests] if block_level else [],
+    def __init__(self, block_size_tokens: int, block_level: bool) -> None:
+        self.block_size_tokens = block_size_tokens
+        self.block_level = block_level
+        self.ids: list[str] = []
+        self._state: list[int] = []
+        self._times: list[tuple[float, float, float]] = []
+        self._counts: list[tuple[int, int, int, int, int]] = []
+        self._slo: list[tuple[float, float]] = []
+        self._gpu_ids: list[tuple[int, ...]] = []
+        self._cpu_ids: list[tuple[int, ...]] = []
+
+    def add(
+        self,
+        id: str,
+        state: int,
+        *,
+        arrival_s: float,
+        run_start_s: float,
+        last_token_s: float,
+        prompt_blocks: int,
+        gpu_blocks: int,
+        cpu_blocks: int,
+        num_tokens: int | None,
+        synced_blocks: int,
+        slo_ttft_s: float | None,
+        slo_tbt_s: float | None,
+        gpu_block_ids: tuple[int, ...] = (),
+        cpu_block_ids: tuple[int, ...] = (),
+    ) -> None:
+        """Absent times are NaN; with block_level the counts come from the id
+        lists."""
+        if self.block_level:
+            gpu_blocks = len(gpu_block_ids)
+            if state == RequestState.ROTARY:
+                cpu_blocks = len(cpu_block_ids)
+            synced_blocks = sum(1 for b in cpu_block_ids[:gpu_blocks] if b != NO_BLOCK)
+            self._gpu_ids.append(gpu_block_ids)
+            self._cpu_ids.append(cpu_block_ids)
+        self.ids.append(id)
+        self._state.append(int(state))
+        self._times.append((arrival_s, run_start_s, last_token_s))
+        self._counts.append(
+            (
+                prompt_blocks,
+                gpu_blocks,
+                cpu_blocks,
+                -1 if num_tokens is None else num_tokens,
+                min(synced_blocks, gpu_blocks),
+            )
+        )
+        self._slo.append(
+            (
+                math.nan if slo_ttft_s is None else slo_ttft_s,
+                math.nan if slo_tbt_s is None else slo_tbt_s,
+            )
         )
 
-
-def _full_blocks(num_tokens: int | None, gpu_blocks: int, block_size_tokens: int) -> int:
-    if num_tokens is None:
-        return max(gpu_blocks - 1, 0)
-    return min(num_tokens // block_size_tokens, gpu_blocks)
-
-
-def _synced_count(cpu_block_ids: tuple[int, ...], gpu_blocks: int) -> int:
-    """GPU blocks that already have a CPU copy."""
-    return sum(1 for b in cpu_block_ids[:gpu_blocks] if b != NO_BLOCK)
+    def build(self) -> RequestTable:
+        n = len(self.ids)
+        times = np.array(self._times, dtype=np.float64).reshape(n, 3)
+        counts = np.array(self._counts, dtype=np.int64).reshape(n, 5)
+        slo = np.array(self._slo, dtype=np.float64).reshape(n, 2)
+        gpu = counts[:, 1].copy()
+        num_tokens = counts[:, 3]
+        full = np.where(
+            num_tokens < 0,
+            np.maximum(gpu - 1, 0),
+            np.minimum(num_tokens // self.block_size_tokens, gpu),
+        )
+        return RequestTable(
+            ids=self.ids,
+            state=np.array(self._state, dtype=np.int8),
+            arrival_s=times[:, 0].copy(),
+            run_start_s=times[:, 1].copy(),
+            last_token_s=times[:, 2].copy(),
+            prompt_blocks=counts[:, 0].copy(),
+            gpu_blocks=gpu,
+            cpu_blocks=counts[:, 2].copy(),
+            full_blocks=full,
+            synced_blocks=counts[:, 4].copy(),
+            slo_ttft_s=slo[:, 0].copy(),
+            slo_tbt_s=slo[:, 1].copy(),
+            gpu_block_ids=self._gpu_ids,
+            cpu_block_ids=self._cpu_ids,
+        )
 
 
 @dataclass(frozen=True, slots=True)

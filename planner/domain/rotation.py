@@ -26,8 +26,8 @@ class RotationParams:
 class RotationInputs:
     """Everything one rotation decision depends on besides the snapshot."""
 
-    params: RotationParams = RotationParams()
-    slo: Slo = Slo()
+    params: RotationParams = field(default_factory=RotationParams)
+    slo: Slo = field(default_factory=Slo)
     model: ModelProfile | None = None
     hardware: HardwareProfile | None = None
 

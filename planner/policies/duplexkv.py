@@ -69,7 +69,8 @@ def eager_order(table: RequestTable, exclude: IntArray) -> IntArray:
 
 
 def _swap_in_rows(table: RequestTable, prioritized: IntArray) -> IntArray:
-    return prioritized[table.state[prioritized] == np.int8(RequestState.ROTARY)]
+    rows: IntArray = prioritized[table.state[prioritized] == np.int8(RequestState.ROTARY)]
+    return rows
 
 
 def _fit_in_order(sizes: list[int], capacity: int) -> tuple[list[bool], int]:
@@ -111,7 +112,8 @@ def _plan_counts(
     released = int(t.synced_blocks[preempted].sum())
     swap_out = int(t.gpu_blocks[preempted].sum()) - released
     swap_in_rows = _swap_in_rows(t, prioritized)
-    fits, _ = _fit_in_order(t.cpu_blocks[swap_in_rows].tolist(), snapshot.free_gpu_blocks + released)
+    room = snapshot.free_gpu_blocks + released
+    fits, _ = _fit_in_order(t.cpu_blocks[swap_in_rows].tolist(), room)
     fit_mask = np.array(fits, dtype=np.bool_)
     swap_in = int(t.cpu_blocks[swap_in_rows][fit_mask].sum()) if fits else 0
     eager_room = _eager_budget(inputs, budget_blocks, swap_out)
@@ -164,8 +166,11 @@ def _plan_blocks(
         freed_after.extend(src)
         d2h.extend(zip(src, dst, strict=True))
         if logical:
-            moves.append(RequestBlockMoves(t.ids[row], MoveKind.SWAP_OUT, tuple(logical),
-                                           tuple(src), tuple(dst)))
+            moves.append(
+                RequestBlockMoves(
+                    t.ids[row], MoveKind.SWAP_OUT, tuple(logical), tuple(src), tuple(dst)
+                )
+            )
 
     gpu_pool = sorted(snapshot.pools.free_gpu_block_ids) + sorted(released)
     gpu_next = 0
@@ -181,8 +186,11 @@ def _plan_blocks(
         gpu_next += n
         swap_in += n
         h2d.extend(zip(cpu_ids, dst, strict=True))
-        moves.append(RequestBlockMoves(t.ids[row], MoveKind.SWAP_IN, tuple(range(n)),
-                                       tuple(cpu_ids), tuple(dst)))
+        moves.append(
+            RequestBlockMoves(
+                t.ids[row], MoveKind.SWAP_IN, tuple(range(n)), tuple(cpu_ids), tuple(dst)
+            )
+        )
 
     swap_out = len(freed_after)
     eager_room = min(_eager_budget(inputs, budget_blocks, swap_out), len(cpu_pool) - cpu_next)
@@ -192,8 +200,7 @@ def _plan_blocks(
             break
         cpu_ids = t.cpu_block_ids[row]
         fresh = [
-            i for i in range(int(t.full_blocks[row]))
-            if i >= len(cpu_ids) or cpu_ids[i] == NO_BLOCK
+            i for i in range(int(t.full_blocks[row])) if i >= len(cpu_ids) or cpu_ids[i] == NO_BLOCK
         ][: eager_room - eager]
         if not fresh:
             continue
@@ -202,8 +209,9 @@ def _plan_blocks(
         cpu_next += len(fresh)
         eager += len(fresh)
         d2h.extend(zip(src, dst, strict=True))
-        moves.append(RequestBlockMoves(t.ids[row], MoveKind.EAGER, tuple(fresh), tuple(src),
-                                       tuple(dst)))
+        moves.append(
+            RequestBlockMoves(t.ids[row], MoveKind.EAGER, tuple(fresh), tuple(src), tuple(dst))
+        )
 
     block_bytes = (
         inputs.model.block_bytes(snapshot.block_size_tokens) if inputs.model is not None else 0

@@ -154,8 +154,9 @@ def preempt_from_tail(
     chosen: list[int] = []
     skipped: list[int] = []
     total = 0
-    for row, gpu, d in zip(candidates.tolist(), table.gpu_blocks[candidates].tolist(),
-                           dirty.tolist(), strict=True):
+    for row, gpu, d in zip(
+        candidates.tolist(), table.gpu_blocks[candidates].tolist(), dirty.tolist(), strict=True
+    ):
         if total >= swap_blocks:
             break
         if d > cpu_room:
@@ -164,9 +165,7 @@ def preempt_from_tail(
         chosen.append(row)
         cpu_room -= d
         total += gpu
-    return _Preemption(
-        np.array(chosen, dtype=np.int64), total, np.array(skipped, dtype=np.int64)
-    )
+    return _Preemption(np.array(chosen, dtype=np.int64), total, np.array(skipped, dtype=np.int64))
 
 
 def _decisions(
@@ -194,6 +193,7 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
     inactive = np.flatnonzero(table.state != RUNNING)
     total_needed = int(need[inactive].sum())
     free = snapshot.free_gpu_blocks
+    cpu_room = _cpu_room(snapshot)
 
     if free >= total_needed:
         prioritized = fcfs_order(table, inactive)
@@ -214,7 +214,7 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
         swap_needed = budget - blocks_left
         tail_first = order[::-1]
         preemptable = tail_first[(table.state[tail_first] == RUNNING) & (vlt[tail_first] < 0)]
-        chosen = preempt_from_tail(table, preemptable, swap_needed, snapshot.free_cpu_blocks)
+        chosen = preempt_from_tail(table, preemptable, swap_needed, cpu_room)
         unmet = max(swap_needed - chosen.freed_blocks, 0)
         trimmed = np.zeros(0, dtype=np.int64)
         if unmet > 0:
@@ -222,9 +222,10 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
             prioritized = _trim(prioritized, need, unmet)
             trimmed = picked[prioritized.size :]
             blocks_left = free + budget - int(need[prioritized].sum())
-            chosen = preempt_from_tail(
-                table, preemptable, budget - blocks_left, snapshot.free_cpu_blocks
-            )
+            # Keep the first pass's CPU-full skips: they are why it fell short.
+            skipped = chosen.cpu_full_skipped
+            chosen = preempt_from_tail(table, preemptable, budget - blocks_left, cpu_room)
+            chosen = _Preemption(chosen.rows, chosen.freed_blocks, skipped)
 
     transfers = duplexkv.plan_transfers(
         snapshot, inputs, prioritized=prioritized, preempted=chosen.rows, budget_blocks=budget
@@ -249,8 +250,14 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
         cpu_full_skipped_ids=tuple(table.ids[r] for r in chosen.cpu_full_skipped.tolist()),
         trimmed_ids=tuple(table.ids[r] for r in trimmed.tolist()),
         summary=_summary(
-            fallback, free, total_needed, budget, source, prioritized_decisions,
-            preempted_decisions, transfers,
+            fallback=fallback,
+            free=free,
+            needed=total_needed,
+            budget=budget,
+            source=source,
+            prioritized=prioritized_decisions,
+            preempted=preempted_decisions,
+            transfers=transfers,
         ),
     )
     return RotationPlan(
@@ -263,6 +270,16 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
         released_gpu_block_ids=transfers.released_gpu_block_ids,
         freed_after_d2h_gpu_block_ids=transfers.freed_after_d2h_gpu_block_ids,
     )
+
+
+def _cpu_room(snapshot: Snapshot) -> int | None:
+    """Free CPU blocks that preempted requests' DIRTY blocks may fill. At block
+    level the pool's ids bound it even when free_cpu_blocks is unset."""
+    room = snapshot.free_cpu_blocks
+    if snapshot.pools is not None:
+        ids = len(snapshot.pools.free_cpu_block_ids)
+        room = ids if room is None else min(room, ids)
+    return room
 
 
 def _trim(prioritized: IntArray, need: IntArray, deficit: int) -> IntArray:
@@ -280,6 +297,7 @@ def _names(decisions: tuple[RequestDecision, ...]) -> str:
 
 
 def _summary(
+    *,
     fallback: bool,
     free: int,
     needed: int,

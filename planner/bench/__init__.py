@@ -1,0 +1,1 @@
+"""`planner bench`: measured speed, never asserted in unit tests."""

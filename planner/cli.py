@@ -1,0 +1,40 @@
+"""The `planner` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from planner._version import __version__
+from planner.commands import call, serve
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="planner",
+        description="The policy brain for LLM serving engines: plans over gRPC, "
+        "one decision from JSON, benchmarks.",
+    )
+    parser.add_argument("--version", action="version", version=f"planner {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve.register(subparsers)
+    call.register(subparsers)
+    from planner.bench import command as bench
+
+    bench.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help(sys.stderr)
+        return 2
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

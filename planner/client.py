@@ -1,0 +1,120 @@
+"""A small planner client: a deadline on every call and bounded retries.
+
+Retries use gRPC's own retry machinery (a service config on the channel):
+only UNAVAILABLE and RESOURCE_EXHAUSTED are retried, with exponential
+backoff, at most max_attempts times, and never past the call's deadline.
+Engine adapters reuse this client with a deadline of a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+
+from planner.rpc import RPCS, Rpc
+from planner.v1 import info_pb2, rotation_pb2
+
+DEFAULT_DEADLINE_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    initial_backoff_s: float = 0.002
+    max_backoff_s: float = 0.1
+    backoff_multiplier: float = 2.0
+    retryable: tuple[str, ...] = ("UNAVAILABLE", "RESOURCE_EXHAUSTED")
+
+    def service_config(self) -> str:
+        policy = {
+            "maxAttempts": self.max_attempts,
+            "initialBackoff": f"{self.initial_backoff_s:.6f}s",
+            "maxBackoff": f"{self.max_backoff_s:.6f}s",
+            "backoffMultiplier": self.backoff_multiplier,
+            "retryableStatusCodes": list(self.retryable),
+        }
+        return json.dumps({"methodConfig": [{"name": [{"service": ""}], "retryPolicy": policy}]})
+
+
+class PlannerError(Exception):
+    """A call that ended with a status other than OK."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+class PlannerClient:
+    def __init__(
+        self,
+        target: str,
+        deadline_s: float = DEFAULT_DEADLINE_S,
+        retry: RetryPolicy | None = None,
+        max_message_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        self.target = target
+        self.deadline_s = deadline_s
+        retry = retry or RetryPolicy()
+        self._channel = grpc.insecure_channel(
+            target,
+            options=[
+                ("grpc.enable_retries", 1 if retry.max_attempts > 1 else 0),
+                ("grpc.service_config", retry.service_config()),
+                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_send_message_length", max_message_bytes),
+            ],
+        )
+        self._stubs: dict[str, Any] = {}
+
+    def call(self, method: str | Rpc, request: Message, deadline_s: float | None = None) -> Message:
+        """Call Service.Method; raises PlannerError on a non-OK status."""
+        m = RPCS[method] if isinstance(method, str) else method
+        stub = self._stubs.get(m.full_path)
+        if stub is None:
+            stub = self._channel.unary_unary(
+                m.full_path,
+                request_serializer=lambda msg: msg.SerializeToString(),
+                response_deserializer=m.response_type.FromString,
+            )
+            self._stubs[m.full_path] = stub
+        try:
+            response: Message = stub(
+                request, timeout=self.deadline_s if deadline_s is None else deadline_s
+            )
+        except grpc.RpcError as exc:
+            raise PlannerError(exc.code(), exc.details() or "") from None
+        return response
+
+    def plan_rotation(
+        self, request: rotation_pb2.PlanRotationRequest, deadline_s: float | None = None
+    ) -> rotation_pb2.PlanRotationResponse:
+        response = self.call("RotationService.PlanRotation", request, deadline_s)
+        assert isinstance(response, rotation_pb2.PlanRotationResponse)
+        return response
+
+    def info(self, deadline_s: float | None = None) -> info_pb2.GetPlannerInfoResponse:
+        response = self.call(
+            "PlannerInfoService.GetPlannerInfo", info_pb2.GetPlannerInfoRequest(), deadline_s
+        )
+        assert isinstance(response, info_pb2.GetPlannerInfoResponse)
+        return response
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> PlannerClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

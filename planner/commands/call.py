@@ -1,0 +1,118 @@
+"""`planner call Service.Method --json FILE`: one decision, JSON in and out.
+
+In process when no --target is given (the same handlers the server runs),
+else over gRPC. Exit codes: 0 answered, 2 bad input (one line on stderr
+naming the field), 1 anything else (unreachable server, deadline, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from planner.client import PlannerClient, PlannerError, RetryPolicy
+from planner.rpc import RPCS, Rpc
+from planner.service.errors import InvalidArgumentError
+from planner.service.limits import ServiceLimits
+from planner.service.methods import CallContext, handle
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+class CallFailedError(Exception):
+    def __init__(self, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    methods = ", ".join(sorted(RPCS))
+    p = subparsers.add_parser(
+        "call",
+        help="answer one RPC from a JSON request (in process, or --target a server)",
+        description=f"Send one request as proto3 JSON and print the response. Methods: {methods}",
+    )
+    p.add_argument("method", help="Service.Method, e.g. RotationService.PlanRotation")
+    p.add_argument(
+        "--json",
+        dest="json_path",
+        default="-",
+        help="request as proto3 JSON: a file, or - for stdin (default)",
+    )
+    p.add_argument("--target", help="host:port of a planner server; in process when omitted")
+    p.add_argument(
+        "--deadline-ms", type=float, default=10_000.0, help="deadline of the call (default 10 s)"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        rpc = _rpc(args.method)
+        request = parse_request(rpc, _read(args.json_path))
+        response = answer(rpc, request, args.target, args.deadline_ms / 1e3)
+    except CallFailedError as exc:
+        print(f"planner call: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(to_json(response))
+    return EXIT_OK
+
+
+def _rpc(name: str) -> Rpc:
+    try:
+        return RPCS[name]
+    except KeyError:
+        known = ", ".join(sorted(RPCS))
+        raise CallFailedError(EXIT_BAD_INPUT, f"unknown method {name!r} (known: {known})") from None
+
+
+def _read(path: str, stdin: TextIO = sys.stdin) -> str:
+    try:
+        if path == "-":
+            return stdin.read()
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CallFailedError(EXIT_BAD_INPUT, f"cannot read {path}: {exc}") from None
+
+
+def parse_request(rpc: Rpc, text: str) -> Message:
+    request = rpc.request_type()
+    try:
+        json_format.Parse(text, request)
+    except json_format.ParseError as exc:
+        reason = " ".join(str(exc).split())
+        raise CallFailedError(
+            EXIT_BAD_INPUT, f"request is not a valid {rpc.name} JSON: {reason}"
+        ) from None
+    return request
+
+
+def answer(rpc: Rpc, request: Message, target: str | None, deadline_s: float) -> Message:
+    if target is None:
+        try:
+            return handle(rpc, request, CallContext(ServiceLimits(), deadline_s))
+        except InvalidArgumentError as exc:
+            raise CallFailedError(EXIT_BAD_INPUT, str(exc)) from None
+    with PlannerClient(target, deadline_s=deadline_s, retry=RetryPolicy()) as client:
+        try:
+            return client.call(rpc, request)
+        except PlannerError as exc:
+            code = EXIT_BAD_INPUT if exc.code == grpc.StatusCode.INVALID_ARGUMENT else EXIT_FAILED
+            raise CallFailedError(code, f"{exc.code.name}: {exc.details}") from None
+
+
+def to_json(message: Message) -> str:
+    return json_format.MessageToJson(
+        message,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+        indent=2,
+    )

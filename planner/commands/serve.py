@@ -1,0 +1,87 @@
+"""`planner serve`: run the gRPC server until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+
+from planner.service.limits import ServiceLimits
+from planner.service.logs import configure
+from planner.service.server import PlannerServer, ServerConfig
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    defaults = ServiceLimits()
+    p = subparsers.add_parser(
+        "serve",
+        help="run the planner gRPC server",
+        description="Serve every planner RPC, gRPC health and server reflection. "
+        "Stops gracefully on SIGTERM/SIGINT: health turns NOT_SERVING, calls in flight finish.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=50051, help="port (default 50051; 0 picks one)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics over HTTP on this port (0 picks one); off by default",
+    )
+    p.add_argument("--max-workers", type=int, default=defaults.max_workers)
+    p.add_argument(
+        "--max-concurrent-rpcs",
+        type=int,
+        default=defaults.max_concurrent_rpcs,
+        help="calls in progress at once; more are refused with RESOURCE_EXHAUSTED",
+    )
+    p.add_argument(
+        "--max-requests-per-snapshot", type=int, default=defaults.max_requests_per_snapshot
+    )
+    p.add_argument("--max-message-bytes", type=int, default=defaults.max_message_bytes)
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", default="json", choices=["json", "text"])
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in (
+        "max_workers",
+        "max_concurrent_rpcs",
+        "max_requests_per_snapshot",
+        "max_message_bytes",
+    ):
+        if getattr(args, name) <= 0:
+            print(f"planner serve: --{name.replace('_', '-')} must be > 0", file=sys.stderr)
+            return 2
+    configure(args.log_level, args.log_format)
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        metrics_port=args.metrics_port,
+        limits=ServiceLimits(
+            max_requests_per_snapshot=args.max_requests_per_snapshot,
+            max_message_bytes=args.max_message_bytes,
+            max_workers=args.max_workers,
+            max_concurrent_rpcs=args.max_concurrent_rpcs,
+        ),
+    )
+    try:
+        server = PlannerServer(config)
+        server.start()
+    except OSError as exc:
+        print(f"planner serve: {exc}", file=sys.stderr)
+        return 1
+    print(f"planner serving on {server.address}", flush=True)
+    if server.metrics_port is not None:
+        print(f"metrics on http://{args.host}:{server.metrics_port}/metrics", flush=True)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stop.wait()
+    server.stop()
+    return 0

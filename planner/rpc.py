@@ -1,0 +1,55 @@
+"""The planner's RPCs as the contract names them: service, method, message
+types. Clients and the server both read this table; it knows no handlers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf.message import Message
+
+from planner.v1 import info_pb2, rotation_pb2
+
+PACKAGE = "planner.v1"
+
+
+@dataclass(frozen=True, slots=True)
+class Rpc:
+    service: str
+    name: str
+    request_type: type[Message]
+    response_type: type[Message]
+
+    @property
+    def short_name(self) -> str:
+        """As on the command line: Service.Method."""
+        return f"{self.service}.{self.name}"
+
+    @property
+    def full_service(self) -> str:
+        return f"{PACKAGE}.{self.service}"
+
+    @property
+    def full_path(self) -> str:
+        """As on the wire: /package.Service/Method."""
+        return f"/{self.full_service}/{self.name}"
+
+
+RPCS: dict[str, Rpc] = {
+    r.short_name: r
+    for r in (
+        Rpc(
+            "RotationService",
+            "PlanRotation",
+            rotation_pb2.PlanRotationRequest,
+            rotation_pb2.PlanRotationResponse,
+        ),
+        Rpc(
+            "PlannerInfoService",
+            "GetPlannerInfo",
+            info_pb2.GetPlannerInfoRequest,
+            info_pb2.GetPlannerInfoResponse,
+        ),
+    )
+}
+
+SERVICE_NAMES = sorted({r.full_service for r in RPCS.values()})

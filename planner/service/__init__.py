@@ -1,0 +1,1 @@
+"""The gRPC service: proto in, domain to the policies, plan back to proto."""

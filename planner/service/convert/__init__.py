@@ -1,0 +1,1 @@
+"""Proto <-> domain conversion, with validation. The only place that knows both."""

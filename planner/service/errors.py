@@ -1,0 +1,12 @@
+"""Errors the service answers with a status instead of a traceback."""
+
+from __future__ import annotations
+
+
+class InvalidArgumentError(ValueError):
+    """Bad input, named by its field path (e.g. ``snapshot.requests[2].id``)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason

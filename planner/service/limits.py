@@ -1,0 +1,22 @@
+"""Bounds the service enforces on every call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# A block count larger than this is not a GPU or CPU pool anyone has; it also
+# keeps every sum of counts far from int64 overflow.
+MAX_BLOCKS = 1 << 31
+MAX_BLOCK_SIZE_TOKENS = 1 << 16
+MAX_ID_LENGTH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceLimits:
+    max_requests_per_snapshot: int = 100_000
+    max_block_ids_per_snapshot: int = 4_000_000
+    max_message_bytes: int = 64 * 1024 * 1024
+    max_workers: int = 8
+    # Calls queued or running at once; beyond it the server answers
+    # RESOURCE_EXHAUSTED at once instead of queueing without bound.
+    max_concurrent_rpcs: int = 64

@@ -1,0 +1,187 @@
+"""`planner serve`: the gRPC server, with health, reflection, metrics, limits
+and graceful shutdown."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError, Message
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from planner.rpc import RPCS, SERVICE_NAMES, Rpc
+from planner.service.errors import InvalidArgumentError
+from planner.service.limits import ServiceLimits
+from planner.service.logs import LOGGER_NAME, log_event
+from planner.service.methods import CallContext, handle
+from planner.service.metrics import RpcMetrics
+
+SHUTDOWN_GRACE_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 50051
+    metrics_port: int | None = None
+    limits: ServiceLimits = field(default_factory=ServiceLimits)
+
+
+class PlannerServer:
+    """A running planner gRPC server. port is the bound port (useful with 0)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.metrics = RpcMetrics()
+        self.logger = logging.getLogger(LOGGER_NAME)
+        limits = config.limits
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(
+                max_workers=limits.max_workers, thread_name_prefix="planner-rpc"
+            ),
+            maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
+            options=[
+                ("grpc.max_receive_message_length", limits.max_message_bytes),
+                ("grpc.max_send_message_length", limits.max_message_bytes),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        self._server.add_generic_rpc_handlers(_generic_handlers(self))
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        reflection.enable_server_reflection(
+            [*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
+        )
+        address = f"{_host_for_address(config.host)}:{config.port}"
+        try:
+            self.port = self._server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {address}: {exc}") from exc
+        if self.port == 0:
+            raise OSError(f"cannot listen on {address}")
+        self.metrics_port: int | None = None
+        self._stopped = threading.Event()
+
+    @property
+    def address(self) -> str:
+        return f"{_host_for_address(self.config.host)}:{self.port}"
+
+    def start(self) -> None:
+        self._server.start()
+        for name in ("", *SERVICE_NAMES):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.config.metrics_port is not None:
+            http_server, _ = start_http_server(
+                self.config.metrics_port, addr=self.config.host, registry=self.metrics.registry
+            )
+            self.metrics_port = http_server.server_port
+        log_event(
+            self.logger,
+            logging.INFO,
+            "serving",
+            address=self.address,
+            metrics_port=self.metrics_port,
+            services=SERVICE_NAMES,
+        )
+
+    def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        """Stop taking calls (health turns NOT_SERVING), let calls in flight
+        finish within grace_s, then stop."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.health.enter_graceful_shutdown()
+        self._server.stop(grace_s).wait()
+        log_event(self.logger, logging.INFO, "stopped", address=self.address)
+
+    def wait(self) -> None:
+        self._server.wait_for_termination()
+
+
+def _host_for_address(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _generic_handlers(server: PlannerServer) -> list[grpc.GenericRpcHandler[Any, Any]]:
+    by_service: dict[str, dict[str, grpc.RpcMethodHandler[Any, Any]]] = {}
+    for method in RPCS.values():
+        by_service.setdefault(method.full_service, {})[method.name] = (
+            grpc.unary_unary_rpc_method_handler(
+                _unary(server, method),
+                request_deserializer=_deserializer(method.request_type),
+                response_serializer=lambda m: m.SerializeToString(),
+            )
+        )
+    return [grpc.method_handlers_generic_handler(s, h) for s, h in by_service.items()]
+
+
+class _UndecodableRequest:
+    """Stands for request bytes that are not a valid message."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _deserializer(message_type: type[Message]) -> Callable[[bytes], object]:
+    def parse(data: bytes) -> object:
+        try:
+            return message_type.FromString(data)
+        except (DecodeError, RuntimeError, ValueError) as exc:
+            return _UndecodableRequest(str(exc) or "malformed message")
+
+    return parse
+
+
+def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.ServicerContext], Message]:
+    limits = server.config.limits
+
+    def answer(request: object, context: grpc.ServicerContext) -> Message:
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        detail = ""
+        server.metrics.in_flight.inc()
+        try:
+            remaining = context.time_remaining()
+            if remaining is not None and remaining <= 0:
+                code, detail = grpc.StatusCode.DEADLINE_EXCEEDED, "deadline expired before start"
+            elif isinstance(request, _UndecodableRequest):
+                code = grpc.StatusCode.INVALID_ARGUMENT
+                detail = f"request: not a valid {method.request_type.DESCRIPTOR.full_name}: "
+                detail += request.error
+            else:
+                assert isinstance(request, Message)
+                try:
+                    return handle(method, request, CallContext(limits, remaining))
+                except InvalidArgumentError as exc:
+                    code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+                except Exception:
+                    server.logger.exception(
+                        "handler failed", extra={"fields": {"method": method.short_name}}
+                    )
+                    code, detail = grpc.StatusCode.INTERNAL, "internal error (see server log)"
+            context.abort(code, detail)
+        finally:
+            elapsed = time.perf_counter() - started
+            server.metrics.in_flight.dec()
+            server.metrics.observe(method.short_name, code.name, elapsed)
+            log_event(
+                server.logger,
+                logging.DEBUG if code == grpc.StatusCode.OK else logging.WARNING,
+                "rpc",
+                method=method.short_name,
+                code=code.name,
+                latency_ms=round(elapsed * 1e3, 3),
+                peer=context.peer(),
+                **({"detail": detail} if detail else {}),
+            )
+        raise AssertionError("unreachable: context.abort raises")
+
+    return answer
