@@ -112,17 +112,15 @@ class RequestTable:
 
 
 class RequestTableBuilder:
-    """Collects rows and builds a RequestTable in one pass (the service's hot
-    path: no per-row objects)."""
+    """Collects rows and builds a RequestTable."""
 
     def __init__(self, block_size_tokens: int, block_level: bool) -> None:
         self.block_size_tokens = block_size_tokens
         self.block_level = block_level
         self.ids: list[str] = []
-        self._state: list[int] = []
-        self._times: list[tuple[float, float, float]] = []
-        self._counts: list[tuple[int, int, int, int, int]] = []
-        self._slo: list[tuple[float, float]] = []
+        self._rows: list[
+            tuple[int, float, float, float, int, int, int, int, int, float, float]
+        ] = []
         self._gpu_ids: list[tuple[int, ...]] = []
         self._cpu_ids: list[tuple[int, ...]] = []
 
@@ -146,60 +144,102 @@ class RequestTableBuilder:
     ) -> None:
         """Absent times are NaN; with block_level the counts come from the id
         lists."""
-        if self.block_level:
-            gpu_blocks = len(gpu_block_ids)
-            if state == RequestState.ROTARY:
-                cpu_blocks = len(cpu_block_ids)
-            synced_blocks = sum(1 for b in cpu_block_ids[:gpu_blocks] if b != NO_BLOCK)
-            self._gpu_ids.append(gpu_block_ids)
-            self._cpu_ids.append(cpu_block_ids)
         self.ids.append(id)
-        self._state.append(int(state))
-        self._times.append((arrival_s, run_start_s, last_token_s))
-        self._counts.append(
+        self._rows.append(
             (
+                int(state),
+                arrival_s,
+                run_start_s,
+                last_token_s,
                 prompt_blocks,
                 gpu_blocks,
                 cpu_blocks,
                 -1 if num_tokens is None else num_tokens,
-                min(synced_blocks, gpu_blocks),
-            )
-        )
-        self._slo.append(
-            (
+                synced_blocks,
                 math.nan if slo_ttft_s is None else slo_ttft_s,
                 math.nan if slo_tbt_s is None else slo_tbt_s,
             )
         )
+        self._gpu_ids.append(gpu_block_ids)
+        self._cpu_ids.append(cpu_block_ids)
 
     def build(self) -> RequestTable:
         n = len(self.ids)
-        times = np.array(self._times, dtype=np.float64).reshape(n, 3)
-        counts = np.array(self._counts, dtype=np.int64).reshape(n, 5)
-        slo = np.array(self._slo, dtype=np.float64).reshape(n, 2)
-        gpu = counts[:, 1].copy()
-        num_tokens = counts[:, 3]
-        full = np.where(
-            num_tokens < 0,
-            np.maximum(gpu - 1, 0),
-            np.minimum(num_tokens // self.block_size_tokens, gpu),
+        columns = list(zip(*self._rows, strict=True)) if n else [()] * 11
+        return table_from_columns(
+            self.ids,
+            state=np.array(columns[0], dtype=np.int8),
+            arrival_s=np.array(columns[1], dtype=np.float64),
+            run_start_s=np.array(columns[2], dtype=np.float64),
+            last_token_s=np.array(columns[3], dtype=np.float64),
+            prompt_blocks=np.array(columns[4], dtype=np.int64),
+            gpu_blocks=np.array(columns[5], dtype=np.int64),
+            cpu_blocks=np.array(columns[6], dtype=np.int64),
+            num_tokens=np.array(columns[7], dtype=np.int64),
+            synced_blocks=np.array(columns[8], dtype=np.int64),
+            slo_ttft_s=np.array(columns[9], dtype=np.float64),
+            slo_tbt_s=np.array(columns[10], dtype=np.float64),
+            block_size_tokens=self.block_size_tokens,
+            gpu_block_ids=self._gpu_ids if self.block_level else None,
+            cpu_block_ids=self._cpu_ids if self.block_level else None,
         )
-        return RequestTable(
-            ids=self.ids,
-            state=np.array(self._state, dtype=np.int8),
-            arrival_s=times[:, 0].copy(),
-            run_start_s=times[:, 1].copy(),
-            last_token_s=times[:, 2].copy(),
-            prompt_blocks=counts[:, 0].copy(),
-            gpu_blocks=gpu,
-            cpu_blocks=counts[:, 2].copy(),
-            full_blocks=full,
-            synced_blocks=counts[:, 4].copy(),
-            slo_ttft_s=slo[:, 0].copy(),
-            slo_tbt_s=slo[:, 1].copy(),
-            gpu_block_ids=self._gpu_ids,
-            cpu_block_ids=self._cpu_ids,
+
+
+def table_from_columns(
+    ids: list[str],
+    *,
+    state: npt.NDArray[np.int8],
+    arrival_s: npt.NDArray[np.float64],
+    run_start_s: npt.NDArray[np.float64],
+    last_token_s: npt.NDArray[np.float64],
+    prompt_blocks: npt.NDArray[np.int64],
+    gpu_blocks: npt.NDArray[np.int64],
+    cpu_blocks: npt.NDArray[np.int64],
+    num_tokens: npt.NDArray[np.int64],
+    synced_blocks: npt.NDArray[np.int64],
+    slo_ttft_s: npt.NDArray[np.float64],
+    slo_tbt_s: npt.NDArray[np.float64],
+    block_size_tokens: int,
+    gpu_block_ids: list[tuple[int, ...]] | None = None,
+    cpu_block_ids: list[tuple[int, ...]] | None = None,
+) -> RequestTable:
+    """A RequestTable from columns. num_tokens < 0 means unknown (every GPU
+    block but the last counts as full). With block id lists (block-level),
+    GPU, ROTARY CPU and SYNCED counts are taken from the lists."""
+    if gpu_block_ids is not None and cpu_block_ids is not None:
+        gpu_blocks = np.fromiter(map(len, gpu_block_ids), dtype=np.int64, count=len(ids))
+        rotary = state == np.int8(RequestState.ROTARY)
+        cpu_counts = np.fromiter(map(len, cpu_block_ids), dtype=np.int64, count=len(ids))
+        cpu_blocks = np.where(rotary, cpu_counts, cpu_blocks)
+        synced_blocks = np.fromiter(
+            (
+                sum(1 for b in cpu[:g] if b != NO_BLOCK)
+                for cpu, g in zip(cpu_block_ids, gpu_blocks.tolist(), strict=True)
+            ),
+            dtype=np.int64,
+            count=len(ids),
         )
+    full = np.where(
+        num_tokens < 0,
+        np.maximum(gpu_blocks - 1, 0),
+        np.minimum(num_tokens // block_size_tokens, gpu_blocks),
+    )
+    return RequestTable(
+        ids=ids,
+        state=state,
+        arrival_s=arrival_s,
+        run_start_s=run_start_s,
+        last_token_s=last_token_s,
+        prompt_blocks=prompt_blocks,
+        gpu_blocks=gpu_blocks,
+        cpu_blocks=cpu_blocks,
+        full_blocks=full,
+        synced_blocks=np.minimum(synced_blocks, gpu_blocks),
+        slo_ttft_s=slo_ttft_s,
+        slo_tbt_s=slo_tbt_s,
+        gpu_block_ids=gpu_block_ids if gpu_block_ids is not None else [],
+        cpu_block_ids=cpu_block_ids if cpu_block_ids is not None else [],
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ ROTARY = np.int8(RequestState.ROTARY)
 # After this many skip-and-resume rounds of the vectorized prioritize pass,
 # finish with a plain loop (bounds the worst case at O(n * rounds)).
 _MAX_VECTOR_ROUNDS = 16
+_STATE_BY_VALUE = {int(s): s for s in RequestState}
 # Ids listed in a plan's one-line summary.
 _SUMMARY_IDS = 4
 
@@ -172,8 +173,9 @@ def _decisions(
     table: RequestTable, rows: IntArray, vlt: FloatArray, blocks: IntArray
 ) -> tuple[RequestDecision, ...]:
     ids = table.ids
+    states = _STATE_BY_VALUE
     return tuple(
-        RequestDecision(ids[r], RequestState(s), v, b)
+        RequestDecision(ids[r], states[s], v, b)
         for r, s, v, b in zip(
             rows.tolist(),
             table.state[rows].tolist(),

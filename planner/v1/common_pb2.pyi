@@ -121,7 +121,7 @@ class TrackedRequest(_message.Message):
     """One request the engine tracks. Which timestamp is required depends on the
     state: WAITING needs arrival_s, RUNNING needs run_start_s, ROTARY needs
     last_token_s. Times are on the engine's clock, the same clock as
-    Snapshot.now_s.
+    Snapshot.now_s, and may not be later than now_s.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -136,7 +136,8 @@ class TrackedRequest(_message.Message):
     CPU_BLOCKS_FIELD_NUMBER: _builtins.int
     NUM_TOKENS_FIELD_NUMBER: _builtins.int
     SYNCED_BLOCKS_FIELD_NUMBER: _builtins.int
-    SLO_FIELD_NUMBER: _builtins.int
+    SLO_TTFT_S_FIELD_NUMBER: _builtins.int
+    SLO_TBT_S_FIELD_NUMBER: _builtins.int
     GPU_BLOCK_IDS_FIELD_NUMBER: _builtins.int
     CPU_BLOCK_IDS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
@@ -161,18 +162,20 @@ class TrackedRequest(_message.Message):
     is given.
     """
     num_tokens: _builtins.int
-    """Tokens whose KV has been written. Decides which blocks are full: only a
-    full block can be copied eagerly. Unset: every GPU block but the last
-    counts as full.
+    """Tokens whose KV has been written; decides which blocks are full (only a
+    full block can be copied eagerly). 0 means unknown: every GPU block but
+    the last counts as full.
     """
     synced_blocks: _builtins.int
     """RUNNING, counts-only snapshots: how many of the GPU blocks already have
     an identical CPU copy (SYNCED). Ignored when block ids are given.
     """
-    @_builtins.property
-    def slo(self) -> Global___Slo:
-        """Per-request SLO; unset fields fall back to the request-level Slo."""
-
+    slo_ttft_s: _builtins.float
+    """This request's own SLOs; 0 means the request-level Slo applies. A set
+    value must be > 0. (Plain fields, not a message, so that engines tracking
+    thousands of requests pay nothing for the common case.)
+    """
+    slo_tbt_s: _builtins.float
     @_builtins.property
     def gpu_block_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Block-level snapshots only (Snapshot.pools set). GPU block ids in logical
@@ -198,22 +201,21 @@ class TrackedRequest(_message.Message):
         prompt_blocks: _builtins.int = ...,
         gpu_blocks: _builtins.int = ...,
         cpu_blocks: _builtins.int = ...,
-        num_tokens: _builtins.int | None = ...,
+        num_tokens: _builtins.int = ...,
         synced_blocks: _builtins.int = ...,
-        slo: Global___Slo | None = ...,
+        slo_ttft_s: _builtins.float = ...,
+        slo_tbt_s: _builtins.float = ...,
         gpu_block_ids: _abc.Iterable[_builtins.int] | None = ...,
         cpu_block_ids: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_last_token_s", b"_last_token_s", "_num_tokens", b"_num_tokens", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "run_start_s", b"run_start_s", "slo", b"slo"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_last_token_s", b"_last_token_s", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "last_token_s", b"last_token_s", "run_start_s", b"run_start_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_last_token_s", b"_last_token_s", "_num_tokens", b"_num_tokens", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "cpu_block_ids", b"cpu_block_ids", "cpu_blocks", b"cpu_blocks", "gpu_block_ids", b"gpu_block_ids", "gpu_blocks", b"gpu_blocks", "id", b"id", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "prompt_blocks", b"prompt_blocks", "run_start_s", b"run_start_s", "slo", b"slo", "state", b"state", "synced_blocks", b"synced_blocks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_last_token_s", b"_last_token_s", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "cpu_block_ids", b"cpu_block_ids", "cpu_blocks", b"cpu_blocks", "gpu_block_ids", b"gpu_block_ids", "gpu_blocks", b"gpu_blocks", "id", b"id", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "prompt_blocks", b"prompt_blocks", "run_start_s", b"run_start_s", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "state", b"state", "synced_blocks", b"synced_blocks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__arrival_s: _TypeAlias = _typing.Literal["arrival_s"]  # noqa: Y015
     _WhichOneofArgType__arrival_s: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s"]  # noqa: Y015
     _WhichOneofReturnType__last_token_s: _TypeAlias = _typing.Literal["last_token_s"]  # noqa: Y015
     _WhichOneofArgType__last_token_s: _TypeAlias = _typing.Literal["_last_token_s", b"_last_token_s"]  # noqa: Y015
-    _WhichOneofReturnType__num_tokens: _TypeAlias = _typing.Literal["num_tokens"]  # noqa: Y015
-    _WhichOneofArgType__num_tokens: _TypeAlias = _typing.Literal["_num_tokens", b"_num_tokens"]  # noqa: Y015
     _WhichOneofReturnType__run_start_s: _TypeAlias = _typing.Literal["run_start_s"]  # noqa: Y015
     _WhichOneofArgType__run_start_s: _TypeAlias = _typing.Literal["_run_start_s", b"_run_start_s"]  # noqa: Y015
     @_typing.overload
@@ -221,11 +223,82 @@ class TrackedRequest(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__last_token_s) -> _WhichOneofReturnType__last_token_s | None: ...
     @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__num_tokens) -> _WhichOneofReturnType__num_tokens | None: ...
-    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__run_start_s) -> _WhichOneofReturnType__run_start_s | None: ...
 
 Global___TrackedRequest: _TypeAlias = TrackedRequest  # noqa: Y015
+
+@_typing.final
+class RequestColumns(_message.Message):
+    """The same information as a list of TrackedRequest, one packed array per
+    field: row i of every column is request i. Engines tracking many requests
+    should send this form; it encodes and decodes about a hundred times faster
+    than rows (microseconds per thousand requests instead of about a
+    millisecond). Every column is either empty (all rows take the default) or
+    exactly as long as `id`. Absent timestamps are NaN. Block-level snapshots
+    (Snapshot.pools set) use rows.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    ARRIVAL_S_FIELD_NUMBER: _builtins.int
+    RUN_START_S_FIELD_NUMBER: _builtins.int
+    LAST_TOKEN_S_FIELD_NUMBER: _builtins.int
+    PROMPT_BLOCKS_FIELD_NUMBER: _builtins.int
+    GPU_BLOCKS_FIELD_NUMBER: _builtins.int
+    CPU_BLOCKS_FIELD_NUMBER: _builtins.int
+    NUM_TOKENS_FIELD_NUMBER: _builtins.int
+    SYNCED_BLOCKS_FIELD_NUMBER: _builtins.int
+    SLO_TTFT_S_FIELD_NUMBER: _builtins.int
+    SLO_TBT_S_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def id(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def state(self) -> _containers.RepeatedScalarFieldContainer[Global___RequestState.ValueType]: ...
+    @_builtins.property
+    def arrival_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def run_start_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def last_token_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def prompt_blocks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def gpu_blocks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def cpu_blocks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def num_tokens(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def synced_blocks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def slo_ttft_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def slo_tbt_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        id: _abc.Iterable[_builtins.str] | None = ...,
+        state: _abc.Iterable[Global___RequestState.ValueType] | None = ...,
+        arrival_s: _abc.Iterable[_builtins.float] | None = ...,
+        run_start_s: _abc.Iterable[_builtins.float] | None = ...,
+        last_token_s: _abc.Iterable[_builtins.float] | None = ...,
+        prompt_blocks: _abc.Iterable[_builtins.int] | None = ...,
+        gpu_blocks: _abc.Iterable[_builtins.int] | None = ...,
+        cpu_blocks: _abc.Iterable[_builtins.int] | None = ...,
+        num_tokens: _abc.Iterable[_builtins.int] | None = ...,
+        synced_blocks: _abc.Iterable[_builtins.int] | None = ...,
+        slo_ttft_s: _abc.Iterable[_builtins.float] | None = ...,
+        slo_tbt_s: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrival_s", b"arrival_s", "cpu_blocks", b"cpu_blocks", "gpu_blocks", b"gpu_blocks", "id", b"id", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "prompt_blocks", b"prompt_blocks", "run_start_s", b"run_start_s", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "state", b"state", "synced_blocks", b"synced_blocks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RequestColumns: _TypeAlias = RequestColumns  # noqa: Y015
 
 @_typing.final
 class BlockPools(_message.Message):
@@ -269,6 +342,7 @@ class Snapshot(_message.Message):
     FREE_CPU_BLOCKS_FIELD_NUMBER: _builtins.int
     LAST_ITERATION_S_FIELD_NUMBER: _builtins.int
     POOLS_FIELD_NUMBER: _builtins.int
+    COLUMNS_FIELD_NUMBER: _builtins.int
     now_s: _builtins.float
     """The engine's clock now, seconds."""
     free_gpu_blocks: _builtins.int
@@ -284,10 +358,16 @@ class Snapshot(_message.Message):
     this iteration overlap with.
     """
     @_builtins.property
-    def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___TrackedRequest]: ...
+    def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___TrackedRequest]:
+        """The tracked requests as rows (or see `columns`)."""
+
     @_builtins.property
     def pools(self) -> Global___BlockPools:
         """Block ids; see BlockPools."""
+
+    @_builtins.property
+    def columns(self) -> Global___RequestColumns:
+        """The requests in columns, instead of `requests` (set one, not both)."""
 
     def __init__(
         self,
@@ -299,10 +379,11 @@ class Snapshot(_message.Message):
         free_cpu_blocks: _builtins.int | None = ...,
         last_iteration_s: _builtins.float | None = ...,
         pools: Global___BlockPools | None = ...,
+        columns: Global___RequestColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "block_size_tokens", b"block_size_tokens", "free_cpu_blocks", b"free_cpu_blocks", "last_iteration_s", b"last_iteration_s", "pools", b"pools"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "block_size_tokens", b"block_size_tokens", "columns", b"columns", "free_cpu_blocks", b"free_cpu_blocks", "last_iteration_s", b"last_iteration_s", "pools", b"pools"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "block_size_tokens", b"block_size_tokens", "free_cpu_blocks", b"free_cpu_blocks", "free_gpu_blocks", b"free_gpu_blocks", "last_iteration_s", b"last_iteration_s", "now_s", b"now_s", "pools", b"pools", "requests", b"requests"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "block_size_tokens", b"block_size_tokens", "columns", b"columns", "free_cpu_blocks", b"free_cpu_blocks", "free_gpu_blocks", b"free_gpu_blocks", "last_iteration_s", b"last_iteration_s", "now_s", b"now_s", "pools", b"pools", "requests", b"requests"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__block_size_tokens: _TypeAlias = _typing.Literal["block_size_tokens"]  # noqa: Y015
     _WhichOneofArgType__block_size_tokens: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens"]  # noqa: Y015
