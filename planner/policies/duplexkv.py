@@ -179,6 +179,8 @@ def _plan_blocks(
     for row in _swap_in_rows(t, prioritized).tolist():
         cpu_ids = t.cpu_block_ids[row]
         n = len(cpu_ids)
+        if n == 0:
+            continue
         if n > len(gpu_pool) - gpu_next:
             deferred.append(row)
             continue

@@ -222,8 +222,9 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
         if unmet > 0:
             picked = prioritized
             prioritized = _trim(prioritized, need, unmet)
-            trimmed = picked[prioritized.size :]
+            trimmed = picked[prioritized.size :][::-1]
             blocks_left = free + budget - int(need[prioritized].sum())
+            swap_needed = budget - blocks_left
             # Keep the first pass's CPU-full skips: they are why it fell short.
             skipped = chosen.cpu_full_skipped
             chosen = preempt_from_tail(table, preemptable, budget - blocks_left, cpu_room)

@@ -412,8 +412,9 @@ class RotationExplanation(_message.Message):
 
     @_builtins.property
     def trimmed_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Requests LVF picked but dropped again, least lagging first, because
-        preempting every candidate could not free room for all it picked.
+        """Requests LVF picked but dropped again because preempting every candidate
+        could not free room for all it picked; in the order they were dropped
+        (least lagging first).
         """
 
     def __init__(
@@ -485,7 +486,9 @@ class RotationPlan(_message.Message):
     @_builtins.property
     def freed_after_d2h_gpu_block_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Block-level plans only: DIRTY GPU blocks of preempted requests, free once
-        the D2H batch is done.
+        the D2H batch is done. Swap-ins never land in them (that would race the
+        D2H copy); prompts of prioritized WAITING requests, which run in the next
+        iteration, may.
         """
 
     @_builtins.property

@@ -103,9 +103,9 @@ def snapshot_from_proto(
         rows = _columns(f"{field}.columns", msg.columns, limits)
     else:
         rows = _rows(field, requests)
-    suspect = _suspect_rows(rows, now_s)
+    suspect = _suspect_rows(rows, now_s, block_level)
     for i in np.flatnonzero(suspect).tolist():
-        _validate_row(rows.values(i), functools.partial(rows.path, i), now_s)
+        _validate_row(rows.values(i), functools.partial(rows.path, i), now_s, block_level)
     _check_unique_ids(rows)
 
     gpu_ids = cpu_ids = None
@@ -274,7 +274,7 @@ def _absent_as_nan(
     return out
 
 
-def _suspect_rows(rows: _Rows, now_s: float) -> npt.NDArray[np.bool_]:
+def _suspect_rows(rows: _Rows, now_s: float, block_level: bool) -> npt.NDArray[np.bool_]:
     """Rows that may be invalid (a superset of the invalid ones)."""
     n = len(rows.ids)
     state = rows.state
@@ -287,15 +287,19 @@ def _suspect_rows(rows: _Rows, now_s: float) -> npt.NDArray[np.bool_]:
         bad |= (state == int(s)) & np.isnan(rows.times[TIME_FIELDS.index(name)])
     for c in rows.counts:
         bad |= ~np.isfinite(c) | (c < 0) | (c > MAX_BLOCKS)
-    prompt, gpu, synced = rows.counts[0], rows.counts[1], rows.counts[4]
+    prompt, gpu, cpu, synced = rows.counts[0], rows.counts[1], rows.counts[2], rows.counts[4]
     bad |= (state == int(RequestState.WAITING)) & (prompt == 0)
+    if not block_level:
+        bad |= (state == int(RequestState.ROTARY)) & (cpu == 0)
     bad |= synced > gpu
     for slo in rows.slo:
         bad |= ~np.isfinite(slo) | (slo < 0)
     return bad
 
 
-def _validate_row(row: dict[str, Any], path: Callable[[str], str], now_s: float) -> None:
+def _validate_row(
+    row: dict[str, Any], path: Callable[[str], str], now_s: float, block_level: bool
+) -> None:
     """Raise naming the first bad field of one request, or return. Absent
     times are None."""
     if not row["id"]:
@@ -318,6 +322,8 @@ def _validate_row(row: dict[str, Any], path: Callable[[str], str], now_s: float)
         block_count(path(name), row[name])
     if state == RequestState.WAITING and row["prompt_blocks"] == 0:
         raise InvalidArgumentError(path("prompt_blocks"), "a WAITING request needs >= 1 block")
+    if state == RequestState.ROTARY and row["cpu_blocks"] == 0 and not block_level:
+        raise InvalidArgumentError(path("cpu_blocks"), "a ROTARY request holds >= 1 CPU block")
     if row["synced_blocks"] > row["gpu_blocks"]:
         raise InvalidArgumentError(
             path("synced_blocks"),
@@ -386,6 +392,10 @@ def _check_request_block_ids(
         if gpu_ids:
             raise InvalidArgumentError(
                 f"{field}.gpu_block_ids", "a ROTARY request holds no GPU blocks"
+            )
+        if not cpu_ids:
+            raise InvalidArgumentError(
+                f"{field}.cpu_block_ids", "a ROTARY request holds >= 1 CPU block"
             )
         if r.cpu_blocks not in (0, len(cpu_ids)):
             raise InvalidArgumentError(
