@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed
 BUF_VERSION := 1.75.0
 BUF := .tools/node_modules/.bin/buf
 PROTO_FILES := $(wildcard proto/planner/v1/*.proto)
-# Base for the proto breaking-change check: the previous commit by default.
-BREAKING_BASE ?= HEAD~1
+# Base for the proto breaking-change check: the commit named in
+# proto/BREAKING_BASE (the last landed contract), or BREAKING_BASE=<ref>.
+BREAKING_BASE ?= $(shell cat proto/BREAKING_BASE 2>/dev/null)
 
 .PHONY: run test test-slow proto proto-check lint format bench serve buf clean
 
@@ -69,9 +70,11 @@ lint: $(STAMP) $(BUF)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BUF) lint
-	@if git cat-file -e $(BREAKING_BASE):proto 2>/dev/null; then \
+	@if [ -z "$(BREAKING_BASE)" ]; then \
+		echo "buf breaking: no base recorded in proto/BREAKING_BASE, nothing to compare"; \
+	elif git cat-file -e "$(BREAKING_BASE):proto" 2>/dev/null; then \
 		$(BUF) breaking --against '.git#ref=$(BREAKING_BASE),subdir=proto'; \
-	else echo "buf breaking: no proto/ at $(BREAKING_BASE), nothing to compare"; fi
+	else echo "buf breaking: base $(BREAKING_BASE) not in this clone, nothing to compare"; fi
 
 format: $(STAMP)
 	$(BIN)/ruff format .

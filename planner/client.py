@@ -20,6 +20,7 @@ from planner.rpc import RPCS, Rpc
 from planner.v1 import info_pb2, rotation_pb2
 
 DEFAULT_DEADLINE_S = 1.0
+MIN_BACKOFF_S = 0.002
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,16 @@ class RetryPolicy:
     max_backoff_s: float = 0.1
     backoff_multiplier: float = 2.0
     retryable: tuple[str, ...] = ("UNAVAILABLE", "RESOURCE_EXHAUSTED")
+
+    def __post_init__(self) -> None:
+        # Below 2 ms, gRPC's retry timer can stall a call until its deadline
+        # (grpc/grpc#41036); seen here with 1-1.5 ms backoffs.
+        if self.initial_backoff_s < MIN_BACKOFF_S:
+            raise ValueError(f"initial_backoff_s must be >= {MIN_BACKOFF_S} s")
+        if self.max_backoff_s < self.initial_backoff_s:
+            raise ValueError("max_backoff_s must be >= initial_backoff_s")
+        if self.backoff_multiplier < 1:
+            raise ValueError("backoff_multiplier must be >= 1")
 
     def service_config(self) -> str:
         policy = {
@@ -61,15 +72,17 @@ class PlannerClient:
         self.target = target
         self.deadline_s = deadline_s
         retry = retry or RetryPolicy()
-        self._channel = grpc.insecure_channel(
-            target,
-            options=[
-                ("grpc.enable_retries", 1 if retry.max_attempts > 1 else 0),
-                ("grpc.service_config", retry.service_config()),
-                ("grpc.max_receive_message_length", max_message_bytes),
-                ("grpc.max_send_message_length", max_message_bytes),
-            ],
-        )
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+        ]
+        if retry.max_attempts > 1:
+            options += [("grpc.enable_retries", 1), ("grpc.service_config", retry.service_config())]
+        else:
+            # gRPC rejects a retry policy with maxAttempts < 2 and the channel
+            # then fails every call; no retries means no retry policy.
+            options.append(("grpc.enable_retries", 0))
+        self._channel = grpc.insecure_channel(target, options=options)
         self._stubs: dict[str, Any] = {}
 
     def call(self, method: str | Rpc, request: Message, deadline_s: float | None = None) -> Message:

@@ -88,7 +88,7 @@ def parse_request(rpc: Rpc, text: str) -> Message:
     try:
         json_format.Parse(text, request)
     except json_format.ParseError as exc:
-        reason = " ".join(str(exc).split())
+        reason = " ".join(str(exc).split()).rstrip(".")
         raise CallFailedError(
             EXIT_BAD_INPUT, f"request is not a valid {rpc.name} JSON: {reason}"
         ) from None

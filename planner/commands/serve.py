@@ -66,6 +66,15 @@ def run(args: argparse.Namespace) -> int:
             max_concurrent_rpcs=args.max_concurrent_rpcs,
         ),
     )
+    # Handlers first: a supervisor may signal as soon as it reads the
+    # "serving" line below, and the default action would kill the process.
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         server = PlannerServer(config)
         server.start()
@@ -75,13 +84,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"planner serving on {server.address}", flush=True)
     if server.metrics_port is not None:
         print(f"metrics on http://{args.host}:{server.metrics_port}/metrics", flush=True)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     stop.wait()
     server.stop()
     return 0

@@ -68,6 +68,7 @@ class PlannerServer:
         if self.port == 0:
             raise OSError(f"cannot listen on {address}")
         self.metrics_port: int | None = None
+        self._metrics_http: Any = None
         self._stopped = threading.Event()
 
     @property
@@ -79,10 +80,18 @@ class PlannerServer:
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.config.metrics_port is not None:
-            http_server, _ = start_http_server(
-                self.config.metrics_port, addr=self.config.host, registry=self.metrics.registry
-            )
-            self.metrics_port = http_server.server_port
+            try:
+                self._metrics_http, _ = start_http_server(
+                    self.config.metrics_port, addr=self.config.host, registry=self.metrics.registry
+                )
+            except OSError as exc:
+                # Do not leave the gRPC server running behind the error.
+                self._server.stop(None).wait()
+                self._stopped.set()
+                raise OSError(
+                    f"cannot serve metrics on {self.config.host}:{self.config.metrics_port}: {exc}"
+                ) from exc
+            self.metrics_port = self._metrics_http.server_port
         log_event(
             self.logger,
             logging.INFO,
@@ -100,6 +109,9 @@ class PlannerServer:
         self._stopped.set()
         self.health.enter_graceful_shutdown()
         self._server.stop(grace_s).wait()
+        if self._metrics_http is not None:
+            self._metrics_http.shutdown()
+            self._metrics_http.server_close()
         log_event(self.logger, logging.INFO, "stopped", address=self.address)
 
     def wait(self) -> None:
