@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from planner.domain.requests import RequestState, Slo
 from planner.profiles import HardwareProfile, ModelProfile
@@ -49,8 +50,10 @@ class MoveKind(enum.IntEnum):
     SWAP_IN = 3
 
 
-@dataclass(frozen=True, slots=True)
-class RequestDecision:
+class RequestDecision(NamedTuple):
+    """A prioritized or preempted request with the VLT that picked it (a named
+    tuple: plans at scale build thousands of these per decision)."""
+
     id: str
     state: RequestState
     vlt: float

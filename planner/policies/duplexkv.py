@@ -73,6 +73,15 @@ def _swap_in_rows(table: RequestTable, prioritized: IntArray) -> IntArray:
     return rows
 
 
+def _lowest(block_ids: tuple[int, ...], count: int) -> list[int]:
+    """The count lowest ids, ascending (lowest ids first keeps extents long)."""
+    if count >= len(block_ids):
+        return sorted(block_ids)
+    ids = np.array(block_ids, dtype=np.int64)
+    lowest: list[int] = np.sort(np.partition(ids, count)[:count]).tolist()
+    return lowest
+
+
 def _fit_in_order(sizes: list[int], capacity: int) -> tuple[list[bool], int]:
     fits: list[bool] = []
     for size in sizes:
@@ -141,7 +150,11 @@ def _plan_blocks(
 ) -> TransferPlan:
     t = snapshot.requests
     assert snapshot.pools is not None
-    cpu_pool = sorted(snapshot.pools.free_cpu_block_ids)
+    eager_bound = inputs.params.eager_budget_blocks
+    cpu_needed = int(t.gpu_blocks[preempted].sum()) + (
+        budget_blocks if eager_bound is None else eager_bound
+    )
+    cpu_pool = _lowest(snapshot.pools.free_cpu_block_ids, cpu_needed)
     cpu_next = 0
     moves: list[RequestBlockMoves] = []
     d2h: list[tuple[int, int]] = []
@@ -172,11 +185,13 @@ def _plan_blocks(
                 )
             )
 
-    gpu_pool = sorted(snapshot.pools.free_gpu_block_ids) + sorted(released)
+    swap_in_rows = _swap_in_rows(t, prioritized)
+    gpu_needed = int(t.cpu_blocks[swap_in_rows].sum())
+    gpu_pool = _lowest(snapshot.pools.free_gpu_block_ids, gpu_needed) + sorted(released)
     gpu_next = 0
     deferred: list[int] = []
     swap_in = 0
-    for row in _swap_in_rows(t, prioritized).tolist():
+    for row in swap_in_rows.tolist():
         cpu_ids = t.cpu_block_ids[row]
         n = len(cpu_ids)
         if n == 0:

@@ -173,15 +173,13 @@ def _decisions(
     table: RequestTable, rows: IntArray, vlt: FloatArray, blocks: IntArray
 ) -> tuple[RequestDecision, ...]:
     ids = table.ids
-    states = _STATE_BY_VALUE
     return tuple(
-        RequestDecision(ids[r], states[s], v, b)
-        for r, s, v, b in zip(
-            rows.tolist(),
-            table.state[rows].tolist(),
+        map(
+            RequestDecision,
+            [ids[r] for r in rows.tolist()],
+            map(_STATE_BY_VALUE.__getitem__, table.state[rows].tolist()),
             vlt[rows].tolist(),
             blocks[rows].tolist(),
-            strict=True,
         )
     )
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from planner.domain.requests import Snapshot
 from planner.domain.rotation import RequestDecision, RotationInputs, RotationParams, RotationPlan
 from planner.service.convert.checks import block_count, finite, non_negative
 from planner.service.convert.common import hardware_from_proto, model_from_proto, slo_from_proto
 from planner.service.convert.snapshot import snapshot_from_proto
 from planner.service.limits import ServiceLimits
-from planner.v1 import common_pb2, rotation_pb2
+from planner.v1 import rotation_pb2
 
 
 def params_from_proto(field: str, msg: rotation_pb2.RotationParams) -> RotationParams:
@@ -47,10 +49,12 @@ def rotation_request_from_proto(
     return snapshot, inputs
 
 
-def _decision(d: RequestDecision) -> rotation_pb2.RequestDecision:
-    return rotation_pb2.RequestDecision(
-        id=d.id, state=common_pb2.RequestState.ValueType(d.state), vlt=d.vlt, blocks=d.blocks
-    )
+def _decisions(decisions: tuple[RequestDecision, ...]) -> Any:
+    # Dicts: the protobuf runtime builds repeated messages from them about
+    # three times faster than from message objects.
+    return [
+        {"id": d.id, "state": int(d.state), "vlt": d.vlt, "blocks": d.blocks} for d in decisions
+    ]
 
 
 def rotation_plan_to_proto(plan: RotationPlan) -> rotation_pb2.PlanRotationResponse:
@@ -100,8 +104,8 @@ def rotation_plan_to_proto(plan: RotationPlan) -> rotation_pb2.PlanRotationRespo
     return rotation_pb2.PlanRotationResponse(
         plan=rotation_pb2.RotationPlan(
             fcfs_fallback=plan.fcfs_fallback,
-            prioritized=[_decision(d) for d in plan.prioritized],
-            preempted=[_decision(d) for d in plan.preempted],
+            prioritized=_decisions(plan.prioritized),
+            preempted=_decisions(plan.preempted),
             batches=batches,
             moves=moves,
             released_gpu_block_ids=plan.released_gpu_block_ids,

@@ -9,6 +9,7 @@ thousands of requests converts in well under a millisecond per thousand.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Callable
@@ -116,7 +117,8 @@ def snapshot_from_proto(
             _check_request_block_ids(
                 f"{field}.requests[{i}]", r, gpu_ids[i], cpu_ids[i], block_size
             )
-        _check_block_ids_disjoint(field, msg, limits)
+        assert pools is not None
+        _check_block_ids_disjoint(field, pools, gpu_ids, cpu_ids, limits)
     elif n:
         for name in ("gpu_block_ids", "cpu_block_ids"):
             sizes = map(len, map(operator.attrgetter(name), requests))
@@ -278,8 +280,10 @@ def _suspect_rows(rows: _Rows, now_s: float, block_level: bool) -> npt.NDArray[n
     """Rows that may be invalid (a superset of the invalid ones)."""
     n = len(rows.ids)
     state = rows.state
-    lengths = np.fromiter(map(len, rows.ids), dtype=np.int64, count=n)
-    bad: npt.NDArray[np.bool_] = (lengths == 0) | (lengths > MAX_ID_LENGTH)
+    bad: npt.NDArray[np.bool_] = np.zeros(n, dtype=np.bool_)
+    if n and not 0 < min(map(len, rows.ids)) <= max(map(len, rows.ids)) <= MAX_ID_LENGTH:
+        lengths = np.fromiter(map(len, rows.ids), dtype=np.int64, count=n)
+        bad |= (lengths == 0) | (lengths > MAX_ID_LENGTH)
     bad |= ~np.isin(state, list(_STATES))
     for invalid, value in zip(rows.bad_times, rows.times, strict=True):
         bad |= invalid | (value > now_s)
@@ -424,24 +428,29 @@ def _check_request_block_ids(
                 )
 
 
-def _check_block_ids_disjoint(field: str, msg: common_pb2.Snapshot, limits: ServiceLimits) -> None:
+def _check_block_ids_disjoint(
+    field: str,
+    pools: BlockPools,
+    gpu_ids: list[tuple[int, ...]],
+    cpu_ids: list[tuple[int, ...]],
+    limits: ServiceLimits,
+) -> None:
     """Each GPU block and each CPU block belongs to one owner at most."""
-    for pool, free_name, req_name in (
-        ("GPU", "free_gpu_block_ids", "gpu_block_ids"),
-        ("CPU", "free_cpu_block_ids", "cpu_block_ids"),
+    for pool, free_name, free, req_name, owned in (
+        ("GPU", "free_gpu_block_ids", pools.free_gpu_block_ids, "gpu_block_ids", gpu_ids),
+        ("CPU", "free_cpu_block_ids", pools.free_cpu_block_ids, "cpu_block_ids", cpu_ids),
     ):
-        sources = [(f"{field}.pools.{free_name}", getattr(msg.pools, free_name))]
-        sources += [
-            (f"{field}.requests[{i}].{req_name}", getattr(r, req_name))
-            for i, r in enumerate(msg.requests)
-        ]
-        total = sum(len(ids) for _, ids in sources)
+        total = len(free) + sum(map(len, owned))
         if total > limits.max_block_ids_per_snapshot:
             raise InvalidArgumentError(field, "more block ids than the per-snapshot limit")
-        flat = np.fromiter((b for _, ids in sources for b in ids), dtype=np.int64, count=total)
-        flat = flat[flat != NO_BLOCK]
-        if np.unique(flat).size == flat.size:
+        flat = np.fromiter(
+            itertools.chain(free, itertools.chain.from_iterable(owned)), dtype=np.int64, count=total
+        )
+        flat = np.sort(flat[flat != NO_BLOCK])
+        if not (flat[1:] == flat[:-1]).any():
             continue
+        sources = [(f"{field}.pools.{free_name}", free)]
+        sources += [(f"{field}.requests[{i}].{req_name}", ids) for i, ids in enumerate(owned)]
         owner: dict[int, str] = {}
         for path, ids in sources:
             for j, b in enumerate(ids):
