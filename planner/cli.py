@@ -7,7 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from planner._version import __version__
-from planner.commands import call, serve
+from planner.commands import call, serve, trace
+from planner.commands import profiles as profiles_cmd
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve.register(subparsers)
     call.register(subparsers)
+    trace.register(subparsers)
+    profiles_cmd.register(subparsers)
     from planner.bench import command as bench
 
     bench.register(subparsers)
