@@ -1,4 +1,4 @@
-# Quick start: `make run` (the main job on the bundled example), `make test`.
+# Quick start: `make run` (replay the bundled trace: FCFS vs LVF), `make test`.
 # Every target creates or reuses the local virtual environment .venv.
 
 PYTHON ?= python3
@@ -23,7 +23,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/planner call RotationService.PlanRotation --json fixtures/rotation/example_request.json
+	$(BIN)/planner replay fixtures/traces/default.jsonl --policy fcfs --policy lvf \
+		--json-out out/replay/default.json --report-dir out/replay
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from planner._version import __version__
-from planner.commands import call, serve, trace
+from planner.commands import call, replay, serve, trace
 from planner.commands import profiles as profiles_cmd
 
 
@@ -15,10 +15,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="planner",
         description="The policy brain for LLM serving engines: plans over gRPC, "
-        "one decision from JSON, benchmarks.",
+        "one decision from JSON, trace replays, benchmarks.",
     )
     parser.add_argument("--version", action="version", version=f"planner {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    replay.register(subparsers)
     serve.register(subparsers)
     call.register(subparsers)
     trace.register(subparsers)

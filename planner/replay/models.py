@@ -1,0 +1,22 @@
+"""What the simulator needs from profiles: an iteration's compute time and a
+transfer's time. Built-in profiles provide both (planner.profiles); tests and
+users can pass any object with these methods."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class IterationCost(Protocol):
+    def iteration_time_s(
+        self, prefill_tokens: int, decode_tokens: int, attended_context_tokens: int
+    ) -> float:
+        """Seconds one engine iteration computes."""
+        ...
+
+
+class TransferCost(Protocol):
+    def transfer_time_s(self, d2h_bytes: int, h2d_bytes: int, segment_bytes: int) -> float:
+        """Seconds to move d2h_bytes GPU->CPU and h2d_bytes CPU->GPU, issued
+        together, in contiguous segments of segment_bytes."""
+        ...

@@ -1,0 +1,342 @@
+"""PNG figures of a replay comparison (`--report-dir`).
+
+Drawn with matplotlib's Agg canvas on standalone `Figure`s: no pyplot, no
+display, no global backend switch. One colour per policy, the same in every
+figure.
+
+- ttft_cdf.png: CDF of TTFT over all requests, per policy (requests that
+  never got a token keep the curve below 1), the TTFT SLO as a dashed line.
+- tbt_cdf.png: CDF of the gaps between tokens (ms), the TBT SLO dashed.
+- kv_occupancy.png: GPU KV blocks in use over simulated time per policy with
+  the pool's capacity (and CPU KV blocks below, when any were used).
+- queue_length.png: waiting and rotary (swapped out) requests over time.
+- attainment_vs_load.png (given a `--rate-scale` sweep): TTFT and token-level
+  TBT attainment against the rate scale, one line per policy.
+
+Long timelines are cut into `MAX_POINTS` bins and drawn as each bin's
+maximum, so peaks survive; CDFs are drawn through `MAX_POINTS` quantiles.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+from planner.replay.metrics import FloatArray, PolicyMetrics, Sweep, latency_samples
+from planner.replay.records import ReplayResult
+
+MAX_POINTS = 2000
+# Draw a log x axis when the positive samples span this ratio or more.
+LOG_RATIO = 50.0
+# At most this many distinct SLO values get a line each.
+MAX_SLO_LINES = 3
+DPI = 130
+
+_COLORS = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#7f7f7f",
+    "#bcbd22",
+)
+
+
+def policy_colors(names: Sequence[str]) -> dict[str, str]:
+    colors: dict[str, str] = {}
+    for name in names:
+        if name not in colors:
+            colors[name] = _COLORS[len(colors) % len(_COLORS)]
+    return colors
+
+
+def _figure(width: float = 8.0, height: float = 5.0) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.savefig(path, format="png", dpi=DPI)
+    return path
+
+
+def _cdf_points(values: FloatArray, population: int) -> tuple[FloatArray, FloatArray]:
+    """Sorted finite values and their empirical CDF over `population`
+    (values missing from the population keep the curve below 1)."""
+    x = np.sort(values[np.isfinite(values)])
+    y = np.arange(1, x.size + 1, dtype=np.float64) / max(population, 1)
+    if x.size > MAX_POINTS:
+        keep = np.unique(np.linspace(0, x.size - 1, MAX_POINTS).round().astype(np.int64))
+        x, y = x[keep], y[keep]
+    return x, y
+
+
+def _use_log(ax: Axes, samples: Sequence[FloatArray]) -> None:
+    present = [s[np.isfinite(s) & (s > 0)] for s in samples]
+    present = [s for s in present if s.size]
+    if not present:
+        return
+    low = min(float(s.min()) for s in present)
+    high = max(float(s.max()) for s in present)
+    if high / low >= LOG_RATIO:
+        ax.set_xscale("log")
+
+
+def _slo_lines(ax: Axes, slos: FloatArray, scale: float, unit: str) -> bool:
+    """Dashed lines at the distinct SLOs; False when there are too many
+    to draw (per-request SLOs)."""
+    distinct = np.unique(slos[np.isfinite(slos)])
+    if distinct.size > MAX_SLO_LINES:
+        return False
+    for slo in distinct:
+        value = float(slo) * scale
+        ax.axvline(
+            value, color="black", linestyle="--", linewidth=1.0, label=f"SLO {value:g} {unit}"
+        )
+    return True
+
+
+def _cdf_axes(ax: Axes, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.set_ylim(0.0, 1.02)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.grid(True, which="major", alpha=0.3)
+    ax.grid(True, which="minor", alpha=0.1)
+    ax.legend(loc="best", fontsize="small")
+
+
+def plot_ttft_cdf(
+    path: Path, results: Sequence[ReplayResult], metrics: Sequence[PolicyMetrics]
+) -> Path:
+    fig = _figure()
+    ax = fig.add_subplot()
+    colors = policy_colors([r.policy for r in results])
+    drawn: list[FloatArray] = []
+    slos: list[FloatArray] = []
+    for result, m in zip(results, metrics, strict=True):
+        s = latency_samples(result.requests)
+        x, y = _cdf_points(s.ttft_s, s.ttft_s.size)
+        label = f"{result.policy}: {_pct(m.ttft_attainment)} within SLO"
+        if (missing := int(np.isnan(s.ttft_s).sum())) > 0:
+            label += f", {missing:,} without a token"
+        ax.plot(x, y, color=colors[result.policy], linewidth=1.8, label=label)
+        drawn.append(x)
+        slos.append(s.slo_ttft_s)
+    _use_log(ax, drawn)
+    one_slo = _slo_lines(ax, np.concatenate(slos) if slos else np.zeros(0), 1.0, "s")
+    title = "Time to first token: CDF per policy"
+    _cdf_axes(
+        ax, "TTFT (s)", "Requests with TTFT ≤ x", title + ("" if one_slo else " (per-request SLOs)")
+    )
+    return _save(fig, path)
+
+
+def plot_tbt_cdf(
+    path: Path, results: Sequence[ReplayResult], metrics: Sequence[PolicyMetrics]
+) -> Path:
+    fig = _figure()
+    ax = fig.add_subplot()
+    colors = policy_colors([r.policy for r in results])
+    drawn: list[FloatArray] = []
+    slos: list[FloatArray] = []
+    for result, m in zip(results, metrics, strict=True):
+        s = latency_samples(result.requests)
+        x, y = _cdf_points(s.tbt_s * 1e3, s.tbt_s.size)
+        label = f"{result.policy}: {_pct(m.tbt_attainment)} of gaps within SLO"
+        ax.plot(x, y, color=colors[result.policy], linewidth=1.8, label=label)
+        drawn.append(x)
+        slos.append(s.tbt_slo_s)
+    _use_log(ax, drawn)
+    one_slo = _slo_lines(ax, np.concatenate(slos) if slos else np.zeros(0), 1e3, "ms")
+    title = "Time between tokens: CDF per policy"
+    _cdf_axes(
+        ax,
+        "Gap between consecutive tokens (ms)",
+        "Token gaps ≤ x",
+        title + ("" if one_slo else " (per-request SLOs)"),
+    )
+    return _save(fig, path)
+
+
+def _envelope(time_s: FloatArray, values: FloatArray) -> tuple[FloatArray, FloatArray, bool]:
+    """At most MAX_POINTS points: each time bin's maximum. True if binned."""
+    if time_s.size <= MAX_POINTS:
+        return time_s, values, False
+    edges = np.linspace(float(time_s[0]), float(time_s[-1]), MAX_POINTS + 1)
+    which = np.clip(np.searchsorted(edges, time_s, side="right") - 1, 0, MAX_POINTS - 1)
+    peak = np.full(MAX_POINTS, -np.inf)
+    np.maximum.at(peak, which, values)
+    present = np.isfinite(peak)
+    centers = (edges[:-1] + edges[1:]) / 2
+    return centers[present], peak[present], True
+
+
+def _series(result: ReplayResult, attr: str) -> tuple[FloatArray, FloatArray]:
+    samples = result.timeline
+    t = np.fromiter((s.time_s for s in samples), dtype=np.float64, count=len(samples))
+    v = np.fromiter((getattr(s, attr) for s in samples), dtype=np.float64, count=len(samples))
+    return t, v
+
+
+def _timeline_panel(
+    ax: Axes, results: Sequence[ReplayResult], attr: str, colors: dict[str, str]
+) -> bool:
+    binned = False
+    for result in results:
+        t, v = _series(result, attr)
+        t, v, b = _envelope(t, v)
+        binned |= b
+        ax.plot(t, v, color=colors[result.policy], linewidth=1.2, label=result.policy)
+    ax.grid(True, alpha=0.3)
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    return binned
+
+
+def _top_legend(fig: Figure, ax: Axes) -> None:
+    """One legend row above the plots, clear of the curves."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncols=min(len(labels), 5))
+
+
+def _binned_note(fig: Figure, binned: bool) -> None:
+    if binned:
+        fig.text(
+            0.99,
+            0.005,
+            f"long runs drawn as the maximum of {MAX_POINTS} time bins",
+            ha="right",
+            va="bottom",
+            fontsize="x-small",
+            color="gray",
+        )
+
+
+def plot_kv_occupancy(path: Path, results: Sequence[ReplayResult]) -> Path:
+    colors = policy_colors([r.policy for r in results])
+    with_cpu = any(s.cpu_kv_blocks_used for r in results for s in r.timeline)
+    fig = _figure(8.0, 6.5 if with_cpu else 5.0)
+    axes = fig.subplots(2 if with_cpu else 1, 1, sharex=True, squeeze=False)[:, 0]
+    gpu = axes[0]
+    binned = _timeline_panel(gpu, results, "gpu_kv_blocks_used", colors)
+    capacities = sorted({r.totals.gpu_kv_blocks_total for r in results})
+    for i, capacity in enumerate(capacities):
+        gpu.axhline(
+            capacity,
+            color="black",
+            linestyle="--",
+            linewidth=1.0,
+            label=f"capacity ({capacity:,} blocks)" if i < MAX_SLO_LINES else None,
+        )
+    if capacities:
+        gpu.set_ylim(0, max([*capacities, gpu.get_ylim()[1]]) * 1.04)
+    gpu.set_ylabel("GPU KV blocks in use")
+    gpu.set_title("GPU KV cache occupancy over time")
+    _top_legend(fig, gpu)
+    if with_cpu:
+        cpu = axes[1]
+        binned |= _timeline_panel(cpu, results, "cpu_kv_blocks_used", colors)
+        cpu.set_ylabel("CPU KV blocks in use")
+        cpu.set_title("CPU KV blocks (swapped out)", fontsize="medium")
+    axes[-1].set_xlabel("Simulated time (s)")
+    _binned_note(fig, binned)
+    return _save(fig, path)
+
+
+def plot_queue_length(path: Path, results: Sequence[ReplayResult]) -> Path:
+    colors = policy_colors([r.policy for r in results])
+    fig = _figure(8.0, 6.0)
+    waiting, rotary = fig.subplots(2, 1, sharex=True)
+    binned = _timeline_panel(waiting, results, "waiting", colors)
+    binned |= _timeline_panel(rotary, results, "rotary", colors)
+    waiting.set_ylabel("Waiting requests")
+    waiting.set_title("Queue length over time")
+    _top_legend(fig, waiting)
+    rotary.set_ylabel("Rotary requests\n(KV swapped out)")
+    rotary.set_xlabel("Simulated time (s)")
+    _binned_note(fig, binned)
+    return _save(fig, path)
+
+
+def plot_attainment_vs_load(path: Path, sweep: Sweep) -> Path:
+    scales = sorted(sweep)
+    names: list[str] = []
+    for scale in scales:
+        names += [m.policy for m in sweep[scale] if m.policy not in names]
+    colors = policy_colors(names)
+    fig = _figure(10.0, 4.5)
+    ttft_ax, tbt_ax = fig.subplots(1, 2, sharey=True)
+    markers = "osD^v<>ph*"
+    for i, name in enumerate(names):
+        for ax, attr in ((ttft_ax, "ttft_attainment"), (tbt_ax, "tbt_attainment")):
+            xs: list[float] = []
+            ys: list[float] = []
+            for scale in scales:
+                for m in sweep[scale]:
+                    value = getattr(m, attr)
+                    if m.policy == name and value is not None:
+                        xs.append(scale)
+                        ys.append(float(value))
+            ax.plot(
+                xs,
+                ys,
+                color=colors[name],
+                marker=markers[i % len(markers)],
+                linewidth=1.8,
+                label=name,
+            )
+    for ax, title in (
+        (ttft_ax, "TTFT SLO attainment vs load"),
+        (tbt_ax, "Token-level TBT SLO attainment vs load"),
+    ):
+        ax.set_title(title)
+        ax.set_xlabel("Request rate (multiple of the trace rate)")
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(True, alpha=0.3)
+        if len(scales) <= 12:
+            ax.set_xticks(scales, [f"{s:g}x" for s in scales])
+    ttft_ax.set_ylabel("SLO attainment")
+    _top_legend(fig, ttft_ax)
+    return _save(fig, path)
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100.0 * value:.1f}%"
+
+
+def write_report(
+    directory: str | os.PathLike[str],
+    results: Sequence[ReplayResult],
+    metrics: Sequence[PolicyMetrics],
+    sweep: Sweep | None = None,
+) -> list[Path]:
+    """Every figure into `directory` (created); the paths written.
+    `results` and `metrics` pair up by position, as from `compare`."""
+    if len(results) != len(metrics):
+        raise ValueError(f"{len(results)} results but {len(metrics)} metrics")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [
+        plot_ttft_cdf(out / "ttft_cdf.png", results, metrics),
+        plot_tbt_cdf(out / "tbt_cdf.png", results, metrics),
+        plot_kv_occupancy(out / "kv_occupancy.png", results),
+        plot_queue_length(out / "queue_length.png", results),
+    ]
+    if sweep:
+        written.append(plot_attainment_vs_load(out / "attainment_vs_load.png", sweep))
+    return written

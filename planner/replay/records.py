@@ -1,0 +1,74 @@
+"""What a replay run produces: per-request lifecycles and a timeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class RequestOutcome:
+    """One request's life in the simulated engine. Times in simulated seconds.
+
+    token_times_s holds the time of every output token, the first one
+    included (so TTFT = token_times_s[0] - arrival_s, and each later gap is a
+    TBT sample). finish_s is None for a request the run ended before
+    finishing.
+    """
+
+    id: str
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    slo_ttft_s: float
+    slo_tbt_s: float
+    token_times_s: list[float] = field(default_factory=list)
+    finish_s: float | None = None
+    preemptions: int = 0
+    swap_outs: int = 0
+    swap_ins: int = 0
+    recomputed_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineSample:
+    """Engine state at the end of one iteration."""
+
+    time_s: float
+    iteration_s: float
+    stall_s: float
+    gpu_kv_blocks_used: int
+    cpu_kv_blocks_used: int
+    running: int
+    waiting: int
+    rotary: int
+    prefill_tokens: int
+    decode_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayTotals:
+    """Counters over a whole run."""
+
+    iterations: int
+    simulated_s: float
+    wall_s: float
+    bytes_d2h: int
+    bytes_h2d: int
+    stall_s: float
+    preemptions: int
+    swap_outs: int
+    swap_ins: int
+    peak_gpu_kv_blocks: int
+    gpu_kv_blocks_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """One policy's run over one trace."""
+
+    policy: str
+    requests: list[RequestOutcome]
+    timeline: list[TimelineSample]
+    totals: ReplayTotals
+    # The knobs the run used (profile names, SLOs, rate scale, seed, ...).
+    config: dict[str, object] = field(default_factory=dict)

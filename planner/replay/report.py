@@ -1,0 +1,349 @@
+"""The comparison a replay prints (a rich table, policies as columns) and the
+JSON it writes for machines (every number, plus each run's config)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from planner.replay.metrics import Distribution, PolicyMetrics, Sweep
+from planner.replay.records import ReplayResult
+
+SCHEMA_VERSION = 1
+
+# ---------------------------------------------------------------- formatting
+
+DASH = "—"
+
+
+def fmt_pct(value: float | None) -> str:
+    return DASH if value is None else f"{100.0 * value:.1f}%"
+
+
+def _num(value: float) -> str:
+    """About three significant digits, thousands separated."""
+    size = abs(value)
+    if size >= 100 or value == 0:
+        return f"{value:,.0f}"
+    if size >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def fmt_seconds(value: float | None) -> str:
+    """Milliseconds below a second, seconds from there."""
+    if value is None:
+        return DASH
+    if value == 0:
+        return "0 s"
+    return f"{_num(value * 1e3)} ms" if abs(value) < 1.0 else f"{_num(value)} s"
+
+
+def fmt_bytes(value: int) -> str:
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def fmt_rate(value: float | None, unit: str) -> str:
+    return DASH if value is None else f"{_num(value)} {unit}".rstrip()
+
+
+# ---------------------------------------------------------------- the table
+
+Getter = Callable[[PolicyMetrics], float | None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Row:
+    label: str
+    get: Getter
+    fmt: Callable[[float | None], str]
+    # Which way is better: +1 higher, -1 lower, 0 not ranked.
+    better: int = 0
+
+
+def _dist_rows(name: str, attr: str) -> list[_Row]:
+    rows: list[_Row] = []
+    for pct in ("p50", "p90", "p99"):
+
+        def get(m: PolicyMetrics, attr: str = attr, pct: str = pct) -> float | None:
+            dist: Distribution = getattr(m, attr)
+            value: float | None = getattr(dist, pct)
+            return value
+
+        rows.append(_Row(f"{name} {pct}", get, fmt_seconds, -1))
+    return rows
+
+
+def _int(value: float | None) -> str:
+    return DASH if value is None else f"{value:,.0f}"
+
+
+def _sections() -> list[tuple[str, list[_Row]]]:
+    return [
+        (
+            "SLO attainment",
+            [
+                _Row("TTFT", lambda m: m.ttft_attainment, fmt_pct, +1),
+                _Row("TBT (token-level)", lambda m: m.tbt_attainment, fmt_pct, +1),
+                _Row("TPOT (request-level)", lambda m: m.tpot_attainment, fmt_pct, +1),
+                _Row("TTFT and TPOT", lambda m: m.both_attainment, fmt_pct, +1),
+            ],
+        ),
+        (
+            "Latency",
+            _dist_rows("TTFT", "ttft_s")
+            + _dist_rows("TBT", "tbt_s")
+            + _dist_rows("TPOT", "tpot_s"),
+        ),
+        (
+            "Throughput",
+            [
+                _Row("Output tokens/s", lambda m: m.throughput_tok_s, lambda v: fmt_rate(v, ""), 1),
+                _Row("Requests/s", lambda m: m.throughput_req_s, lambda v: fmt_rate(v, ""), 1),
+                _Row("Finished", lambda m: m.finished, _int, +1),
+                _Row("Unfinished", lambda m: m.unfinished, _int, -1),
+            ],
+        ),
+        (
+            "Preemption and transfers",
+            [
+                _Row("Preemptions", lambda m: m.preemptions, _int),
+                _Row("Swap-outs (rotations)", lambda m: m.swap_outs, _int),
+                _Row("Swap-ins", lambda m: m.swap_ins, _int),
+                _Row("Recomputed tokens", lambda m: m.recomputed_tokens, _int),
+                _Row("Bytes GPU→CPU", lambda m: m.bytes_d2h, lambda v: fmt_bytes(int(v or 0))),
+                _Row("Bytes CPU→GPU", lambda m: m.bytes_h2d, lambda v: fmt_bytes(int(v or 0))),
+                _Row("Stall time", lambda m: m.stall_s, fmt_seconds, -1),
+                _Row("Stall fraction", lambda m: m.stall_fraction, fmt_pct, -1),
+            ],
+        ),
+        (
+            "Memory and run",
+            [
+                _Row("Peak GPU KV blocks", lambda m: m.peak_gpu_kv_blocks, _int),
+                _Row("Peak GPU KV use", lambda m: m.peak_gpu_kv_fraction, fmt_pct),
+                _Row("Iterations", lambda m: m.iterations, _int),
+                _Row("Simulated time", lambda m: m.simulated_s, fmt_seconds),
+                _Row(
+                    "Simulated s / wall s",
+                    lambda m: m.sim_speed,
+                    lambda v: DASH if v is None else f"{_num(v)}x",
+                ),
+            ],
+        ),
+    ]
+
+
+def _best(values: Sequence[float | None], better: int) -> set[int]:
+    """Indices of the best values; none when all equal or no ranking."""
+    present = [(i, v) for i, v in enumerate(values) if v is not None]
+    if better == 0 or len(present) < 2:
+        return set()
+    pick = max if better > 0 else min
+    target = pick(v for _, v in present)
+    winners = {i for i, v in present if math.isclose(v, target, rel_tol=1e-9, abs_tol=1e-12)}
+    return set() if len(winners) == len(present) else winners
+
+
+def comparison_table(
+    metrics: Sequence[PolicyMetrics], *, title: str | None = None, caption: str | None = None
+) -> Table:
+    """Metrics as rows, one column per policy; the best value of a ranked
+    row is bold green (highest attainment and throughput, lowest latency)."""
+    heading = title if title is not None else "Replay: policies compared"
+    table = Table(
+        title=heading,
+        caption=caption,
+        header_style="bold",
+        title_style="bold",
+        min_width=len(heading) + 4,
+    )
+    table.add_column("Metric", no_wrap=True)
+    for m in metrics:
+        table.add_column(m.policy, justify="right", no_wrap=True)
+    sections = _sections()
+    for index, (section, rows) in enumerate(sections):
+        table.add_row(Text(section, style="bold cyan"), *([""] * len(metrics)))
+        for row in rows:
+            values = [row.get(m) for m in metrics]
+            best = _best(values, row.better)
+            cells = [
+                Text(row.fmt(v), style="bold green" if i in best else "")
+                for i, v in enumerate(values)
+            ]
+            table.add_row(Text("  " + row.label), *cells)
+        if index < len(sections) - 1:
+            table.add_section()
+    return table
+
+
+def sweep_table(sweep: Sweep, *, title: str | None = None) -> Table:
+    """Attainment per rate scale: one row per scale, TTFT / TBT per policy."""
+    table = Table(
+        title=title if title is not None else "SLO attainment vs load (TTFT / TBT token-level)",
+        header_style="bold",
+        title_style="bold",
+    )
+    table.add_column("Rate scale", justify="right")
+    policies = _sweep_policies(sweep)
+    for name in policies:
+        table.add_column(name, justify="right", no_wrap=True)
+    for scale in sorted(sweep):
+        by_name = {m.policy: m for m in sweep[scale]}
+        cells = []
+        for name in policies:
+            m = by_name.get(name)
+            cells.append(
+                DASH if m is None else f"{fmt_pct(m.ttft_attainment)} / {fmt_pct(m.tbt_attainment)}"
+            )
+        table.add_row(f"{scale:g}", *cells)
+    return table
+
+
+def _sweep_policies(sweep: Sweep) -> list[str]:
+    names: list[str] = []
+    for scale in sorted(sweep):
+        for m in sweep[scale]:
+            if m.policy not in names:
+                names.append(m.policy)
+    return names
+
+
+def print_report(
+    metrics: Sequence[PolicyMetrics],
+    *,
+    console: Console | None = None,
+    title: str | None = None,
+    caption: str | None = None,
+    sweep: Sweep | None = None,
+) -> None:
+    """The comparison table (and the sweep's, when given) on the terminal."""
+    out = console if console is not None else Console()
+    out.print(comparison_table(metrics, title=title, caption=caption))
+    if sweep:
+        out.print(sweep_table(sweep))
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def _jsonable(value: Any) -> Any:
+    """Config values as JSON: dataclasses as dicts, paths as strings,
+    non-finite floats as None, anything else unknown as its str()."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((_jsonable(v) for v in value), key=str)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(dataclasses.asdict(value))
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return str(value)
+
+
+def to_json(
+    results: Sequence[ReplayResult],
+    metrics: Sequence[PolicyMetrics],
+    *,
+    sweep: Sweep | None = None,
+    include_requests: bool = False,
+) -> dict[str, Any]:
+    """Every number of the comparison: per policy its config, totals and
+    metrics (and with `include_requests`, every request outcome and timeline
+    sample); the sweep's metrics per rate scale when given."""
+    if len(results) != len(metrics):
+        raise ValueError(f"{len(results)} results but {len(metrics)} metrics")
+    policies: list[dict[str, Any]] = []
+    for result, m in zip(results, metrics, strict=True):
+        if result.policy != m.policy:
+            raise ValueError(f"result {result.policy!r} paired with metrics {m.policy!r}")
+        entry: dict[str, Any] = {
+            "policy": result.policy,
+            "config": _jsonable(result.config),
+            "totals": _jsonable(dataclasses.asdict(result.totals)),
+            "metrics": _jsonable(m.to_json()),
+        }
+        if include_requests:
+            entry["requests"] = [_jsonable(dataclasses.asdict(r)) for r in result.requests]
+            entry["timeline"] = [_jsonable(dataclasses.asdict(s)) for s in result.timeline]
+        policies.append(entry)
+    data: dict[str, Any] = {"schema": SCHEMA_VERSION, "policies": policies}
+    if sweep is not None:
+        data["sweep"] = [
+            {"rate_scale": float(scale), "metrics": [_jsonable(m.to_json()) for m in sweep[scale]]}
+            for scale in sorted(sweep)
+        ]
+    return data
+
+
+def _check_schema(data: Mapping[str, Any]) -> None:
+    if data.get("schema") != SCHEMA_VERSION:
+        raise ValueError(f"replay JSON schema {data.get('schema')!r}, expected {SCHEMA_VERSION}")
+
+
+def metrics_from_json(data: Mapping[str, Any]) -> list[PolicyMetrics]:
+    """The per-policy metrics back from `to_json`'s output."""
+    _check_schema(data)
+    return [PolicyMetrics.from_json(p["metrics"]) for p in data["policies"]]
+
+
+def sweep_from_json(data: Mapping[str, Any]) -> dict[float, list[PolicyMetrics]] | None:
+    _check_schema(data)
+    points = data.get("sweep")
+    if points is None:
+        return None
+    return {
+        float(p["rate_scale"]): [PolicyMetrics.from_json(m) for m in p["metrics"]] for p in points
+    }
+
+
+def write_json(
+    path: str | os.PathLike[str],
+    results: Sequence[ReplayResult],
+    metrics: Sequence[PolicyMetrics],
+    *,
+    sweep: Sweep | None = None,
+    include_requests: bool = False,
+) -> Path:
+    """`to_json` written atomically (a temporary file in the same folder,
+    then renamed over `path`); parent folders are created."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(
+        to_json(results, metrics, sweep=sweep, include_requests=include_requests),
+        indent=2,
+        allow_nan=False,
+    )
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

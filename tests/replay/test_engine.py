@@ -1,0 +1,438 @@
+"""The simulated engine's accounting on tiny hand-checked traces: token times
+(chunked prefill, then one decode per iteration), stalls, block pools checked
+after every iteration, every request finished exactly once, determinism, and
+requests that can never run."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from planner.domain.rotation import RotationInputs, RotationParams
+from planner.replay.engine import Engine, EngineConfig
+from planner.replay.records import ReplayResult
+from planner.replay.schedulers import (
+    POLICY_NAMES,
+    EngineView,
+    SchedulePlan,
+    make_scheduler,
+)
+from planner.replay.state import Phase
+from planner.trace.records import TraceRequest
+
+BLOCK_BYTES = 1000
+
+
+class AffineCost:
+    """10 ms per iteration + 1 ms per prefill token + 2 ms per decode token.
+    With idle_zero an empty iteration takes no time (as the built-in cost
+    model's does)."""
+
+    def __init__(self, *, idle_zero: bool = False) -> None:
+        self.idle_zero = idle_zero
+
+    def iteration_time_s(
+        self, prefill_tokens: int, decode_tokens: int, attended_context_tokens: int
+    ) -> float:
+        if self.idle_zero and prefill_tokens == 0 and decode_tokens == 0:
+            return 0.0
+        return 0.01 + 0.001 * prefill_tokens + 0.002 * decode_tokens
+
+
+class Link:
+    """Both directions share one pipe: (d2h + h2d) bytes / bandwidth."""
+
+    def __init__(self, bytes_per_s: float = 1e6) -> None:
+        self.bytes_per_s = bytes_per_s
+
+    def transfer_time_s(self, d2h_bytes: int, h2d_bytes: int, segment_bytes: int) -> float:
+        return (d2h_bytes + h2d_bytes) / self.bytes_per_s
+
+
+def req(arrival_s: float, prompt: int, output: int, id: str | None = None) -> TraceRequest:
+    return TraceRequest(arrival_s=arrival_s, prompt_tokens=prompt, output_tokens=output, id=id)
+
+
+def config(
+    gpu: int = 64,
+    cpu: int = 64,
+    *,
+    bs: int = 16,
+    budget: int = 2048,
+    drain_limit_s: float = 3600.0,
+) -> EngineConfig:
+    return EngineConfig(
+        gpu_kv_blocks=gpu,
+        cpu_kv_blocks=cpu,
+        block_bytes=BLOCK_BYTES,
+        block_size_tokens=bs,
+        max_batched_tokens=budget,
+        drain_limit_s=drain_limit_s,
+    )
+
+
+def rotation_inputs() -> RotationInputs:
+    return RotationInputs(params=RotationParams(transfer_budget_blocks=4))
+
+
+class CheckedEngine(Engine):
+    """Checks the block pools and the request lists after every iteration."""
+
+    checks = 0
+
+    def _iteration(self) -> None:
+        super()._iteration()
+        check_state(self)
+        self.checks += 1
+
+
+def check_state(e: Engine) -> None:
+    cfg = e.config
+    bs = cfg.block_size_tokens
+    assert 0 <= e.free_gpu <= cfg.gpu_kv_blocks
+    assert 0 <= e.free_cpu <= cfg.cpu_kv_blocks
+    on_gpu = e.running + e.in_transit
+    assert sum(r.gpu_blocks for r in on_gpu) == cfg.gpu_kv_blocks - e.free_gpu
+    assert sum(r.cpu_blocks for r in e.requests) == cfg.cpu_kv_blocks - e.free_cpu
+    listed = e.queued + e.running + e.rotary + e.in_transit
+    assert len({id(r) for r in listed}) == len(listed), "a request in two lists"
+    for lst, phase in (
+        (e.queued, Phase.QUEUED),
+        (e.running, Phase.RUNNING),
+        (e.rotary, Phase.ROTARY),
+        (e.in_transit, Phase.IN_TRANSIT),
+    ):
+        assert all(r.phase == phase for r in lst)
+    for r in e.requests:
+        assert r.cpu_blocks >= 0 and r.gpu_blocks >= 0
+        assert len(r.outcome.token_times_s) == r.generated
+        if r.phase in (Phase.RUNNING, Phase.IN_TRANSIT):
+            assert r.gpu_blocks >= 1
+            assert r.kv_tokens <= r.gpu_blocks * bs
+            assert r.synced_blocks <= min(r.gpu_blocks, r.cpu_blocks)
+        else:
+            assert r.gpu_blocks == 0
+        if r.phase == Phase.ROTARY:
+            # All the KV it has written is in CPU memory.
+            assert r.cpu_blocks >= r.blocks_for(r.kv_tokens, bs)
+        if r.phase == Phase.QUEUED:
+            assert r.kv_tokens == 0 and r.cpu_blocks == 0
+        if r.phase == Phase.FINISHED:
+            assert r.generated == r.output_tokens
+            assert r.cpu_blocks == 0 and r not in listed
+
+
+def simulate(
+    trace: Sequence[TraceRequest],
+    cfg: EngineConfig,
+    policy: str = "fcfs",
+    *,
+    cost: AffineCost | None = None,
+    link: Link | None = None,
+) -> tuple[CheckedEngine, ReplayResult]:
+    engine = CheckedEngine(
+        cfg,
+        make_scheduler(policy, rotation_inputs()),
+        cost if cost is not None else AffineCost(),
+        link if link is not None else Link(),
+        trace,
+    )
+    return engine, engine.run()
+
+
+def check_all_finished(result: ReplayResult, trace: Sequence[TraceRequest]) -> None:
+    assert len(result.requests) == len(trace)
+    for t, o in zip(trace, result.requests, strict=True):
+        times = o.token_times_s
+        assert len(times) == t.output_tokens, o.id
+        assert o.finish_s is not None and o.finish_s == times[-1]
+        assert times[0] > t.arrival_s
+        assert all(a <= b for a, b in itertools.pairwise(times))
+
+
+def random_trace(seed: int, n: int = 30) -> list[TraceRequest]:
+    """n requests ~20 ms apart, prompts 1..64 and outputs 1..48 tokens: at
+    most 7 blocks of 16 each, tight in a pool of 10."""
+    rng = random.Random(seed)
+    t = 0.0
+    trace = []
+    for i in range(n):
+        t += rng.expovariate(50.0)
+        trace.append(req(round(t, 4), rng.randint(1, 64), rng.randint(1, 48), id=f"q{i}"))
+    return trace
+
+
+# -- token times by hand ---------------------------------------------------------
+
+
+def test_single_request_chunked_prefill_then_one_decode_per_iteration() -> None:
+    # 40-token prompt, budget 16: chunks of 16, 16, 8 (26, 26, 18 ms); the
+    # first token ends the third iteration; then 12 ms per decode.
+    _, result = simulate([req(1.0, 40, 3)], config(budget=16))
+    (o,) = result.requests
+    assert o.token_times_s == pytest.approx([1.070, 1.082, 1.094], abs=1e-12)
+    assert o.token_times_s[0] - o.arrival_s == pytest.approx(0.070, abs=1e-12)  # TTFT
+    gaps = [b - a for a, b in itertools.pairwise(o.token_times_s)]
+    assert gaps == pytest.approx([0.012, 0.012], abs=1e-12)  # TBTs
+    assert o.finish_s == o.token_times_s[-1]
+    assert [s.prefill_tokens for s in result.timeline] == [16, 16, 8, 0, 0]
+    assert [s.decode_tokens for s in result.timeline] == [0, 0, 0, 1, 1]
+    assert [s.time_s for s in result.timeline] == pytest.approx(
+        [1.026, 1.052, 1.070, 1.082, 1.094], abs=1e-12
+    )
+    assert [s.gpu_kv_blocks_used for s in result.timeline] == [3, 3, 3, 3, 0]
+    totals = result.totals
+    assert totals.iterations == 5
+    assert totals.simulated_s == pytest.approx(1.094, abs=1e-12)
+    assert totals.preemptions == totals.swap_outs == totals.swap_ins == 0
+    assert totals.bytes_d2h == totals.bytes_h2d == 0 and totals.stall_s == 0.0
+    assert o.preemptions == 0 and o.recomputed_tokens == 0
+
+
+def test_prompt_within_budget_gives_the_first_token_after_one_iteration() -> None:
+    _, result = simulate([req(0.0, 10, 4)], config())
+    (o,) = result.requests
+    assert o.token_times_s == pytest.approx([0.020, 0.032, 0.044, 0.056], abs=1e-12)
+
+
+def test_single_output_token_finishes_with_the_prefill() -> None:
+    _, result = simulate([req(0.5, 20, 1)], config())
+    (o,) = result.requests
+    assert o.token_times_s == pytest.approx([0.530], abs=1e-12)
+    assert o.finish_s == o.token_times_s[0]
+    assert result.totals.iterations == 1
+
+
+def test_decodes_go_first_and_prefill_takes_what_is_left_of_the_budget() -> None:
+    # A: 8-token prompt at 0 -> first token at 18 ms. B arrives at 15 ms and
+    # joins the next iteration: A's decode (1 token) + B's chunk of 15 (27 ms,
+    # ends at 45 ms); then A's decode + B's last 5 tokens (17 ms, ends at 62 ms:
+    # A's third token and B's first); then B's decode (12 ms).
+    trace = [req(0.0, 8, 3, id="A"), req(0.015, 20, 2, id="B")]
+    _, result = simulate(trace, config(budget=16))
+    a, b = result.requests
+    assert a.token_times_s == pytest.approx([0.018, 0.045, 0.062], abs=1e-12)
+    assert b.token_times_s == pytest.approx([0.062, 0.074], abs=1e-12)
+    assert b.token_times_s[0] - b.arrival_s == pytest.approx(0.047, abs=1e-12)
+    assert [(s.prefill_tokens, s.decode_tokens) for s in result.timeline] == [
+        (8, 0),
+        (15, 1),
+        (5, 1),
+        (0, 1),
+    ]
+
+
+def test_idle_engine_waits_for_the_next_arrival() -> None:
+    trace = [req(0.0, 10, 1), req(5.0, 10, 1)]
+    _, result = simulate(trace, config())
+    first, second = result.requests
+    assert first.token_times_s == pytest.approx([0.020], abs=1e-12)
+    assert second.token_times_s == pytest.approx([5.020], abs=1e-12)
+    assert result.totals.iterations == 2
+
+
+def test_a_block_boundary_takes_a_new_block_and_counts_in_the_peak() -> None:
+    # 48 tokens fill 3 blocks; the first decode writes token 49 into a fourth,
+    # in the iteration that also finishes the request.
+    engine, result = simulate([req(0.0, 48, 2)], config(gpu=4))
+    assert result.requests[0].finish_s is not None
+    assert result.totals.peak_gpu_kv_blocks == 4
+    assert engine.free_gpu == 4
+
+
+def test_transfers_that_do_not_fit_in_the_iteration_stall_it() -> None:
+    # Pool of 4 blocks of 4 tokens. A (12 tokens, 3 blocks) runs; B (8 tokens,
+    # 2 blocks) arrives; waiting-first swaps A out (3 blocks = 3000 B: 30 ms
+    # at 100 kB/s, longer than B's 18 ms prefill: 12 ms stall). B then grows
+    # into A's old room and finishes; A swaps back in during an otherwise
+    # empty iteration (10 ms compute, 30 ms copy) and runs from the next.
+    trace = [req(0.0, 12, 4, id="A"), req(0.001, 8, 2, id="B")]
+    _, result = simulate(
+        trace, config(gpu=4, cpu=10, bs=4, budget=64), "waiting-first", link=Link(1e5)
+    )
+    a, b = result.requests
+    assert b.token_times_s == pytest.approx([0.052, 0.064], abs=1e-12)
+    assert a.token_times_s == pytest.approx([0.022, 0.106, 0.118, 0.130], abs=1e-12)
+    assert (a.swap_outs, a.swap_ins, a.preemptions, a.recomputed_tokens) == (1, 1, 1, 0)
+    assert (b.swap_outs, b.preemptions) == (0, 0)
+    totals = result.totals
+    assert totals.bytes_d2h == totals.bytes_h2d == 3 * BLOCK_BYTES
+    assert totals.stall_s == pytest.approx(0.012 + 0.020, abs=1e-12)
+    assert [s.stall_s for s in result.timeline] == pytest.approx(
+        [0.0, 0.012, 0.0, 0.020, 0.0, 0.0, 0.0], abs=1e-12
+    )
+    assert [s.rotary for s in result.timeline] == [0, 1, 1, 1, 0, 0, 0]
+
+
+def test_transfers_within_the_iteration_cost_nothing() -> None:
+    trace = [req(0.0, 12, 4, id="A"), req(0.001, 8, 2, id="B")]
+    _, result = simulate(
+        trace, config(gpu=4, cpu=10, bs=4, budget=64), "waiting-first", link=Link(1e6)
+    )
+    a, b = result.requests
+    # 3 ms copies hide under 18 ms and 10 ms iterations.
+    assert b.token_times_s == pytest.approx([0.040, 0.052], abs=1e-12)
+    assert a.token_times_s == pytest.approx([0.022, 0.074, 0.086, 0.098], abs=1e-12)
+    assert result.totals.stall_s == 0.0
+
+
+# -- pools, completion, determinism on random traces -------------------------------
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_tight_pool_never_overflows_and_every_request_finishes(policy: str, seed: int) -> None:
+    trace = random_trace(seed)
+    engine, result = simulate(trace, config(gpu=10, cpu=12, budget=32), policy)
+    assert engine.checks == result.totals.iterations > 0
+    check_all_finished(result, trace)
+    assert engine.free_gpu == 10 and engine.free_cpu == 12
+    assert all(r.phase == Phase.FINISHED for r in engine.requests)
+    totals = result.totals
+    assert totals.peak_gpu_kv_blocks <= 10
+    assert all(0 <= s.gpu_kv_blocks_used <= 10 for s in result.timeline)
+    assert all(0 <= s.cpu_kv_blocks_used <= 12 for s in result.timeline)
+    # The pool is tight enough that the policy had to preempt, and nothing was
+    # lost doing so.
+    assert totals.preemptions > 0
+    assert totals.preemptions == sum(o.preemptions for o in result.requests)
+    assert totals.swap_outs == sum(o.swap_outs for o in result.requests)
+    assert totals.swap_ins == sum(o.swap_ins for o in result.requests)
+    if policy == "fcfs":
+        assert totals.swap_outs == totals.swap_ins == 0 and totals.bytes_d2h == 0
+        assert sum(o.recomputed_tokens for o in result.requests) > 0
+    else:
+        assert totals.swap_outs > 0 and totals.swap_ins > 0
+        assert totals.bytes_h2d > 0 and totals.bytes_d2h > 0
+
+
+@pytest.mark.parametrize("policy", ["waiting-first", "swapped-first", "lvf"])
+def test_no_cpu_pool_preempts_by_recompute(policy: str) -> None:
+    trace = random_trace(3)
+    engine, result = simulate(trace, config(gpu=10, cpu=0, budget=32), policy)
+    check_all_finished(result, trace)
+    assert result.totals.swap_outs == 0 and result.totals.bytes_d2h == 0
+    assert engine.free_cpu == 0
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_two_runs_give_identical_outcomes(policy: str) -> None:
+    trace = random_trace(4)
+    _, first = simulate(trace, config(gpu=10, cpu=12, budget=32), policy)
+    _, second = simulate(trace, config(gpu=10, cpu=12, budget=32), policy)
+    assert first.requests == second.requests
+    assert first.timeline == second.timeline
+    t1, t2 = first.totals, second.totals
+    assert (t1.iterations, t1.simulated_s, t1.preemptions, t1.bytes_d2h, t1.bytes_h2d) == (
+        t2.iterations,
+        t2.simulated_s,
+        t2.preemptions,
+        t2.bytes_d2h,
+        t2.bytes_h2d,
+    )
+
+
+def test_outcomes_keep_trace_order_and_ids() -> None:
+    trace = [req(0.0, 10, 2, id="x"), req(0.0, 10, 2), req(0.1, 5, 1, id="z")]
+    _, result = simulate(trace, config())
+    assert [o.id for o in result.requests] == ["x", "r1", "z"]
+
+
+def test_empty_trace() -> None:
+    _, result = simulate([], config())
+    assert result.requests == [] and result.totals.iterations == 0
+
+
+# -- requests that can never run ---------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("idle_zero", [False, True])
+def test_prompt_larger_than_the_gpu_pool_is_rejected_not_hung(policy: str, idle_zero: bool) -> None:
+    # Pool: 4 blocks of 16 = 64 tokens. The 100-token prompt can never be
+    # admitted: it is rejected on arrival, reported unfinished, and does not
+    # block the requests behind it (waiting-first admits in queue order).
+    trace = [
+        req(0.0, 10, 3, id="before"),
+        req(0.001, 100, 2, id="huge"),
+        req(0.002, 10, 3, id="after"),
+    ]
+    engine, result = simulate(trace, config(gpu=4), policy, cost=AffineCost(idle_zero=idle_zero))
+    before, huge, after = result.requests
+    assert huge.token_times_s == [] and huge.finish_s is None
+    assert engine.requests[1].phase == Phase.REJECTED
+    assert before.finish_s is not None and after.finish_s is not None
+    assert result.totals.iterations < 20
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_prompt_plus_output_larger_than_the_pool_is_rejected(policy: str) -> None:
+    # 60 + 10 - 1 = 69 tokens of KV at the last token: 5 blocks > 4. Admitted,
+    # it would preempt itself forever when it outgrew the pool.
+    engine, result = simulate([req(0.0, 60, 10)], config(gpu=4), policy)
+    (o,) = result.requests
+    assert o.token_times_s == [] and o.finish_s is None
+    assert engine.requests[0].phase == Phase.REJECTED
+    assert result.totals.iterations == 0
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_request_filling_the_whole_pool_at_its_last_token_runs(policy: str) -> None:
+    # 48 + 17 - 1 = 64 tokens: exactly the 4 blocks; the 48-token prompt
+    # leaves one block to spare.
+    engine, result = simulate([req(0.0, 48, 17)], config(gpu=4), policy)
+    assert len(result.requests[0].token_times_s) == 17
+    assert result.totals.peak_gpu_kv_blocks == 4 and result.totals.preemptions == 0
+    assert engine.free_gpu == 4
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("idle_zero", [False, True])
+def test_prompt_without_a_spare_block_is_rejected_under_every_policy(
+    policy: str, idle_zero: bool
+) -> None:
+    # A 60-token prompt takes all 4 blocks, leaving none for the first decode
+    # (the rotation policy would never start it and, first in line, it would
+    # hold up everyone behind it): rejected on arrival by every policy alike.
+    trace = [req(0.0, 60, 1, id="full"), req(1.0, 10, 2, id="small")]
+    engine, result = simulate(trace, config(gpu=4), policy, cost=AffineCost(idle_zero=idle_zero))
+    full, small = result.requests
+    assert full.finish_s is None and full.token_times_s == []
+    assert engine.requests[0].phase == Phase.REJECTED
+    assert small.token_times_s == pytest.approx([1.020, 1.032], abs=1e-12)
+    assert result.totals.iterations == 2
+
+
+def test_stuck_engine_stops_instead_of_spinning() -> None:
+    # A scheduler that starts nothing: each iteration is empty (and free with
+    # the zero-idle cost model). The engine idles to the next arrival, then
+    # stops with everything unfinished.
+    trace = [req(0.0, 10, 2), req(2.0, 10, 2)]
+    engine = CheckedEngine(config(), NeverStart(), AffineCost(idle_zero=True), Link(), trace)
+    result = engine.run()
+    assert all(o.finish_s is None for o in result.requests)
+    assert result.totals.iterations == 2
+    assert result.totals.simulated_s == 2.0
+    assert len(engine.queued) == 2
+
+
+class NeverStart:
+    name = "never"
+    swaps = False
+    keeps_cpu_copies = False
+
+    def plan(self, view: EngineView) -> SchedulePlan:
+        return SchedulePlan()
+
+
+def test_drain_limit_stops_the_run_with_requests_unfinished() -> None:
+    # 12 ms per decode; stop 50 ms after the last arrival.
+    engine, result = simulate([req(0.0, 10, 100)], config(drain_limit_s=0.05))
+    (o,) = result.requests
+    assert o.finish_s is None
+    assert 0 < len(o.token_times_s) < 100
+    assert 0.05 < result.totals.simulated_s <= 0.05 + 0.012 + 1e-12
+    assert engine.running  # still holding its blocks when the run stopped

@@ -1,0 +1,414 @@
+"""The replay's scheduling policies: each plan on hand-made engine views, and
+each policy's behaviour in the engine on small cases (fcfs recomputes,
+waiting-first swaps out to admit, swapped-first resumes before admitting,
+lvf calls the rotation policy and rotates the longest-running request out
+and back in)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+import planner.replay.schedulers as schedulers
+from planner.domain.requests import RequestState, Snapshot
+from planner.domain.rotation import RotationInputs, RotationParams, RotationPlan
+from planner.policies.rotation import plan_rotation
+from planner.replay.engine import Engine, EngineConfig
+from planner.replay.records import ReplayResult
+from planner.replay.schedulers import (
+    POLICY_NAMES,
+    EngineView,
+    Fcfs,
+    Lvf,
+    Scheduler,
+    SwappedFirst,
+    WaitingFirst,
+    blocks_needed,
+    make_scheduler,
+)
+from planner.replay.state import Phase, SimRequest
+from planner.trace.records import TraceRequest
+
+BLOCK_BYTES = 1000
+
+
+class AffineCost:
+    """10 ms per iteration + 1 ms per prefill token + 2 ms per decode token."""
+
+    def iteration_time_s(
+        self, prefill_tokens: int, decode_tokens: int, attended_context_tokens: int
+    ) -> float:
+        return 0.01 + 0.001 * prefill_tokens + 0.002 * decode_tokens
+
+
+class Link:
+    """1 MB/s shared by both directions."""
+
+    def transfer_time_s(self, d2h_bytes: int, h2d_bytes: int, segment_bytes: int) -> float:
+        return (d2h_bytes + h2d_bytes) / 1e6
+
+
+def req(arrival_s: float, prompt: int, output: int, id: str) -> TraceRequest:
+    return TraceRequest(arrival_s=arrival_s, prompt_tokens=prompt, output_tokens=output, id=id)
+
+
+def config(gpu: int, cpu: int = 40, *, bs: int = 4, budget: int = 64) -> EngineConfig:
+    return EngineConfig(
+        gpu_kv_blocks=gpu,
+        cpu_kv_blocks=cpu,
+        block_bytes=BLOCK_BYTES,
+        block_size_tokens=bs,
+        max_batched_tokens=budget,
+    )
+
+
+def lvf_inputs(budget_blocks: int = 4) -> RotationInputs:
+    return RotationInputs(
+        params=RotationParams(alpha=3.0, beta_ttft=0.0, transfer_budget_blocks=budget_blocks)
+    )
+
+
+class RecordingEngine(Engine):
+    """Logs (iteration, event, id) for every swap out/in and recompute, the
+    (blocks held, blocks with a CPU copy) of each swap-out, and each
+    request's phase after every iteration."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        scheduler: Scheduler,
+        cost: AffineCost,
+        link: Link,
+        trace: Sequence[TraceRequest],
+    ) -> None:
+        super().__init__(config, scheduler, cost, link, trace)
+        self.events: list[tuple[int, str, str]] = []
+        self.swapped_out: list[tuple[str, int, int]] = []
+        self.phases: list[dict[str, Phase]] = []
+
+    def _iteration(self) -> None:
+        super()._iteration()
+        self.phases.append({r.id: r.phase for r in self.requests})
+
+    def _swap_out(self, r: SimRequest) -> int:
+        if r.gpu_blocks - r.synced_blocks <= self.free_cpu:  # else it recomputes
+            self.events.append((self._iterations, "swap_out", r.id))
+            self.swapped_out.append((r.id, r.gpu_blocks, r.synced_blocks))
+        return super()._swap_out(r)
+
+    def _swap_in(self, r: SimRequest, need: int) -> int:
+        self.events.append((self._iterations, "swap_in", r.id))
+        return super()._swap_in(r, need)
+
+    def _recompute(self, r: SimRequest) -> None:
+        self.events.append((self._iterations, "recompute", r.id))
+        super()._recompute(r)
+
+    def first(self, event: str, id: str) -> int:
+        """Iteration (0-based) of the first `event` of `id`."""
+        return next(i for i, e, rid in self.events if e == event and rid == id)
+
+    def first_phase(self, id: str, phase: Phase) -> int:
+        return next(i for i, p in enumerate(self.phases) if p[id] == phase)
+
+
+def simulate(
+    trace: Sequence[TraceRequest], cfg: EngineConfig, policy: str, inputs: RotationInputs
+) -> tuple[RecordingEngine, ReplayResult]:
+    engine = RecordingEngine(cfg, make_scheduler(policy, inputs), AffineCost(), Link(), trace)
+    return engine, engine.run()
+
+
+def check_all_finished(result: ReplayResult, trace: Sequence[TraceRequest]) -> None:
+    for t, o in zip(trace, result.requests, strict=True):
+        assert len(o.token_times_s) == t.output_tokens, o.id
+        assert o.finish_s == o.token_times_s[-1]
+        assert o.token_times_s == sorted(o.token_times_s)
+        assert o.token_times_s[0] > t.arrival_s
+
+
+# -- plans on hand-made views ----------------------------------------------------
+
+
+def sim(
+    id: str,
+    prompt: int,
+    *,
+    phase: Phase,
+    kv: int = 0,
+    gpu: int = 0,
+    cpu: int = 0,
+    arrival: float = 0.0,
+    run_start: float = 0.0,
+) -> SimRequest:
+    r = SimRequest(
+        0,
+        id,
+        arrival_s=arrival,
+        prompt_tokens=prompt,
+        output_tokens=10,
+        slo_ttft_s=5.0,
+        slo_tbt_s=0.1,
+    )
+    r.phase = phase
+    r.kv_tokens = kv
+    r.gpu_blocks = gpu
+    r.cpu_blocks = cpu
+    r.run_start_s = run_start
+    return r
+
+
+def view(
+    *,
+    queued: Sequence[SimRequest] = (),
+    running: Sequence[SimRequest] = (),
+    rotary: Sequence[SimRequest] = (),
+    free_gpu: int,
+    free_cpu: int = 100,
+    now_s: float = 1.0,
+) -> EngineView:
+    return EngineView(
+        now_s=now_s,
+        queued=list(queued),
+        running=list(running),
+        rotary=list(rotary),
+        free_gpu_blocks=free_gpu,
+        free_cpu_blocks=free_cpu,
+        block_size_tokens=4,
+        last_iteration_s=0.02,
+    )
+
+
+def test_blocks_needed() -> None:
+    assert blocks_needed(sim("q", 9, phase=Phase.QUEUED), 4) == 3  # whole prompt
+    assert blocks_needed(sim("q", 1, phase=Phase.QUEUED), 4) == 1
+    # Swapped out mid-prefill: the whole prompt's blocks again.
+    assert blocks_needed(sim("r", 20, phase=Phase.ROTARY, kv=5), 4) == 5
+    # Decoding: the blocks its KV fills, with room for the next token.
+    assert blocks_needed(sim("r", 8, phase=Phase.ROTARY, kv=9), 4) == 3
+    assert blocks_needed(sim("r", 8, phase=Phase.ROTARY, kv=8), 4) == 3
+    assert blocks_needed(sim("r", 8, phase=Phase.ROTARY, kv=7), 4) == 2
+
+
+def test_make_scheduler_names_and_flags() -> None:
+    made = {name: make_scheduler(name, RotationInputs()) for name in POLICY_NAMES}
+    assert {name: s.name for name, s in made.items()} == {n: n for n in POLICY_NAMES}
+    assert {name: (s.swaps, s.keeps_cpu_copies) for name, s in made.items()} == {
+        "fcfs": (False, False),
+        "lvf": (True, True),
+        "waiting-first": (True, False),
+        "swapped-first": (True, False),
+    }
+    with pytest.raises(ValueError, match="unknown policy 'sjf'"):
+        make_scheduler("sjf", RotationInputs())
+
+
+def test_fcfs_plan_admits_in_queue_order_and_never_preempts() -> None:
+    q1, q2 = sim("q1", 40, phase=Phase.QUEUED), sim("q2", 4, phase=Phase.QUEUED)
+    run = sim("a", 8, phase=Phase.RUNNING, kv=8, gpu=2)
+    plan = Fcfs().plan(view(queued=[q1, q2], running=[run], free_gpu=1))
+    assert plan.start == [q1, q2]
+    assert plan.swap_out == [] and plan.recompute == [] and plan.eager_blocks == 0
+
+
+def test_waiting_first_plan_swaps_out_the_most_recent_to_admit() -> None:
+    old = sim("old", 8, phase=Phase.RUNNING, kv=8, gpu=2)
+    new = sim("new", 8, phase=Phase.RUNNING, kv=8, gpu=2)
+    waiting = sim("w", 12, phase=Phase.QUEUED)  # 3 blocks
+    swapped = sim("s", 4, phase=Phase.ROTARY, kv=4, cpu=1)
+    plan = WaitingFirst().plan(
+        view(queued=[waiting], running=[old, new], rotary=[swapped], free_gpu=1)
+    )
+    assert plan.swap_out == [new]
+    # Everyone queued was started, so the swapped request may resume after.
+    assert plan.start == [waiting, swapped]
+
+
+def test_waiting_first_plan_keeps_swapped_waiting_behind_the_queue() -> None:
+    running = sim("a", 16, phase=Phase.RUNNING, kv=16, gpu=4)
+    big = sim("big", 40, phase=Phase.QUEUED)  # 10 blocks: cannot be made room for
+    swapped = sim("s", 4, phase=Phase.ROTARY, kv=4, cpu=1)
+    plan = WaitingFirst().plan(view(queued=[big], running=[running], rotary=[swapped], free_gpu=2))
+    # Neither the big one nor, behind it, the swapped one starts; and the
+    # running one is not swapped out for nothing.
+    assert plan.start == [] and plan.swap_out == []
+
+
+def test_waiting_first_plan_skips_a_victim_the_cpu_pool_cannot_take() -> None:
+    old = sim("old", 4, phase=Phase.RUNNING, kv=4, gpu=1)
+    new = sim("new", 16, phase=Phase.RUNNING, kv=16, gpu=4)
+    waiting = sim("w", 4, phase=Phase.QUEUED)
+    plan = WaitingFirst().plan(view(queued=[waiting], running=[old, new], free_gpu=0, free_cpu=2))
+    assert plan.swap_out == [old]
+    assert plan.start == [waiting]
+
+
+def test_swapped_first_plan_resumes_first_and_admits_only_when_all_fit() -> None:
+    s1 = sim("s1", 8, phase=Phase.ROTARY, kv=9, cpu=3)  # 3 blocks to resume
+    s2 = sim("s2", 4, phase=Phase.ROTARY, kv=5, cpu=2)  # 2
+    q = sim("q", 4, phase=Phase.QUEUED)
+    assert SwappedFirst().plan(view(queued=[q], rotary=[s1, s2], free_gpu=5)).start == [s1, s2, q]
+    plan = SwappedFirst().plan(view(queued=[q], rotary=[s1, s2], free_gpu=4))
+    assert plan.start == [s1, s2]  # q waits even though it would fit
+    assert plan.swap_out == [] and plan.recompute == []
+    assert SwappedFirst().plan(view(queued=[q], free_gpu=0)).start == [q]
+
+
+def test_lvf_plan_admits_everyone_fcfs_without_contention() -> None:
+    a = sim("a", 8, phase=Phase.QUEUED, arrival=0.5)
+    b = sim("b", 8, phase=Phase.QUEUED, arrival=0.2)
+    plan = Lvf(lvf_inputs()).plan(view(queued=[a, b], free_gpu=10))
+    assert plan.start == [b, a] and plan.swap_out == []
+
+
+def test_lvf_plan_preempts_the_longest_running_for_a_lagging_waiter() -> None:
+    oldest = sim("oldest", 8, phase=Phase.RUNNING, kv=8, gpu=2, run_start=0.1)
+    newer = sim("newer", 8, phase=Phase.RUNNING, kv=8, gpu=2, run_start=0.9)
+    waiting = sim("w", 8, phase=Phase.QUEUED, arrival=0.5)  # 2 blocks + 1
+    plan = Lvf(lvf_inputs()).plan(view(queued=[waiting], running=[oldest, newer], free_gpu=1))
+    assert plan.swap_out == [oldest]
+    assert plan.start == [waiting]
+
+
+# -- behaviour in the engine -------------------------------------------------------
+
+
+def test_fcfs_preempts_the_most_recent_by_recompute() -> None:
+    # Blocks of 4 tokens, pool of 3. A and B (4-token prompts, 1 block each)
+    # both start; at the first decode both need a second block and one is
+    # free: A takes it, B (admitted last) is preempted by recompute and
+    # re-queued to prefill its prompt plus its first token once A has finished.
+    trace = [req(0.0, 4, 8, "A"), req(0.0, 4, 8, "B")]
+    engine, result = simulate(trace, config(gpu=3), "fcfs", RotationInputs())
+    a, b = result.requests
+    assert engine.events == [(1, "recompute", "B")]
+    assert a.token_times_s == pytest.approx([0.018 + 0.012 * k for k in range(8)], abs=1e-12)
+    # B: first token with A's; after A's last (102 ms) a 5-token prefill
+    # (15 ms) gives its second, then 12 ms decodes.
+    assert b.token_times_s == pytest.approx(
+        [0.018, 0.117, 0.129, 0.141, 0.153, 0.165, 0.177, 0.189], abs=1e-12
+    )
+    assert (a.preemptions, b.preemptions) == (0, 1)
+    assert (a.recomputed_tokens, b.recomputed_tokens) == (0, 4)
+    totals = result.totals
+    assert totals.preemptions == 1 and totals.swap_outs == totals.swap_ins == 0
+    assert totals.bytes_d2h == totals.bytes_h2d == 0
+    assert [s.prefill_tokens for s in result.timeline if s.prefill_tokens] == [8, 5]
+
+
+def test_waiting_first_swaps_out_to_admit_a_waiting_request() -> None:
+    # A (12-token prompt, 3 of 4 blocks) runs; B (2 blocks) arrives and does
+    # not fit: waiting-first swaps A out and admits B in the same iteration,
+    # resumes A only once B is done.
+    trace = [req(0.0, 12, 4, "A"), req(0.001, 8, 2, "B")]
+    engine, result = simulate(trace, config(gpu=4), "waiting-first", RotationInputs())
+    a, b = result.requests
+    assert engine.events == [(1, "swap_out", "A"), (3, "swap_in", "A")]
+    assert engine.phases[1] == {"A": Phase.ROTARY, "B": Phase.RUNNING}
+    assert b.finish_s is not None and b.finish_s < a.token_times_s[1]
+    assert (a.swap_outs, a.swap_ins, a.recomputed_tokens, b.preemptions) == (1, 1, 0, 0)
+    check_all_finished(result, trace)
+
+
+# Two short requests; B swaps out (it needs a block when none is free) just
+# before C arrives; C would fit in the pool on its own right away.
+SWAP_THEN_ARRIVE = [
+    req(0.0, 4, 6, "A"),
+    req(0.0, 8, 6, "B"),
+    req(0.025, 4, 2, "C"),
+]
+
+
+def test_swapped_first_resumes_swapped_before_admitting() -> None:
+    engine, result = simulate(SWAP_THEN_ARRIVE, config(gpu=4), "swapped-first", RotationInputs())
+    # B (admitted last) swaps itself out at the first decode. C arrives; it
+    # would fit in the 2 free blocks, but B (3 blocks to resume) is first in
+    # line: C waits until A finishes and B is resumed, in the same iteration.
+    assert engine.events[0] == (1, "swap_out", "B")
+    assert result.timeline[2].gpu_kv_blocks_used == 2
+    assert [p["C"] for p in engine.phases[2:6]] == [Phase.QUEUED] * 4
+    assert engine.first("swap_in", "B") == 6
+    assert engine.first_phase("C", Phase.RUNNING) == 6
+    check_all_finished(result, SWAP_THEN_ARRIVE)
+
+
+def test_waiting_first_admits_before_resuming_on_the_same_case() -> None:
+    engine, result = simulate(SWAP_THEN_ARRIVE, config(gpu=4), "waiting-first", RotationInputs())
+    assert engine.events[0] == (1, "swap_out", "B")
+    assert engine.phases[2]["C"] == Phase.RUNNING
+    assert engine.first("swap_in", "B") == 6
+    c = result.requests[2]
+    assert c.finish_s is not None and c.finish_s < result.requests[1].token_times_s[1]
+    check_all_finished(result, SWAP_THEN_ARRIVE)
+
+
+# A and C run (A since 0, C from its arrival); B arrives later needing more
+# than is free. Blocks of 4 tokens, pool of 10.
+ROTATION_CASE = [
+    req(0.0, 8, 12, "A"),
+    req(0.001, 8, 12, "C"),
+    req(0.05, 20, 2, "B"),
+]
+
+
+def test_lvf_rotates_the_longest_running_out_and_back_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    decisions: list[tuple[Snapshot, RotationPlan]] = []
+
+    def spy(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
+        plan = plan_rotation(snapshot, inputs)
+        decisions.append((snapshot, plan))
+        return plan
+
+    monkeypatch.setattr(schedulers, "plan_rotation", spy)
+    engine, result = simulate(ROTATION_CASE, config(gpu=10), "lvf", lvf_inputs())
+    # The policy decides every iteration.
+    assert len(decisions) == result.totals.iterations
+    # The first contended decision: B (5 prompt blocks + 1 for its first
+    # decode) lags and does not fit in the 4 free blocks; A has run longest,
+    # so it is the one preempted (waiting-first would take C, admitted last).
+    k, (snapshot, plan) = next((i, d) for i, d in enumerate(decisions) if not d[1].fcfs_fallback)
+    table = snapshot.requests
+    states = dict(zip(table.ids, table.state.tolist(), strict=True))
+    assert states == {
+        "A": RequestState.RUNNING,
+        "C": RequestState.RUNNING,
+        "B": RequestState.WAITING,
+    }
+    assert snapshot.free_gpu_blocks == 4
+    assert [d.id for d in plan.preempted] == ["A"]
+    assert [d.id for d in plan.prioritized] == ["B"]
+    # The engine carried it out: A swapped out and B admitted in that
+    # iteration; A rotary, later swapped back in, and everyone finished.
+    assert engine.first("swap_out", "A") == k
+    assert engine.phases[k]["A"] == Phase.ROTARY and engine.phases[k]["B"] == Phase.RUNNING
+    assert engine.first("swap_in", "A") > k
+    a, _, b = result.requests
+    assert a.swap_outs >= 1 and a.swap_ins >= 1
+    assert b.token_times_s[0] < a.finish_s  # type: ignore[operator]
+    check_all_finished(result, ROTATION_CASE)
+    # DuplexKV eager copies: A's full blocks had CPU copies before it was
+    # preempted (3 blocks held, 2 full ones already copied), so only its
+    # last block was copied out then.
+    assert engine.swapped_out[0] == ("A", 3, 2)
+
+
+def test_waiting_first_preempts_the_most_recent_on_the_rotation_case() -> None:
+    engine, result = simulate(ROTATION_CASE, config(gpu=10), "waiting-first", RotationInputs())
+    assert engine.events[0][1:] == ("swap_out", "C")
+    check_all_finished(result, ROTATION_CASE)
+
+
+def test_lvf_copies_full_blocks_eagerly_without_contention() -> None:
+    # A alone: nothing contends, yet its full blocks are copied to the CPU
+    # within the transfer budget (DuplexKV eager copies), and released when
+    # it finishes.
+    engine, result = simulate([req(0.0, 16, 10, "A")], config(gpu=10), "lvf", lvf_inputs())
+    check_all_finished(result, [req(0.0, 16, 10, "A")])
+    assert result.totals.swap_outs == 0
+    # 16 + 9 = 25 tokens: 6 full blocks by the end, each copied once.
+    assert result.totals.bytes_d2h == 6 * BLOCK_BYTES
+    assert max(s.cpu_kv_blocks_used for s in result.timeline) > 0
+    assert engine.free_cpu == 40
