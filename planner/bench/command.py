@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from planner.bench import rotation
+from planner.bench import replay_speed, rotation
 from planner.bench.baseline import DEFAULT_FACTOR, compare
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
@@ -64,7 +64,7 @@ def _join(sizes: tuple[int, ...]) -> str:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "bench",
-        help="measure decision latency",
+        help="measure decision latency and simulator speed",
         description="Benchmarks: measured speed next to its targets (docs/benchmarks.md).",
     )
     benches = p.add_subparsers(dest="bench", metavar="BENCH")
@@ -113,6 +113,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"flag a case whose p50 exceeds this times the baseline's (default {DEFAULT_FACTOR})",
     )
     q.set_defaults(func=run_policies)
+    replay_speed.register(benches)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

@@ -1,0 +1,35 @@
+"""`planner bench replay` on a tiny workload: the JSON and markdown it writes
+(speed itself is never asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from planner.cli import main
+
+
+def test_bench_replay_writes_json_and_its_markdown_section(tmp_path: Path) -> None:
+    out = tmp_path / "replay.json"
+    md = tmp_path / "benchmarks.md"
+    md.write_text("# Benchmarks\n\nkept text\n", encoding="utf-8")
+    code = main(
+        ["bench", "replay", "--no-azure", "--rate", "2", "--duration", "5",
+         "--out", str(out), "--markdown", str(md)]
+    )  # fmt: skip
+    assert code == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["bench"] == "replay/speed"
+    assert [c["policy"] for c in doc["cases"]] == ["fcfs", "lvf"]
+    for case in doc["cases"]:
+        assert case["requests"] > 0 and case["iterations"] > 0
+        assert case["simulated_s"] > 0 and case["wall_s"] > 0
+        assert case["simulated_s_per_wall_s"] == case["simulated_s"] / case["wall_s"]
+    text = md.read_text(encoding="utf-8")
+    assert "kept text" in text
+    assert "<!-- bench:replay:speed -->" in text and "## Replay simulator speed" in text
+    assert text.count("| generated: 2 RPS Poisson, 5 s, sharegpt lengths |") == 2
+
+
+def test_bench_replay_rejects_a_non_positive_rate(capsys: object) -> None:
+    assert main(["bench", "replay", "--no-azure", "--rate", "0"]) == 2
