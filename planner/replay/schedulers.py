@@ -22,7 +22,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from planner.domain.requests import RequestState, RequestTableBuilder, Snapshot
+import numpy as np
+
+from planner.domain.requests import RequestState, Snapshot, table_from_columns
 from planner.domain.rotation import RotationInputs
 from planner.policies.rotation import plan_rotation
 from planner.replay.state import SimRequest
@@ -139,63 +141,53 @@ class Lvf:
     keeps_cpu_copies: bool = True
 
     def plan(self, view: EngineView) -> SchedulePlan:
+        """The snapshot an adapter would send, built column by column (this
+        runs every simulated iteration)."""
         bs = view.block_size_tokens
-        builder = RequestTableBuilder(bs, block_level=False)
-        tracked: list[SimRequest] = []
+        queued, running, rotary = view.queued, view.running, view.rotary
+        tracked = [*queued, *running, *rotary]
+        n, q, r_end = len(tracked), len(queued), len(queued) + len(running)
         nan = math.nan
-        for r in view.queued:
-            builder.add(
-                r.id,
-                RequestState.WAITING,
-                arrival_s=r.arrival_s,
-                run_start_s=nan,
-                last_token_s=nan,
-                prompt_blocks=max(-(-r.prefill_target // bs), 1),
-                gpu_blocks=0,
-                cpu_blocks=0,
-                num_tokens=None,
-                synced_blocks=0,
-                slo_ttft_s=r.slo_ttft_s,
-                slo_tbt_s=r.slo_tbt_s,
-            )
-            tracked.append(r)
-        for r in view.running:
-            builder.add(
-                r.id,
-                RequestState.RUNNING,
-                arrival_s=r.arrival_s,
-                run_start_s=r.run_start_s,
-                last_token_s=nan,
-                prompt_blocks=0,
-                gpu_blocks=r.gpu_blocks,
-                cpu_blocks=0,
-                num_tokens=r.kv_tokens,
-                synced_blocks=r.synced_blocks,
-                slo_ttft_s=r.slo_ttft_s,
-                slo_tbt_s=r.slo_tbt_s,
-            )
-            tracked.append(r)
-        for r in view.rotary:
-            times = r.outcome.token_times_s
-            builder.add(
-                r.id,
-                RequestState.ROTARY,
-                arrival_s=r.arrival_s,
-                run_start_s=nan,
-                last_token_s=times[-1] if times else r.last_progress_s,
-                prompt_blocks=0,
-                gpu_blocks=0,
-                cpu_blocks=blocks_needed(r, bs),
-                num_tokens=None,
-                synced_blocks=0,
-                slo_ttft_s=r.slo_ttft_s,
-                slo_tbt_s=r.slo_tbt_s,
-            )
-            tracked.append(r)
+        state = np.repeat(
+            np.array([RequestState.WAITING, RequestState.RUNNING, RequestState.ROTARY], np.int8),
+            [len(queued), len(running), len(rotary)],
+        )
+        run_start = np.full(n, nan)
+        run_start[q:r_end] = [r.run_start_s for r in running]
+        last_token = np.full(n, nan)
+        last_token[r_end:] = [
+            r.outcome.token_times_s[-1] if r.outcome.token_times_s else r.last_progress_s
+            for r in rotary
+        ]
+        prompt_blocks = np.zeros(n, np.int64)
+        prompt_blocks[:q] = [max(-(-r.prefill_target // bs), 1) for r in queued]
+        gpu_blocks = np.zeros(n, np.int64)
+        gpu_blocks[q:r_end] = [r.gpu_blocks for r in running]
+        cpu_blocks = np.zeros(n, np.int64)
+        cpu_blocks[r_end:] = [blocks_needed(r, bs) for r in rotary]
+        num_tokens = np.full(n, -1, np.int64)
+        num_tokens[q:r_end] = [r.kv_tokens for r in running]
+        synced = np.zeros(n, np.int64)
+        synced[q:r_end] = [r.synced_blocks for r in running]
+        table = table_from_columns(
+            [r.id for r in tracked],
+            state=state,
+            arrival_s=np.array([r.arrival_s for r in tracked], np.float64),
+            run_start_s=run_start,
+            last_token_s=last_token,
+            prompt_blocks=prompt_blocks,
+            gpu_blocks=gpu_blocks,
+            cpu_blocks=cpu_blocks,
+            num_tokens=num_tokens,
+            synced_blocks=synced,
+            slo_ttft_s=np.array([r.slo_ttft_s for r in tracked], np.float64),
+            slo_tbt_s=np.array([r.slo_tbt_s for r in tracked], np.float64),
+            block_size_tokens=bs,
+        )
         snapshot = Snapshot(
             now_s=view.now_s,
             free_gpu_blocks=view.free_gpu_blocks,
-            requests=builder.build(),
+            requests=table,
             block_size_tokens=bs,
             free_cpu_blocks=view.free_cpu_blocks,
             last_iteration_s=view.last_iteration_s if view.last_iteration_s > 0 else None,
