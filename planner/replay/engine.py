@@ -239,13 +239,18 @@ class Engine:
         # still has room for (part of) its prefill, as vLLM's scheduler
         # admits waiting requests; otherwise it would hold blocks idle.
         prefill_room = self._prefill_room()
+        in_order = self.scheduler.in_order
         for r in plan.start:
             if len(self.running) + len(self.in_transit) >= self.config.max_running:
                 break
             if r.phase == Phase.QUEUED and prefill_room <= 0:
+                if in_order:
+                    break
                 continue
             need = blocks_needed(r, bs)
             if need > self.free_gpu:
+                if in_order:
+                    break
                 continue
             if r.phase == Phase.QUEUED:
                 prefill_room -= r.prefill_target - r.kv_tokens
@@ -267,7 +272,8 @@ class Engine:
         decodes and unfinished prefills."""
         room = self.config.max_batched_tokens
         for r in self.running:
-            room -= r.prefill_target - r.kv_tokens if r.prefilling else 1
+            left = r.prefill_target - r.kv_tokens
+            room -= left if left > 0 else 1
         return room
 
     def _swap_out(self, r: SimRequest) -> int:
@@ -358,8 +364,15 @@ class Engine:
         prefill_tokens = 0
         context = 0
         emitting: list[SimRequest] = []
+        running_phase = Phase.RUNNING
+        prefilling: list[SimRequest] = []
         for r in list(self.running):
-            if r.phase != Phase.RUNNING or r.prefilling or budget <= 0:
+            if r.phase != running_phase:
+                continue
+            if r.kv_tokens < r.prefill_target:
+                prefilling.append(r)
+                continue
+            if budget <= 0:
                 continue
             if r.kv_tokens + 1 > r.gpu_blocks * bs and not self._grow(r):
                 continue
@@ -368,10 +381,10 @@ class Engine:
             decode_tokens += 1
             context += r.kv_tokens
             emitting.append(r)
-        for r in list(self.running):
+        for r in prefilling:
             if budget <= 0:
                 break
-            if r.phase != Phase.RUNNING or not r.prefilling:
+            if r.phase != running_phase:
                 continue
             chunk = min(r.prefill_target - r.kv_tokens, budget)
             r.kv_tokens += chunk
@@ -379,7 +392,7 @@ class Engine:
             prefill_tokens += chunk
             context += r.kv_tokens
             r.last_progress_s = self.now_s
-            if not r.prefilling:
+            if r.kv_tokens >= r.prefill_target:
                 emitting.append(r)
         return prefill_tokens, decode_tokens, context, emitting
 

@@ -61,6 +61,10 @@ class Scheduler(Protocol):
     # full blocks are not copied out again (DuplexKV's SYNCED blocks).
     swaps: bool
     keeps_cpu_copies: bool
+    # Start requests strictly in plan order, stopping at the first that does
+    # not fit (vLLM's queues); False: skip it and try the next (LVF's list
+    # was already fitted by the policy).
+    in_order: bool
 
     def plan(self, view: EngineView) -> SchedulePlan: ...
 
@@ -79,6 +83,7 @@ class Fcfs:
     name = "fcfs"
     swaps = False
     keeps_cpu_copies = False
+    in_order = True
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan(start=list(view.queued))
@@ -88,6 +93,7 @@ class WaitingFirst:
     name = "waiting-first"
     swaps = True
     keeps_cpu_copies = False
+    in_order = True
 
     def plan(self, view: EngineView) -> SchedulePlan:
         bs = view.block_size_tokens
@@ -123,6 +129,7 @@ class SwappedFirst:
     name = "swapped-first"
     swaps = True
     keeps_cpu_copies = False
+    in_order = True
 
     def plan(self, view: EngineView) -> SchedulePlan:
         bs = view.block_size_tokens
@@ -139,6 +146,7 @@ class Lvf:
     name: str = "lvf"
     swaps: bool = True
     keeps_cpu_copies: bool = True
+    in_order: bool = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         """The snapshot an adapter would send, built column by column (this

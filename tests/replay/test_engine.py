@@ -423,6 +423,7 @@ class NeverStart:
     name = "never"
     swaps = False
     keeps_cpu_copies = False
+    in_order = True
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan()
