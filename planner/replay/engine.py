@@ -281,7 +281,9 @@ class Engine:
         how many. When the CPU pool cannot take them the request is preempted
         by recompute instead (0 copied)."""
         dirty = r.gpu_blocks - r.synced_blocks
-        if dirty > self.free_cpu:
+        if dirty > self.free_cpu or r.kv_tokens == 0:
+            # Nothing computed yet (or no CPU room): back to the queue, which
+            # for a request without KV loses nothing.
             self._recompute(r)
             return 0
         self.running.remove(r)

@@ -163,10 +163,7 @@ class Lvf:
         run_start = np.full(n, nan)
         run_start[q:r_end] = [r.run_start_s for r in running]
         last_token = np.full(n, nan)
-        last_token[r_end:] = [
-            r.outcome.token_times_s[-1] if r.outcome.token_times_s else r.last_progress_s
-            for r in rotary
-        ]
+        last_token[r_end:] = [_last_token_s(r) for r in rotary]
         prompt_blocks = np.zeros(n, np.int64)
         prompt_blocks[:q] = [max(-(-r.prefill_target // bs), 1) for r in queued]
         gpu_blocks = np.zeros(n, np.int64)
@@ -207,6 +204,17 @@ class Lvf:
             start=[by_id[d.id] for d in decision.prioritized],
             eager_blocks=decision.explanation.eager_blocks,
         )
+
+
+def _last_token_s(r: SimRequest) -> float:
+    """When a rotary request last made progress: its latest token, else its
+    latest prefill chunk (preempted mid-prefill), else its arrival. Never NaN:
+    a NaN VLT would never be picked again."""
+    if r.outcome.token_times_s:
+        return r.outcome.token_times_s[-1]
+    if not math.isnan(r.last_progress_s):
+        return r.last_progress_s
+    return r.arrival_s
 
 
 POLICY_NAMES = ("fcfs", "lvf", "waiting-first", "swapped-first")
