@@ -119,57 +119,77 @@ def _cdf_axes(ax: Axes, xlabel: str, ylabel: str, title: str) -> None:
     ax.legend(loc="best", fontsize="small")
 
 
-def plot_ttft_cdf(
-    path: Path, results: Sequence[ReplayResult], metrics: Sequence[PolicyMetrics]
+def _plot_cdf(
+    path: Path,
+    results: Sequence[ReplayResult],
+    labels: Sequence[str],
+    samples: Sequence[tuple[FloatArray, FloatArray]],
+    *,
+    scale: float,
+    unit: str,
+    xlabel: str,
+    ylabel: str,
+    title: str,
 ) -> Path:
+    """One CDF curve per policy with the SLO line(s); samples are (values in
+    seconds, per-sample SLOs in seconds) per result."""
     fig = _figure()
     ax = fig.add_subplot()
     colors = policy_colors([r.policy for r in results])
     drawn: list[FloatArray] = []
-    slos: list[FloatArray] = []
-    for result, m in zip(results, metrics, strict=True):
-        s = latency_samples(result.requests)
-        x, y = _cdf_points(s.ttft_s, s.ttft_s.size)
+    for result, label, (values, _) in zip(results, labels, samples, strict=True):
+        x, y = _cdf_points(values * scale, values.size)
+        ax.plot(x, y, color=colors[result.policy], linewidth=1.8, label=label)
+        drawn.append(x)
+    _use_log(ax, drawn)
+    slos = np.concatenate([slo for _, slo in samples]) if samples else np.zeros(0)
+    one_slo = _slo_lines(ax, slos, scale, unit)
+    _cdf_axes(ax, xlabel, ylabel, title + ("" if one_slo else " (per-request SLOs)"))
+    return _save(fig, path)
+
+
+def plot_ttft_cdf(
+    path: Path, results: Sequence[ReplayResult], metrics: Sequence[PolicyMetrics]
+) -> Path:
+    samples = [latency_samples(r.requests) for r in results]
+    labels = []
+    for result, m, s in zip(results, metrics, samples, strict=True):
         label = f"{result.policy}: {_pct(m.ttft_attainment)} within SLO"
         if (missing := int(np.isnan(s.ttft_s).sum())) > 0:
             label += f", {missing:,} without a token"
-        ax.plot(x, y, color=colors[result.policy], linewidth=1.8, label=label)
-        drawn.append(x)
-        slos.append(s.slo_ttft_s)
-    _use_log(ax, drawn)
-    one_slo = _slo_lines(ax, np.concatenate(slos) if slos else np.zeros(0), 1.0, "s")
-    title = "Time to first token: CDF per policy"
-    _cdf_axes(
-        ax, "TTFT (s)", "Requests with TTFT ≤ x", title + ("" if one_slo else " (per-request SLOs)")
+        labels.append(label)
+    return _plot_cdf(
+        path,
+        results,
+        labels,
+        [(s.ttft_s, s.slo_ttft_s) for s in samples],
+        scale=1.0,
+        unit="s",
+        xlabel="TTFT (s)",
+        ylabel="Requests with TTFT ≤ x",
+        title="Time to first token: CDF per policy",
     )
-    return _save(fig, path)
 
 
 def plot_tbt_cdf(
     path: Path, results: Sequence[ReplayResult], metrics: Sequence[PolicyMetrics]
 ) -> Path:
-    fig = _figure()
-    ax = fig.add_subplot()
-    colors = policy_colors([r.policy for r in results])
-    drawn: list[FloatArray] = []
-    slos: list[FloatArray] = []
-    for result, m in zip(results, metrics, strict=True):
-        s = latency_samples(result.requests)
-        x, y = _cdf_points(s.tbt_s * 1e3, s.tbt_s.size)
-        label = f"{result.policy}: {_pct(m.tbt_attainment)} of gaps within SLO"
-        ax.plot(x, y, color=colors[result.policy], linewidth=1.8, label=label)
-        drawn.append(x)
-        slos.append(s.tbt_slo_s)
-    _use_log(ax, drawn)
-    one_slo = _slo_lines(ax, np.concatenate(slos) if slos else np.zeros(0), 1e3, "ms")
-    title = "Time between tokens: CDF per policy"
-    _cdf_axes(
-        ax,
-        "Gap between consecutive tokens (ms)",
-        "Token gaps ≤ x",
-        title + ("" if one_slo else " (per-request SLOs)"),
+    samples = [latency_samples(r.requests) for r in results]
+    labels = [
+        f"{result.policy}: {_pct(m.tbt_attainment)} of gaps within SLO"
+        for result, m in zip(results, metrics, strict=True)
+    ]
+    return _plot_cdf(
+        path,
+        results,
+        labels,
+        [(s.tbt_s, s.tbt_slo_s) for s in samples],
+        scale=1e3,
+        unit="ms",
+        xlabel="Gap between consecutive tokens (ms)",
+        ylabel="Token gaps ≤ x",
+        title="Time between tokens: CDF per policy",
     )
-    return _save(fig, path)
 
 
 def _envelope(time_s: FloatArray, values: FloatArray) -> tuple[FloatArray, FloatArray, bool]:
