@@ -14,6 +14,7 @@ from planner.domain.rotation import RotationParams
 from planner.profiles.errors import ProfileError
 from planner.replay.engine import Engine
 from planner.replay.metrics import PolicyMetrics, compare
+from planner.replay.noise import JitteredCost
 from planner.replay.plots import write_report
 from planner.replay.progress import replay_progress
 from planner.replay.records import ReplayResult
@@ -74,6 +75,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--cpu-kv-gb", type=float, help="CPU memory for swapped KV, GB (default 90%% of host)"
     )
+    p.add_argument(
+        "--compute-jitter",
+        type=float,
+        default=0.0,
+        metavar="CV",
+        help="multiply each iteration's modelled time by seeded lognormal noise with mean 1 "
+        "and this coefficient of variation (default 0: the model exactly)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of every random draw of a run (--compute-jitter); the same seed gives the "
+        "same numbers (default 0)",
+    )
     p.add_argument("--json-out", type=Path, help="write every number as JSON here")
     p.add_argument("--report-dir", type=Path, help="write PNG plots here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -103,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("beta_tbt", "beta_ttft"):
         if not math.isfinite(getattr(args, name)):
             return _fail(f"--{name.replace('_', '-')} must be a finite number")
+    if not (math.isfinite(args.compute_jitter) and args.compute_jitter >= 0):
+        return _fail(f"--compute-jitter must be a finite number >= 0, got {args.compute_jitter}")
     if args.transfer_budget_blocks is not None and args.transfer_budget_blocks < 0:
         return _fail("--transfer-budget-blocks must be >= 0")
     policies = list(dict.fromkeys(args.policy or ["fcfs", "lvf"]))
@@ -134,7 +152,18 @@ def run(args: argparse.Namespace) -> int:
     main_results: list[ReplayResult] = []
     for scale in scales:
         scaled = scale_rate(trace, scale)
-        results = [_run_one(scaled, policy, setup, scale, args.quiet) for policy in policies]
+        results = [
+            _run_one(
+                scaled,
+                policy,
+                setup,
+                scale,
+                quiet=args.quiet,
+                jitter_cv=args.compute_jitter,
+                seed=args.seed,
+            )
+            for policy in policies
+        ]
         sweep[scale] = compare(results)
         if not main_results:
             main_results = results
@@ -159,12 +188,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_one(
-    trace: list[TraceRequest], policy: str, setup: ReplaySetup, scale: float, quiet: bool
+    trace: list[TraceRequest],
+    policy: str,
+    setup: ReplaySetup,
+    scale: float,
+    *,
+    quiet: bool,
+    jitter_cv: float,
+    seed: int,
 ) -> ReplayResult:
+    # Every policy gets a generator seeded alike: the same noise sequence.
+    cost = JitteredCost(setup.cost, jitter_cv, seed) if jitter_cv > 0 else setup.cost
     engine = Engine(
         setup.engine,
         make_scheduler(policy, setup.rotation),
-        setup.cost,
+        cost,
         setup.link,
         trace,
     )
@@ -173,7 +211,13 @@ def _run_one(
         f"{policy} x{scale:g}", last_arrival, requests=len(trace), quiet=quiet
     ) as bar:
         result = engine.run(progress=bar.update)
-    config = {**setup.describe(), "policy": policy, "rate_scale": scale}
+    config = {
+        **setup.describe(),
+        "policy": policy,
+        "rate_scale": scale,
+        "compute_jitter_cv": jitter_cv,
+        "seed": seed,
+    }
     return ReplayResult(
         policy=result.policy,
         requests=result.requests,
