@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from planner.v1 import info_pb2, rotation_pb2
+from planner.v1 import info_pb2, offload_pb2, rotation_pb2
 
 PACKAGE = "planner.v1"
 
@@ -42,6 +42,18 @@ RPCS: dict[str, Rpc] = {
             "PlanRotation",
             rotation_pb2.PlanRotationRequest,
             rotation_pb2.PlanRotationResponse,
+        ),
+        Rpc(
+            "OffloadService",
+            "PlanLayerOffload",
+            offload_pb2.PlanLayerOffloadRequest,
+            offload_pb2.PlanLayerOffloadResponse,
+        ),
+        Rpc(
+            "OffloadService",
+            "ReportStep",
+            offload_pb2.ReportStepRequest,
+            offload_pb2.ReportStepResponse,
         ),
         Rpc(
             "PlannerInfoService",

@@ -1,5 +1,6 @@
 """Packaging: one import root (`planner`), no shadowing of `kernels`,
-`adapters` or `solvers` (DESIGN.md §1), and both editable and regular
+`adapters` or `solvers` (DESIGN.md §1), top-level source folders mapped under
+`planner` (solvers/ -> planner.solvers), and both editable and regular
 installs import."""
 
 from __future__ import annotations
@@ -19,6 +20,23 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FOREIGN_NAMES = ("kernels", "adapters", "solvers")
 STUBS = ("common_pb2", "info_pb2", "rotation_pb2", "rotation_pb2_grpc", "info_pb2_grpc")
+# Top-level source folders installed under `planner` (pyproject package-dir).
+MAPPED = {"solvers": "planner.solvers"}
+
+
+def _source_packages() -> dict[str, Path]:
+    """Every package of the checkout (a folder with __init__.py under planner/
+    or a mapped folder), by its installed dotted name."""
+    out = {}
+    roots = {"planner": "planner", **MAPPED}
+    for folder, name in roots.items():
+        base = REPO_ROOT / folder
+        for init in base.rglob("__init__.py"):
+            rel = init.parent.relative_to(base)
+            if "__pycache__" in rel.parts:
+                continue
+            out[".".join([name, *rel.parts])] = init.parent
+    return out
 
 
 def _from_this_repo(origin: str | None) -> bool:
@@ -43,7 +61,7 @@ def test_install_adds_no_foreign_top_level_module(tmp_path):
     top-level source folders)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
-        [sys.executable, "-c", _FIND_SPECS, *FOREIGN_NAMES, "planner"],
+        [sys.executable, "-c", _FIND_SPECS, *FOREIGN_NAMES, "planner", *MAPPED.values()],
         capture_output=True,
         text=True,
         timeout=120,
@@ -57,6 +75,9 @@ def test_install_adds_no_foreign_top_level_module(tmp_path):
         assert not any(_from_this_repo(o) for o in origins), (name, origins)
     # The editable install itself resolves, from this checkout.
     assert any(_from_this_repo(o) for o in found["planner"])
+    for folder, name in MAPPED.items():
+        origin = found[name][0]
+        assert Path(origin).resolve() == (REPO_ROOT / folder / "__init__.py").resolve(), name
 
 
 def test_planner_and_stubs_import():
@@ -69,6 +90,12 @@ def test_planner_and_stubs_import():
 
     assert rotation_pb2.DESCRIPTOR.package == "planner.v1"
     assert hasattr(rotation_pb2_grpc, "RotationServiceStub")
+    for folder, name in MAPPED.items():
+        module = importlib.import_module(name)
+        assert Path(module.__file__).resolve().parent == REPO_ROOT / folder
+    from planner.solvers import Model, solve
+
+    assert callable(solve) and Model().num_vars == 0
 
 
 def test_editable_install_maps_only_planner():
@@ -143,6 +170,17 @@ def test_wheel_has_one_top_level_package(wheel):
     for stub in STUBS:
         assert f"planner/v1/{stub}.py" in names
     assert "planner/py.typed" in names
+    # Every package folder of the checkout is in the wheel: pyproject lists them
+    # (setuptools' find cannot map solvers/ to planner.solvers), so a new one
+    # must be added to [tool.setuptools] packages.
+    missing = [
+        name for name in _source_packages() if name.replace(".", "/") + "/__init__.py" not in names
+    ]
+    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
+    for folder, name in MAPPED.items():
+        for source in (REPO_ROOT / folder).rglob("*.py"):
+            rel = source.relative_to(REPO_ROOT / folder).as_posix()
+            assert name.replace(".", "/") + "/" + rel in names, rel
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     with zipfile.ZipFile(wheel) as z:
         text = z.read(entry_points).decode()
@@ -177,6 +215,10 @@ import planner
 assert planner.__file__.startswith({str(target)!r}), planner.__file__
 from planner.v1 import common_pb2, info_pb2, rotation_pb2, rotation_pb2_grpc
 import planner.cli, planner.service.server
+for name in {tuple(MAPPED.values())!r}:
+    module = importlib.import_module(name)
+    assert module.__file__.startswith({str(target)!r}), module.__file__
+from planner.solvers import Model, solve
 for name in {FOREIGN_NAMES!r}:
     spec = importlib.util.find_spec(name)
     assert spec is None or not (spec.origin or "").startswith({str(target)!r}), name

@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
 from planner._version import __version__
+from planner.policies.offload.controller import StepObservation
 from planner.policies.rotation import plan_rotation
 from planner.profiles import HARDWARE_PROFILES, MODEL_PROFILES
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
+from planner.service.convert.checks import non_negative, positive
+from planner.service.convert.offload import offload_plan_to_proto, offload_request_from_proto
 from planner.service.convert.rotation import rotation_plan_to_proto, rotation_request_from_proto
+from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
-from planner.v1 import common_pb2, info_pb2, rotation_pb2
+from planner.service.offload_engines import OffloadEngines
+from planner.v1 import common_pb2, info_pb2, offload_pb2, rotation_pb2
 
-POLICIES = ("rotation/lvf",)
+POLICIES = ("rotation/lvf", "offload/orbitflow")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +33,8 @@ class CallContext:
     limits: ServiceLimits
     # Seconds left before the caller's deadline; None when it set none.
     time_remaining_s: float | None = None
+    # Per-engine offload controllers (one registry per server process).
+    offload_engines: OffloadEngines = field(default_factory=OffloadEngines)
 
 
 Handler = Callable[[Message, CallContext], Message]
@@ -39,6 +46,59 @@ def _plan_rotation(request: Message, ctx: CallContext) -> Message:
     return rotation_plan_to_proto(plan_rotation(snapshot, inputs))
 
 
+def _plan_layer_offload(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, offload_pb2.PlanLayerOffloadRequest)
+    batch, inputs = offload_request_from_proto(request, ctx.limits, ctx.time_remaining_s)
+    if request.step < 0:
+        raise InvalidArgumentError("step", f"must be >= 0, got {request.step}")
+    try:
+        plan = ctx.offload_engines.plan(request.engine_id, batch, inputs, request.step)
+    except ValueError as exc:  # a backend that cannot take this model (e.g. too large)
+        raise InvalidArgumentError("solver.backend", str(exc)) from None
+    return offload_plan_to_proto(plan)
+
+
+_REASONS = {
+    "no_plan": offload_pb2.REPLAN_REASON_NO_PLAN,
+    "batch_change": offload_pb2.REPLAN_REASON_BATCH_CHANGE,
+    "profile_mismatch": offload_pb2.REPLAN_REASON_PROFILE_MISMATCH,
+    "expiry": offload_pb2.REPLAN_REASON_EXPIRY,
+}
+
+
+def _report_step(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, offload_pb2.ReportStepRequest)
+    if not request.engine_id:
+        raise InvalidArgumentError("engine_id", "must name the engine that asked for the plan")
+    if request.step < 0:
+        raise InvalidArgumentError("step", f"must be >= 0, got {request.step}")
+    positive("observed_step_s", request.observed_step_s)
+    for i, c in enumerate(request.observed_layer_compute_s):
+        non_negative(f"observed_layer_compute_s[{i}]", c)
+    if request.observed_link_blocks_per_s:
+        positive("observed_link_blocks_per_s", request.observed_link_blocks_per_s)
+    observation = StepObservation(
+        step=request.step,
+        request_ids=list(request.batch_ids),
+        observed_step_s=request.observed_step_s,
+        layer_comp_s=list(request.observed_layer_compute_s) or None,
+        bandwidth_blocks_per_s=request.observed_link_blocks_per_s or None,
+    )
+    try:
+        decision = ctx.offload_engines.report(request.engine_id, observation)
+    except ValueError as exc:
+        raise InvalidArgumentError("observed_layer_compute_s", str(exc)) from None
+    if decision is None:
+        return offload_pb2.ReportStepResponse(replan=True, reason=offload_pb2.REPLAN_REASON_NO_PLAN)
+    return offload_pb2.ReportStepResponse(
+        replan=decision.replan,
+        reason=_REASONS[decision.reason] if decision.reason else offload_pb2.REPLAN_REASON_NONE,
+        predicted_step_s=observation.predicted_step_s or 0.0,
+        layer_compute_s=decision.comp_s,
+        link_blocks_per_s=decision.bandwidth_blocks_per_s,
+    )
+
+
 def solver_backends_present() -> list[common_pb2.SolverBackend.ValueType]:
     """Backends whose packages import here."""
     backends = []
@@ -46,6 +106,7 @@ def solver_backends_present() -> list[common_pb2.SolverBackend.ValueType]:
         backends.append(common_pb2.SOLVER_BACKEND_CP_SAT)
     if importlib.util.find_spec("gurobipy") is not None:
         backends.append(common_pb2.SOLVER_BACKEND_GUROBI)
+    backends.append(common_pb2.SOLVER_BACKEND_EXHAUSTIVE)
     return backends
 
 
@@ -64,6 +125,8 @@ def _planner_info(request: Message, ctx: CallContext) -> Message:
 
 HANDLERS: dict[str, Handler] = {
     "RotationService.PlanRotation": _plan_rotation,
+    "OffloadService.PlanLayerOffload": _plan_layer_offload,
+    "OffloadService.ReportStep": _report_step,
     "PlannerInfoService.GetPlannerInfo": _planner_info,
 }
 assert HANDLERS.keys() == RPCS.keys(), "every RPC of the contract has a handler"

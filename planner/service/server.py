@@ -24,6 +24,7 @@ from planner.service.limits import ServiceLimits
 from planner.service.logs import LOGGER_NAME, log_event
 from planner.service.methods import CallContext, handle
 from planner.service.metrics import RpcMetrics
+from planner.service.offload_engines import OffloadEngines, warm_up
 
 SHUTDOWN_GRACE_S = 5.0
 
@@ -42,6 +43,7 @@ class PlannerServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.metrics = RpcMetrics()
+        self.offload_engines = OffloadEngines()
         self.logger = logging.getLogger(LOGGER_NAME)
         limits = config.limits
         self._server = grpc.server(
@@ -81,6 +83,9 @@ class PlannerServer:
         # cyclic collector from rescanning it on every collection, which
         # otherwise shows up in decision-latency tails.
         gc.freeze()
+        # Load the solver library in the background so the first offload
+        # plan does not pay for it; serving does not wait.
+        threading.Thread(target=warm_up, name="solver-warm-up", daemon=True).start()
         self._server.start()
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -176,7 +181,9 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
             else:
                 assert isinstance(request, Message)
                 try:
-                    return handle(method, request, CallContext(limits, remaining))
+                    return handle(
+                        method, request, CallContext(limits, remaining, server.offload_engines)
+                    )
                 except InvalidArgumentError as exc:
                     code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
                 except Exception:

@@ -81,14 +81,21 @@ def test_concurrent_calls_all_get_the_same_plan(channel, stub, example_request):
 def test_planner_info(server, channel, stub):
     info = stub(channel, INFO)(info_pb2.GetPlannerInfoRequest(), timeout=10)
     assert info.version == planner.__version__
-    assert list(info.services) == ["planner.v1.PlannerInfoService", "planner.v1.RotationService"]
-    assert "rotation/lvf" in info.policies
+    assert list(info.services) == [
+        "planner.v1.OffloadService",
+        "planner.v1.PlannerInfoService",
+        "planner.v1.RotationService",
+    ]
+    assert "rotation/lvf" in info.policies and "offload/orbitflow" in info.policies
     assert list(info.model_profiles) == sorted(MODEL_PROFILES)
     assert list(info.hardware_profiles) == sorted(HARDWARE_PROFILES)
     assert "llama-3-8b" in info.model_profiles
     assert info.max_requests_per_snapshot == server.config.limits.max_requests_per_snapshot
     assert info.max_message_bytes == server.config.limits.max_message_bytes
     assert common_pb2.SOLVER_BACKEND_UNSPECIFIED not in info.solver_backends
+    # OR-Tools is a dependency; exhaustive enumeration needs nothing.
+    assert common_pb2.SOLVER_BACKEND_CP_SAT in info.solver_backends
+    assert common_pb2.SOLVER_BACKEND_EXHAUSTIVE in info.solver_backends
 
 
 def test_planner_info_reports_configured_limits(start_server, stub):

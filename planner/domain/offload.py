@@ -1,0 +1,139 @@
+"""Inputs and outputs of the layer-offload policy (OrbitFlow, DESIGN.md §3.2).
+
+Blocks here are one layer's KV blocks: a request with n tokens holds
+ceil(n / block_size) of them in every layer."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadParams:
+    """Planner knobs; the defaults are OrbitFlow's (alpha = 1)."""
+
+    violation_cap: float = 1.0
+    min_window_steps: int = 1
+    max_window_steps: int = 64
+    # planner.policies.offload.SearchMode: "pruned" (OrbitFlow's), "periodic"
+    # (the non-pruned mode) or "exhaustive" (every pattern, few layers only).
+    search_mode: str = "pruned"
+    # Wall-clock limit of one solve, and of all the solves of one plan
+    # (Pause-Resume re-solves share it).
+    time_limit_s: float = 0.05
+    # "cp-sat", "gurobi" or "exhaustive".
+    backend: str = "cp-sat"
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeBatch:
+    """The requests to place, as columns. paused marks requests an earlier
+    plan paused; steps_left < 0 means the remaining output is unknown."""
+
+    ids: tuple[str, ...]
+    num_tokens: IntArray
+    deposited_tokens: IntArray
+    slo_tbt_s: FloatArray
+    paused: npt.NDArray[np.bool_]
+    steps_left: IntArray
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        for name in ("num_tokens", "deposited_tokens", "slo_tbt_s", "paused", "steps_left"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"DecodeBatch.{name} must have one entry per id")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def subset(self, rows: IntArray) -> DecodeBatch:
+        return DecodeBatch(
+            ids=tuple(self.ids[i] for i in rows.tolist()),
+            num_tokens=self.num_tokens[rows],
+            deposited_tokens=self.deposited_tokens[rows],
+            slo_tbt_s=self.slo_tbt_s[rows],
+            paused=self.paused[rows],
+            steps_left=self.steps_left[rows],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadInputs:
+    """What one placement decision depends on besides the batch."""
+
+    layer_compute_s: FloatArray
+    link_blocks_per_s: float
+    gpu_block_budget: int
+    block_size_tokens: int = 16
+    params: OffloadParams = field(default_factory=OffloadParams)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.layer_compute_s.shape[0])
+
+
+class PlanSource(enum.IntEnum):
+    SOLVER = 1
+    GREEDY_FALLBACK = 2
+    EMPTY = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One request's placement for the window."""
+
+    id: str
+    # Offload distance k, 0 when nothing is offloaded or not a distance mask.
+    distance: int
+    offloaded_layers: tuple[int, ...]
+    blocks_per_layer: int
+    gpu_blocks: int
+    fetched_blocks_per_step: int
+
+
+@dataclass(frozen=True, slots=True)
+class SolveStats:
+    """One solver call, in the policy's units (objective and bound in
+    seconds of predicted step latency)."""
+
+    backend: str
+    status: str
+    objective_s: float | None
+    best_bound_s: float | None
+    gap: float | None
+    wall_s: float
+    time_limit_s: float
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadPlan:
+    """A placement for the next window of decode steps, with the numbers
+    behind it."""
+
+    placements: tuple[Placement, ...]
+    paused_ids: tuple[str, ...]
+    newly_paused_ids: tuple[str, ...]
+    resumed_ids: tuple[str, ...]
+    prefetch_buffer_blocks: int
+    gpu_blocks_used: int
+    gpu_blocks_used_at_expiry: int
+    gpu_block_budget: int
+    predicted_step_s: float
+    predicted_step_surrogate_s: float
+    predicted_step_paper_s: float
+    window_steps: int
+    expiry_step: int
+    violations_per_step: float
+    source: PlanSource
+    solve: SolveStats | None
+    solves: int
+    solve_wall_s: float
+    summary: str
