@@ -17,31 +17,54 @@ def order_rows(rows: IntArray, keys: Sequence[FloatArray], ids: Sequence[str]) -
 
     keys are indexed by row (full-table columns) and hold no NaN (replace it
     first; see nan_last). One unstable argsort on the first key; only rows in
-    runs of equal first keys are re-sorted by the remaining keys, and only rows
-    equal on every key by id, so the common case costs one argsort.
+    runs of equal first keys are re-sorted (stably) by the remaining keys, and
+    only rows equal on every key by id, so the common case costs one argsort.
     """
     if rows.size < 2:
         return rows
-    first = keys[0][rows]
-    order = rows[np.argsort(first)]
-    tied = _run_members(keys[0][order])
+    order = rows[keys[0][rows].argsort()]
+    first = keys[0][order]
+    tied = _run_members(first)
     if not tied.any():
         return order
+    positions = tied.nonzero()[0]
+    sub = order[positions]
+    # Each tied row's keys as one integer that orders like them: the dense
+    # rank of its first key among the tied, then of each further key.
+    rank = _steps(first[positions])
+    for i, key in enumerate(keys[1:], start=2):
+        rank = rank * (len(sub) + 1) + _dense_rank(key[sub])
+        if i < len(keys):
+            rank = _dense_rank(rank)
     if len(keys) > 1:
-        positions = np.flatnonzero(tied)
-        sub = order[positions]
-        order[positions] = sub[np.lexsort([key[sub] for key in reversed(keys)])]
-    equal_all = np.ones(order.size - 1, dtype=np.bool_)
-    for key in keys:
-        column = key[order]
-        equal_all &= column[1:] == column[:-1]
+        resort = rank.argsort(kind="stable")
+        sub, rank = sub[resort], rank[resort]
+        order[positions] = sub
+    equal_all = rank[1:] == rank[:-1]
     if not equal_all.any():
         return order
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], equal_all.astype(np.int8), [0]))))
+    # Rows equal on every key lie next to each other in order, too.
+    edges = np.diff(np.concatenate(([0], equal_all.astype(np.int8), [0]))).nonzero()[0]
     for begin, end in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
-        run = order[begin : end + 1].tolist()
-        order[begin : end + 1] = sorted(run, key=ids.__getitem__)
+        first_at, last_at = int(positions[begin]), int(positions[end])
+        run = order[first_at : last_at + 1].tolist()
+        order[first_at : last_at + 1] = sorted(run, key=ids.__getitem__)
     return order
+
+
+def _steps(sorted_values: FloatArray | IntArray) -> IntArray:
+    """Dense ranks of ascending values (0 for the smallest)."""
+    steps = np.zeros(sorted_values.size, dtype=np.int64)
+    np.cumsum(sorted_values[1:] != sorted_values[:-1], out=steps[1:])
+    return steps
+
+
+def _dense_rank(values: FloatArray | IntArray) -> IntArray:
+    """Dense ranks of values (equal values, equal ranks; 0 for the smallest)."""
+    order = values.argsort()
+    rank = np.empty(values.size, dtype=np.int64)
+    rank[order] = _steps(values[order])
+    return rank
 
 
 def _run_members(sorted_key: FloatArray) -> BoolArray:

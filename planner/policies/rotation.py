@@ -101,26 +101,23 @@ def fcfs_order(table: RequestTable, rows: IntArray) -> IntArray:
 def greedy_fit(needs: IntArray, capacity: int) -> tuple[npt.NDArray[np.bool_], int]:
     """Walk needs in order, taking each that fits in what is left and going on
     past those that do not. Returns the taken mask and what is left."""
-    n = len(needs)
-    taken = np.zeros(n, dtype=np.bool_)
+    taken = np.zeros(len(needs), dtype=np.bool_)
     left = capacity
-    i = 0
+    # What is left only shrinks: a need larger than it never fits again.
+    fitting = (needs <= left).nonzero()[0]
     rounds = 0
-    while i < n and rounds < _MAX_VECTOR_ROUNDS:
+    while fitting.size and rounds < _MAX_VECTOR_ROUNDS:
         rounds += 1
-        cumulative = np.cumsum(needs[i:])
-        k = int(np.searchsorted(cumulative, left, side="right"))
-        if k:
-            taken[i : i + k] = True
-            left -= int(cumulative[k - 1])
-            i += k
-        if i >= n:
+        cumulative = needs[fitting].cumsum()
+        k = int(cumulative.searchsorted(left, side="right"))
+        taken[fitting[:k]] = True
+        left -= int(cumulative[k - 1])
+        if k == fitting.size:
             return taken, left
-        fitting = np.flatnonzero(needs[i:] <= left)
-        if fitting.size == 0:
-            return taken, left
-        i += int(fitting[0])
-    for j in range(i, n):
+        # fitting[k] does not fit in what is left.
+        rest = fitting[k + 1 :]
+        fitting = rest[needs[rest] <= left]
+    for j in fitting.tolist():
         need = int(needs[j])
         if need <= left:
             taken[j] = True
@@ -146,37 +143,29 @@ def preempt_from_tail(
     empty = np.zeros(0, dtype=np.int64)
     if swap_blocks <= 0 or candidates.size == 0:
         return _Preemption(empty, 0, empty)
-    freed = np.cumsum(table.gpu_blocks[candidates])
-    dirty = table.gpu_blocks[candidates] - table.synced_blocks[candidates]
-    k = int(np.searchsorted(freed, swap_blocks, side="left")) + 1
-    k = min(k, candidates.size)
-    if cpu_room is None or int(dirty[:k].sum()) <= cpu_room:
-        return _Preemption(candidates[:k], int(freed[k - 1]), empty)
-    chosen: list[int] = []
-    skipped: list[int] = []
-    total = 0
-    for row, gpu, d in zip(
-        candidates.tolist(), table.gpu_blocks[candidates].tolist(), dirty.tolist(), strict=True
-    ):
-        if total >= swap_blocks:
-            break
-        if d > cpu_room:
-            skipped.append(row)
-            continue
-        chosen.append(row)
-        cpu_room -= d
-        total += gpu
-    return _Preemption(np.array(chosen, dtype=np.int64), total, np.array(skipped, dtype=np.int64))
+    gpu = table.gpu_blocks[candidates]
+    if cpu_room is None:
+        fits = np.ones(candidates.size, dtype=np.bool_)
+    else:
+        fits, _ = greedy_fit(gpu - table.synced_blocks[candidates], cpu_room)
+    freed = np.where(fits, gpu, 0).cumsum()
+    # The walk stops at the candidate whose blocks cover swap_blocks.
+    walked = min(int(freed.searchsorted(swap_blocks, side="left")) + 1, candidates.size)
+    fits, candidates = fits[:walked], candidates[:walked]
+    return _Preemption(candidates[fits], int(freed[walked - 1]), candidates[~fits])
+
+
+def _ids(table: RequestTable, rows: IntArray) -> tuple[str, ...]:
+    return tuple(map(table.ids.__getitem__, rows.tolist()))
 
 
 def _decisions(
     table: RequestTable, rows: IntArray, vlt: FloatArray, blocks: IntArray
 ) -> tuple[RequestDecision, ...]:
-    ids = table.ids
     return tuple(
         map(
             RequestDecision,
-            [ids[r] for r in rows.tolist()],
+            _ids(table, rows),
             map(_STATE_BY_VALUE.__getitem__, table.state[rows].tolist()),
             vlt[rows].tolist(),
             blocks[rows].tolist(),
@@ -190,7 +179,7 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
     vlt = virtual_lag_time(table, snapshot.now_s, inputs)
     need = blocks_needed(table)
     budget, source = transfer_budget(snapshot, inputs)
-    inactive = np.flatnonzero(table.state != RUNNING)
+    inactive = (table.state != RUNNING).nonzero()[0]
     total_needed = int(need[inactive].sum())
     free = snapshot.free_gpu_blocks
     cpu_room = _cpu_room(snapshot)
@@ -206,14 +195,13 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
     else:
         fallback = False
         order = ranking_order(table, vlt)
-        state_sorted = table.state[order]
-        is_candidate = (state_sorted != RUNNING) & (vlt[order] >= 0)
-        candidates = order[is_candidate]
+        running_sorted = table.state[order] == RUNNING
+        vlt_sorted = vlt[order]
+        candidates = order[~running_sorted & (vlt_sorted >= 0)]
         taken, blocks_left = greedy_fit(need[candidates], free + budget)
         prioritized = candidates[taken]
         swap_needed = budget - blocks_left
-        tail_first = order[::-1]
-        preemptable = tail_first[(table.state[tail_first] == RUNNING) & (vlt[tail_first] < 0)]
+        preemptable = order[running_sorted & (vlt_sorted < 0)][::-1]
         chosen = preempt_from_tail(table, preemptable, swap_needed, cpu_room)
         unmet = max(swap_needed - chosen.freed_blocks, 0)
         trimmed = np.zeros(0, dtype=np.int64)
@@ -231,7 +219,8 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
     transfers = duplexkv.plan_transfers(
         snapshot, inputs, prioritized=prioritized, preempted=chosen.rows, budget_blocks=budget
     )
-    prioritized = prioritized[~np.isin(prioritized, transfers.deferred_rows)]
+    if transfers.deferred_rows.size:
+        prioritized = prioritized[~np.isin(prioritized, transfers.deferred_rows)]
     prioritized_decisions = _decisions(table, prioritized, vlt, need)
     preempted_decisions = _decisions(table, chosen.rows, vlt, table.gpu_blocks)
     explanation = RotationExplanation(
@@ -247,9 +236,9 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
         swap_out_blocks=transfers.swap_out_blocks,
         eager_blocks=transfers.eager_blocks,
         unmet_swap_blocks=unmet,
-        deferred_swap_in_ids=tuple(table.ids[r] for r in transfers.deferred_rows.tolist()),
-        cpu_full_skipped_ids=tuple(table.ids[r] for r in chosen.cpu_full_skipped.tolist()),
-        trimmed_ids=tuple(table.ids[r] for r in trimmed.tolist()),
+        deferred_swap_in_ids=_ids(table, transfers.deferred_rows),
+        cpu_full_skipped_ids=_ids(table, chosen.cpu_full_skipped),
+        trimmed_ids=_ids(table, trimmed),
         summary=_summary(
             fallback=fallback,
             free=free,

@@ -21,20 +21,37 @@ watermark). When an iteration does nothing at all (no token, nothing running
 or being swapped in) nothing can change before the next arrival: the engine
 idles until then, and after the last arrival it stops, reporting what is
 left unfinished.
+
+The requests' state lives in numpy columns (planner.replay.state), moves
+between queues and pools in planner.replay.engine_state, and the batch works
+on all running requests at once (planner.replay.batch). A stretch of quiet
+iterations (nobody waiting, everyone decoding, nobody finishing) runs in one
+step with the same results, each iteration still timed on its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from planner.domain.requests import Slo
+from planner.replay.batch import form_batch
+from planner.replay.engine_state import EngineState
 from planner.replay.models import IterationCost, TransferCost
-from planner.replay.records import ReplayResult, ReplayTotals, TimelineSample
-from planner.replay.schedulers import EngineView, SchedulePlan, Scheduler, blocks_needed
-from planner.replay.state import Phase, SimRequest
+from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
+from planner.replay.schedulers import EngineView, SchedulePlan, Scheduler
+from planner.replay.state import IntArray, Phase, RequestColumns, start_candidates
 from planner.trace.records import TraceRequest
+
+# Quiet iterations run in one step at most (their block growth is worked out
+# this far ahead).
+_QUIET_STRETCH_MAX = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,26 +81,22 @@ class Engine:
         self.scheduler = scheduler
         self.cost = cost
         self.link = link
-        slo = config.slo
-        self.requests = [
-            SimRequest(
-                i,
-                t.id if t.id is not None else f"r{i}",
-                arrival_s=t.arrival_s,
-                prompt_tokens=t.prompt_tokens,
-                output_tokens=t.output_tokens,
-                slo_ttft_s=t.slo_ttft_s if t.slo_ttft_s is not None else slo.ttft_s,
-                slo_tbt_s=t.slo_tbt_s if t.slo_tbt_s is not None else slo.tbt_s,
-            )
-            for i, t in enumerate(trace)
-        ]
-        self.requests.sort(key=lambda r: (r.arrival_s, r.index))
-        self.queued: list[SimRequest] = []
-        self.running: list[SimRequest] = []
-        self.rotary: list[SimRequest] = []
-        self.in_transit: list[SimRequest] = []
-        self.free_gpu = config.gpu_kv_blocks
-        self.free_cpu = config.cpu_kv_blocks
+        self.trace = trace
+        self.requests = RequestColumns.from_trace(trace, config.slo)
+        self.state = EngineState(
+            self.requests, config.gpu_kv_blocks, config.cpu_kv_blocks, config.block_size_tokens
+        )
+        r = self.requests
+        # Rows in arrival order (ties by trace order), and which of them can
+        # never run: their KV at the last token, or their prompt with one
+        # block to spare, exceeds the GPU pool.
+        self._arrival_order = np.argsort(r.arrival_s, kind="stable")
+        self._arrivals_s = [trace[i].arrival_s for i in self._arrival_order.tolist()]
+        bs = config.block_size_tokens
+        most = np.maximum(
+            -(-(r.prompt_tokens + r.output_tokens - 1) // bs), -(-r.prompt_tokens // bs) + 1
+        )
+        self._never_fits = most > config.gpu_kv_blocks
         self.now_s = 0.0
         self.timeline: list[TimelineSample] = []
         self._next_arrival = 0
@@ -91,34 +104,36 @@ class Engine:
         self._bytes_d2h = 0
         self._bytes_h2d = 0
         self._stall_s = 0.0
-        self._preemptions = 0
-        self._swap_outs = 0
-        self._swap_ins = 0
         self._peak_gpu = 0
         self._iterations = 0
-        self._preempted_blocks = 0
+        self._stop_after_s = math.inf
 
     # -- the loop ---------------------------------------------------------
 
     def run(self, progress: Callable[[float], None] | None = None) -> ReplayResult:
         started = time.perf_counter()
-        last_arrival = self.requests[-1].arrival_s if self.requests else 0.0
+        arrivals = self._arrivals_s
+        last_arrival = arrivals[-1] if arrivals else 0.0
+        self._stop_after_s = last_arrival + self.config.drain_limit_s
         while True:
             self._arrive()
-            if not (self.queued or self.running or self.rotary or self.in_transit):
-                if self._next_arrival >= len(self.requests):
+            if not self.state.active():
+                if self._next_arrival >= len(arrivals):
                     break
-                self.now_s = max(self.now_s, self.requests[self._next_arrival].arrival_s)
+                self.now_s = max(self.now_s, arrivals[self._next_arrival])
                 continue
-            if self.now_s > last_arrival + self.config.drain_limit_s:
+            if self.now_s > self._stop_after_s:
                 break
+            if self._quiet_stretch(progress):
+                continue
             self._iteration()
             if progress is not None:
                 progress(self.now_s)
             if self._stalled():
-                if self._next_arrival >= len(self.requests):
+                if self._next_arrival >= len(arrivals):
                     break
-                self.now_s = max(self.now_s, self.requests[self._next_arrival].arrival_s)
+                self.now_s = max(self.now_s, arrivals[self._next_arrival])
+        s = self.state
         totals = ReplayTotals(
             iterations=self._iterations,
             simulated_s=self.now_s,
@@ -126,67 +141,67 @@ class Engine:
             bytes_d2h=self._bytes_d2h,
             bytes_h2d=self._bytes_h2d,
             stall_s=self._stall_s,
-            preemptions=self._preemptions,
-            swap_outs=self._swap_outs,
-            swap_ins=self._swap_ins,
+            preemptions=s.preemptions,
+            swap_outs=s.swap_outs,
+            swap_ins=s.swap_ins,
             peak_gpu_kv_blocks=self._peak_gpu,
             gpu_kv_blocks_total=self.config.gpu_kv_blocks,
         )
         return ReplayResult(
             policy=self.scheduler.name,
-            requests=[r.outcome for r in sorted(self.requests, key=lambda r: r.index)],
+            requests=self._outcomes(),
             timeline=self.timeline,
             totals=totals,
         )
 
     def _arrive(self) -> None:
-        reqs = self.requests
-        bs = self.config.block_size_tokens
-        while self._next_arrival < len(reqs) and reqs[self._next_arrival].arrival_s <= self.now_s:
-            r = reqs[self._next_arrival]
-            self._next_arrival += 1
-            most = max(
-                r.blocks_for(r.prompt_tokens + r.output_tokens - 1, bs),
-                r.blocks_for(r.prompt_tokens, bs) + 1,
-            )
-            if most > self.config.gpu_kv_blocks:
-                r.phase = Phase.REJECTED
-                continue
-            r.phase = Phase.QUEUED
-            self.queued.append(r)
+        arrivals = self._arrivals_s
+        first = self._next_arrival
+        if first >= len(arrivals) or arrivals[first] > self.now_s:
+            return
+        end = first + 1
+        while end < len(arrivals) and arrivals[end] <= self.now_s:
+            end += 1
+        self._next_arrival = end
+        rows = self._arrival_order[first:end]
+        never = self._never_fits[rows]
+        if never.any():
+            self.state.arrive(rows[~never], rows[never])
+        else:
+            self.state.arrive(rows, rows[:0])
 
     def _stalled(self) -> bool:
         """The last iteration processed no token and left nothing running or
         being swapped in: the state cannot change until the next arrival."""
-        if self.running or self.in_transit or not self.timeline:
+        s = self.state
+        if len(s.running.rows) or len(s.in_transit.rows) or not self.timeline:
             return False
         last = self.timeline[-1]
         return last.prefill_tokens == 0 and last.decode_tokens == 0
 
     def _iteration(self) -> None:
         cfg = self.config
-        bs = cfg.block_size_tokens
-        for r in self.in_transit:
-            r.phase = Phase.RUNNING
-            r.run_start_s = self.now_s
-            self.running.append(r)
-        self.in_transit = []
+        s = self.state
+        s.start_running(self.now_s)
         plan = self.scheduler.plan(
             EngineView(
                 now_s=self.now_s,
-                queued=list(self.queued),
-                running=list(self.running),
-                rotary=list(self.rotary),
-                free_gpu_blocks=self.free_gpu,
-                free_cpu_blocks=self.free_cpu,
-                block_size_tokens=bs,
+                requests=self.requests,
+                queued=s.queued.rows,
+                running=s.running.rows,
+                rotary=s.rotary.rows,
+                free_gpu_blocks=s.free_gpu,
+                free_cpu_blocks=s.free_cpu,
+                block_size_tokens=cfg.block_size_tokens,
                 last_iteration_s=self._last_iteration_s,
             )
         )
         d2h_blocks, h2d_blocks = self._apply(plan)
-        prefill_tokens, decode_tokens, context_tokens, emitting = self._form_batch()
-        d2h_blocks += self._preempted_blocks
-        compute_s = self.cost.iteration_time_s(prefill_tokens, decode_tokens, context_tokens)
+        batch = form_batch(s, cfg.max_batched_tokens, self.now_s, self.scheduler.swaps)
+        d2h_blocks += batch.preempted_d2h_blocks
+        compute_s = self.cost.iteration_time_s(
+            batch.prefill_tokens, batch.decode_tokens, batch.context_tokens
+        )
         d2h_bytes = d2h_blocks * cfg.block_bytes
         h2d_bytes = h2d_blocks * cfg.block_bytes
         transfer_s = (
@@ -202,230 +217,206 @@ class Engine:
         self._stall_s += stall_s
         self._iterations += 1
         # Peak while the batch holds its blocks, before finished requests free theirs.
-        self._peak_gpu = max(self._peak_gpu, cfg.gpu_kv_blocks - self.free_gpu)
-        for r in emitting:
-            self._emit(r)
-        used = cfg.gpu_kv_blocks - self.free_gpu
+        self._peak_gpu = max(self._peak_gpu, cfg.gpu_kv_blocks - s.free_gpu)
+        if len(batch.emitting):
+            s.emit(batch.emitting, self.now_s)
         self.timeline.append(
             TimelineSample(
                 time_s=self.now_s,
                 iteration_s=compute_s + stall_s,
                 stall_s=stall_s,
-                gpu_kv_blocks_used=used,
-                cpu_kv_blocks_used=cfg.cpu_kv_blocks - self.free_cpu,
-                running=len(self.running),
-                waiting=len(self.queued),
-                rotary=len(self.rotary) + len(self.in_transit),
-                prefill_tokens=prefill_tokens,
-                decode_tokens=decode_tokens,
+                gpu_kv_blocks_used=cfg.gpu_kv_blocks - s.free_gpu,
+                cpu_kv_blocks_used=cfg.cpu_kv_blocks - s.free_cpu,
+                running=len(s.running.rows),
+                waiting=len(s.queued.rows),
+                rotary=len(s.rotary.rows) + len(s.in_transit.rows),
+                prefill_tokens=batch.prefill_tokens,
+                decode_tokens=batch.decode_tokens,
             )
         )
+
+    def _quiet_stretch(self, progress: Callable[[float], None] | None) -> bool:
+        """Runs the iterations ahead in one step while they are quiet: nobody
+        is queued, rotary or being swapped in (so a scheduler idle unless
+        someone waits has nothing to say), every running request decodes and
+        none finishes, and the blocks they grow into are free. Each
+        iteration's time is still worked out on its own, and the stretch ends
+        before an arrival or past the drain limit. False when the next
+        iteration is not quiet."""
+        s = self.state
+        cfg = self.config
+        if (
+            len(s.queued.rows)
+            or len(s.rotary.rows)
+            or len(s.in_transit.rows)
+            or not self.scheduler.idle_unless_waiting
+            or len(s.running.rows) > cfg.max_batched_tokens
+        ):
+            return False
+        growth = s.quiet_growth(_QUIET_STRETCH_MAX).tolist()
+        if not growth:
+            return False
+        decoding = len(s.running)
+        context = int(self.requests.kv_tokens[s.running.rows].sum())
+        arrivals = self._arrivals_s
+        next_arrival_s = (
+            arrivals[self._next_arrival] if self._next_arrival < len(arrivals) else math.inf
+        )
+        used_before = cfg.gpu_kv_blocks - s.free_gpu
+        cpu_used = cfg.cpu_kv_blocks - s.free_cpu
+        # The clock and counters as locals: this loop is most of a light run.
+        now_s, stalled_s, peak = self.now_s, self._stall_s, self._peak_gpu
+        compute_s = 0.0
+        times_s: list[float] = []
+        for taken in growth:
+            if times_s and (next_arrival_s <= now_s or now_s > self._stop_after_s):
+                break
+            context += decoding
+            compute_s = self.cost.iteration_time_s(0, decoding, context)
+            stall_s = max(0.0 - compute_s, 0.0)  # _iteration's, with nothing to copy
+            now_s += compute_s + stall_s
+            stalled_s += stall_s
+            used = used_before + taken
+            peak = max(peak, used)
+            times_s.append(now_s)
+            self.timeline.append(
+                TimelineSample(
+                    time_s=now_s,
+                    iteration_s=compute_s + stall_s,
+                    stall_s=stall_s,
+                    gpu_kv_blocks_used=used,
+                    cpu_kv_blocks_used=cpu_used,
+                    running=decoding,
+                    waiting=0,
+                    rotary=0,
+                    prefill_tokens=0,
+                    decode_tokens=decoding,
+                )
+            )
+            if progress is not None:
+                progress(now_s)
+        self.now_s, self._stall_s, self._peak_gpu = now_s, stalled_s, peak
+        self._last_iteration_s = compute_s
+        self._iterations += len(times_s)
+        s.decode_quietly(times_s)
+        return True
 
     # -- carrying out a plan ------------------------------------------------
 
     def _apply(self, plan: SchedulePlan) -> tuple[int, int]:
         """Preempt, then start in priority order while blocks last. Returns
         blocks copied out and in."""
+        s = self.state
         d2h = 0
-        h2d = 0
-        for r in plan.swap_out:
-            if r.phase == Phase.RUNNING:
-                d2h += self._swap_out(r)
-        for r in plan.recompute:
-            if r.phase == Phase.RUNNING:
-                self._recompute(r)
-        bs = self.config.block_size_tokens
-        # A queued request starts only when this iteration's token budget
-        # still has room for (part of) its prefill, as vLLM's scheduler
-        # admits waiting requests; otherwise it would hold blocks idle.
-        prefill_room = self._prefill_room()
-        in_order = self.scheduler.in_order
-        for r in plan.start:
-            if len(self.running) + len(self.in_transit) >= self.config.max_running:
-                break
-            if r.phase == Phase.QUEUED and prefill_room <= 0:
-                if in_order:
-                    break
-                continue
-            need = blocks_needed(r, bs)
-            if need > self.free_gpu:
-                if in_order:
-                    break
-                continue
-            if r.phase == Phase.QUEUED:
-                prefill_room -= r.prefill_target - r.kv_tokens
-                self.queued.remove(r)
-                self.free_gpu -= need
-                r.gpu_blocks = need
-                r.phase = Phase.RUNNING
-                r.run_start_s = self.now_s
-                r.admitted_at_s = self.now_s
-                self.running.append(r)
-            elif r.phase == Phase.ROTARY:
-                h2d += self._swap_in(r, need)
+        if len(plan.swap_out):
+            d2h += s.preempt(plan.swap_out.tolist(), swap=True)
+        if len(plan.recompute):
+            s.preempt(plan.recompute.tolist(), swap=False)
+        h2d = self._start(plan.start) if len(plan.start) else 0
         if plan.eager_blocks:
-            d2h += self._eager(plan.eager_blocks)
+            d2h += s.eager(plan.eager_blocks)
         return d2h, h2d
+
+    def _start(self, rows: IntArray) -> int:
+        """Admit (queued) or resume (rotary) rows in order while they fit;
+        returns blocks copied in. A queued request starts only when this
+        iteration's token budget still has room for (part of) its prefill,
+        as vLLM's scheduler admits waiting requests; otherwise it would hold
+        blocks idle."""
+        s = self.state
+        r = self.requests
+        in_order = self.scheduler.in_order
+        slots = self.config.max_running - len(s.running.rows) - len(s.in_transit.rows)
+        free = s.free_gpu
+        prefill_room: int | None = None
+        admitted: list[int] = []
+        admitted_needs: list[int] = []
+        resumed: list[int] = []
+        resumed_needs: list[int] = []
+        for row, need, was in start_candidates(r, rows):
+            if slots <= 0:
+                break
+            if need > free:
+                if in_order:
+                    break
+                continue
+            if was == Phase.QUEUED:
+                if prefill_room is None:
+                    prefill_room = self._prefill_room()
+                if prefill_room <= 0:
+                    if in_order:
+                        break
+                    continue
+                prefill_room -= int(r.prefill_target[row] - r.kv_tokens[row])
+                admitted.append(row)
+                admitted_needs.append(need)
+            elif was == Phase.ROTARY:
+                resumed.append(row)
+                resumed_needs.append(need)
+            else:
+                continue
+            free -= need
+            slots -= 1
+        if admitted:
+            s.admit(admitted, admitted_needs, self.now_s)
+        if resumed:
+            return s.swap_in(resumed, resumed_needs, self.scheduler.keeps_cpu_copies)
+        return 0
 
     def _prefill_room(self) -> int:
         """Tokens of this iteration's budget left after the running requests'
         decodes and unfinished prefills."""
-        room = self.config.max_batched_tokens
-        for r in self.running:
-            left = r.prefill_target - r.kv_tokens
-            room -= left if left > 0 else 1
-        return room
+        r = self.requests
+        running = self.state.running.rows
+        left = r.prefill_target[running] - r.kv_tokens[running]
+        return self.config.max_batched_tokens - int(np.maximum(left, 1, out=left).sum())
 
-    def _swap_out(self, r: SimRequest) -> int:
-        """KV to CPU: copies the blocks that have no CPU copy yet and returns
-        how many. When the CPU pool cannot take them the request is preempted
-        by recompute instead (0 copied)."""
-        dirty = r.gpu_blocks - r.synced_blocks
-        if dirty > self.free_cpu or r.kv_tokens == 0:
-            # Nothing computed yet (or no CPU room): back to the queue, which
-            # for a request without KV loses nothing.
-            self._recompute(r)
-            return 0
-        self.running.remove(r)
-        self.free_cpu -= dirty
-        r.cpu_blocks += dirty
-        self.free_gpu += r.gpu_blocks
-        r.gpu_blocks = 0
-        r.synced_blocks = 0
-        r.phase = Phase.ROTARY
-        self.rotary.append(r)
-        self._preemptions += 1
-        self._swap_outs += 1
-        r.outcome.preemptions += 1
-        r.outcome.swap_outs += 1
-        return dirty
+    # -- the result ---------------------------------------------------------
 
-    def _swap_in(self, r: SimRequest, need: int) -> int:
-        self.rotary.remove(r)
-        self.free_gpu -= need
-        r.gpu_blocks = need
-        moved = r.cpu_blocks
-        if self.scheduler.keeps_cpu_copies:
-            r.synced_blocks = min(r.kv_tokens // self.config.block_size_tokens, need, r.cpu_blocks)
-            extra = r.cpu_blocks - r.synced_blocks
-            self.free_cpu += extra
-            r.cpu_blocks = r.synced_blocks
-        else:
-            self.free_cpu += r.cpu_blocks
-            r.cpu_blocks = 0
-            r.synced_blocks = 0
-        r.phase = Phase.IN_TRANSIT
-        self.in_transit.append(r)
-        self._swap_ins += 1
-        r.outcome.swap_ins += 1
-        return moved
+    def _outcomes(self) -> list[RequestOutcome]:
+        with _gc_paused():
+            return self._build_outcomes()
 
-    def _recompute(self, r: SimRequest) -> None:
-        """Drop the KV; the request re-queues at the head and recomputes its
-        prompt and the tokens generated so far."""
-        self.running.remove(r)
-        self.free_gpu += r.gpu_blocks
-        self.free_cpu += r.cpu_blocks
-        r.outcome.recomputed_tokens += r.kv_tokens
-        r.gpu_blocks = r.cpu_blocks = r.synced_blocks = 0
-        r.kv_tokens = 0
-        r.prefill_target = r.prompt_tokens + r.generated
-        r.phase = Phase.QUEUED
-        self.queued.insert(0, r)
-        self._preemptions += 1
-        r.outcome.preemptions += 1
+    def _build_outcomes(self) -> list[RequestOutcome]:
+        r = self.requests
+        slo = self.config.slo
+        return [
+            RequestOutcome(
+                id=id,
+                arrival_s=t.arrival_s,
+                prompt_tokens=t.prompt_tokens,
+                output_tokens=t.output_tokens,
+                slo_ttft_s=t.slo_ttft_s if t.slo_ttft_s is not None else slo.ttft_s,
+                slo_tbt_s=t.slo_tbt_s if t.slo_tbt_s is not None else slo.tbt_s,
+                token_times_s=times,
+                finish_s=None if math.isnan(finish) else finish,
+                preemptions=preemptions,
+                swap_outs=swap_outs,
+                swap_ins=swap_ins,
+                recomputed_tokens=recomputed,
+            )
+            for id, t, times, finish, preemptions, swap_outs, swap_ins, recomputed in zip(
+                r.ids,
+                self.trace,
+                self.state.tokens.per_request(r.generated),
+                r.finish_s.tolist(),
+                r.preemptions.tolist(),
+                r.swap_outs.tolist(),
+                r.swap_ins.tolist(),
+                r.recomputed_tokens.tolist(),
+                strict=True,
+            )
+        ]
 
-    def _eager(self, budget: int) -> int:
-        """DuplexKV eager copies: newly full blocks of running requests,
-        longest running first, become SYNCED."""
-        bs = self.config.block_size_tokens
-        copied = 0
-        for r in sorted(self.running, key=lambda r: (r.run_start_s, r.index)):
-            if copied >= budget or self.free_cpu <= 0:
-                break
-            fresh = min(r.full_blocks(bs) - r.synced_blocks, budget - copied, self.free_cpu)
-            if fresh <= 0:
-                continue
-            r.synced_blocks += fresh
-            r.cpu_blocks += fresh
-            self.free_cpu -= fresh
-            copied += fresh
-        return copied
 
-    # -- the batch ----------------------------------------------------------
-
-    def _form_batch(self) -> tuple[int, int, int, list[SimRequest]]:
-        """Token budget: decodes first, then prefill chunks in admission
-        order. Returns prefill tokens, decode tokens, attended context tokens
-        and the requests that emit a token at the end of the iteration."""
-        cfg = self.config
-        bs = cfg.block_size_tokens
-        self._preempted_blocks = 0
-        budget = cfg.max_batched_tokens
-        decode_tokens = 0
-        prefill_tokens = 0
-        context = 0
-        emitting: list[SimRequest] = []
-        running_phase = Phase.RUNNING
-        prefilling: list[SimRequest] = []
-        for r in list(self.running):
-            if r.phase != running_phase:
-                continue
-            if r.kv_tokens < r.prefill_target:
-                prefilling.append(r)
-                continue
-            if budget <= 0:
-                continue
-            if r.kv_tokens + 1 > r.gpu_blocks * bs and not self._grow(r):
-                continue
-            r.kv_tokens += 1
-            budget -= 1
-            decode_tokens += 1
-            context += r.kv_tokens
-            emitting.append(r)
-        for r in prefilling:
-            if budget <= 0:
-                break
-            if r.phase != running_phase:
-                continue
-            chunk = min(r.prefill_target - r.kv_tokens, budget)
-            r.kv_tokens += chunk
-            budget -= chunk
-            prefill_tokens += chunk
-            context += r.kv_tokens
-            r.last_progress_s = self.now_s
-            if r.kv_tokens >= r.prefill_target:
-                emitting.append(r)
-        return prefill_tokens, decode_tokens, context, emitting
-
-    def _grow(self, r: SimRequest) -> bool:
-        """One more block for r, preempting the most recently admitted other
-        requests while none is free. False when r itself had to go."""
-        while self.free_gpu == 0:
-            victim = self.running[-1]
-            before = self.free_gpu
-            if self.scheduler.swaps:
-                self._preempted_blocks += self._swap_out(victim)
-            else:
-                self._recompute(victim)
-            if victim is r:
-                return False
-            if self.free_gpu == before:
-                return False
-        self.free_gpu -= 1
-        r.gpu_blocks += 1
-        return True
-
-    def _emit(self, r: SimRequest) -> None:
-        if r.phase != Phase.RUNNING:
-            return
-        r.generated += 1
-        r.outcome.token_times_s.append(self.now_s)
-        r.last_progress_s = self.now_s
-        if r.generated >= r.output_tokens:
-            r.phase = Phase.FINISHED
-            r.outcome.finish_s = self.now_s
-            self.running.remove(r)
-            self.free_gpu += r.gpu_blocks
-            self.free_cpu += r.cpu_blocks
-            r.gpu_blocks = r.cpu_blocks = r.synced_blocks = 0
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The outcomes hold every token time (millions, in acyclic lists): a
+    garbage collection while they are built would only walk them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -19,35 +19,40 @@ engine adapter would build it.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from planner.domain.requests import RequestState, Snapshot, table_from_columns
 from planner.domain.rotation import RotationInputs
 from planner.policies.rotation import plan_rotation
-from planner.replay.state import SimRequest
+from planner.replay.state import FloatArray, IntArray, RequestColumns, start_candidates
+
+_NO_ROWS: IntArray = np.zeros(0, dtype=np.int64)
 
 
-@dataclass(slots=True)
-class SchedulePlan:
-    swap_out: list[SimRequest] = field(default_factory=list)
-    recompute: list[SimRequest] = field(default_factory=list)
+class SchedulePlan(NamedTuple):
+    """Request rows (planner.replay.state) to act on, each listed once."""
+
+    swap_out: IntArray = _NO_ROWS
+    recompute: IntArray = _NO_ROWS
     # In priority order; each is admitted (QUEUED) or resumed (ROTARY) if it fits.
-    start: list[SimRequest] = field(default_factory=list)
+    start: IntArray = _NO_ROWS
     eager_blocks: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class EngineView:
-    """What a scheduler may read. Lists are in the engine's order: queued by
+class EngineView(NamedTuple):
+    """What a scheduler may read (and must not change): every request's
+    columns, and the rows of the queues in the engine's order: queued by
     queue position, running by admission, rotary by preemption time."""
 
     now_s: float
-    queued: list[SimRequest]
-    running: list[SimRequest]
-    rotary: list[SimRequest]
+    requests: RequestColumns
+    queued: IntArray
+    running: IntArray
+    rotary: IntArray
     free_gpu_blocks: int
     free_cpu_blocks: int
     block_size_tokens: int
@@ -65,18 +70,11 @@ class Scheduler(Protocol):
     # not fit (vLLM's queues); False: skip it and try the next (LVF's list
     # was already fitted by the policy).
     in_order: bool
+    # Plans nothing while no request is queued or rotary, so the engine may
+    # run such iterations without asking.
+    idle_unless_waiting: bool
 
     def plan(self, view: EngineView) -> SchedulePlan: ...
-
-
-def blocks_needed(r: SimRequest, block_size: int) -> int:
-    """GPU blocks a queued request needs to start, or a rotary one to resume:
-    its whole prefill while it has one to do; else its KV plus the token its
-    next decode writes (resumed into just the blocks it had, a request whose
-    KV ends on a block boundary would be preempted again at once)."""
-    if r.kv_tokens < r.prefill_target:
-        return max(-(-r.prefill_target // block_size), 1)
-    return -(-(r.kv_tokens + 1) // block_size)
 
 
 class Fcfs:
@@ -84,9 +82,10 @@ class Fcfs:
     swaps = False
     keeps_cpu_copies = False
     in_order = True
+    idle_unless_waiting = True
 
     def plan(self, view: EngineView) -> SchedulePlan:
-        return SchedulePlan(start=list(view.queued))
+        return SchedulePlan(start=view.queued)
 
 
 class WaitingFirst:
@@ -94,35 +93,55 @@ class WaitingFirst:
     swaps = True
     keeps_cpu_copies = False
     in_order = True
+    idle_unless_waiting = True
 
     def plan(self, view: EngineView) -> SchedulePlan:
-        bs = view.block_size_tokens
-        plan = SchedulePlan()
+        """The queue's head that can start, with room made by swapping out
+        victims where needed (it stops at the first it cannot make room for);
+        then, if the whole queue starts, the rotary requests."""
+        # Running requests as victims, most recent first; their blocks are
+        # looked up once a waiting request needs room.
+        victims = view.running[::-1]
+        victim_blocks: IntArray | None = None
+        taken = 0  # victims looked at so far (taken or passed over for good)
+        swap_out: list[int] = []
+        starting = 0
         free = view.free_gpu_blocks
         cpu = view.free_cpu_blocks
-        victims = list(reversed(view.running))
-        for r in view.queued:
-            need = blocks_needed(r, bs)
-            # Victims are taken only when they make room for r: swapping out
-            # requests that still leave r waiting would gain nothing.
-            chosen: list[SimRequest] = []
+        for _, need, _ in start_candidates(view.requests, view.queued):
+            if need <= free:
+                starting += 1
+                free -= need
+                continue
+            # Victims are taken only when they make room for this request:
+            # swapping out requests that still leave it waiting would gain
+            # nothing. One whose blocks the CPU pool cannot take is passed over.
+            chosen: list[int] = []
             room, cpu_left = free, cpu
-            while need > room and victims:
-                v = victims.pop(0)
-                if v.gpu_blocks > cpu_left:
-                    continue
-                chosen.append(v)
-                cpu_left -= v.gpu_blocks
-                room += v.gpu_blocks
+            if victim_blocks is None:
+                victim_blocks = view.requests.gpu_blocks[victims]
+            while need > room and taken < len(victims):
+                fitting = (victim_blocks[taken:] <= cpu_left).nonzero()[0]
+                if not len(fitting):
+                    taken = len(victims)
+                    break
+                v = taken + int(fitting[0])
+                taken = v + 1
+                chosen.append(int(victims[v]))
+                cpu_left -= int(victim_blocks[v])
+                room += int(victim_blocks[v])
             if need > room:
                 break
-            plan.swap_out.extend(chosen)
+            swap_out.extend(chosen)
             cpu = cpu_left
-            plan.start.append(r)
+            starting += 1
             free = room - need
-        if not view.queued or len(plan.start) == len(view.queued):
-            plan.start.extend(view.rotary)
-        return plan
+        start = view.queued[:starting]
+        if starting == len(view.queued):
+            start = np.concatenate((start, view.rotary))
+        return SchedulePlan(
+            swap_out=np.array(swap_out, dtype=np.int64) if swap_out else _NO_ROWS, start=start
+        )
 
 
 class SwappedFirst:
@@ -130,14 +149,16 @@ class SwappedFirst:
     swaps = True
     keeps_cpu_copies = False
     in_order = True
+    idle_unless_waiting = True
 
     def plan(self, view: EngineView) -> SchedulePlan:
-        bs = view.block_size_tokens
-        plan = SchedulePlan(start=list(view.rotary))
-        resumed = sum(blocks_needed(r, bs) for r in view.rotary)
+        resumed = int(view.requests.start_blocks[view.rotary].sum())
         if resumed <= view.free_gpu_blocks:
-            plan.start.extend(view.queued)
-        return plan
+            return SchedulePlan(start=np.concatenate((view.rotary, view.queued)))
+        return SchedulePlan(start=view.rotary)
+
+
+_STATES = np.array([RequestState.WAITING, RequestState.RUNNING, RequestState.ROTARY], np.int8)
 
 
 @dataclass
@@ -147,74 +168,84 @@ class Lvf:
     swaps: bool = True
     keeps_cpu_copies: bool = True
     in_order: bool = False
+    # Its DuplexKV eager copies go on with nobody waiting.
+    idle_unless_waiting: bool = False
+    # Wall seconds spent in the rotation policy itself: what a run cannot go
+    # below (planner bench replay reports it).
+    policy_s: float = field(default=0.0, init=False)
 
     def plan(self, view: EngineView) -> SchedulePlan:
-        """The snapshot an adapter would send, built column by column (this
-        runs every simulated iteration)."""
-        bs = view.block_size_tokens
-        queued, running, rotary = view.queued, view.running, view.rotary
-        tracked = [*queued, *running, *rotary]
-        n, q, r_end = len(tracked), len(queued), len(queued) + len(running)
-        nan = math.nan
-        state = np.repeat(
-            np.array([RequestState.WAITING, RequestState.RUNNING, RequestState.ROTARY], np.int8),
-            [len(queued), len(running), len(rotary)],
-        )
-        run_start = np.full(n, nan)
-        run_start[q:r_end] = [r.run_start_s for r in running]
-        last_token = np.full(n, nan)
-        last_token[r_end:] = [_last_token_s(r) for r in rotary]
-        prompt_blocks = np.zeros(n, np.int64)
-        prompt_blocks[:q] = [max(-(-r.prefill_target // bs), 1) for r in queued]
-        gpu_blocks = np.zeros(n, np.int64)
-        gpu_blocks[q:r_end] = [r.gpu_blocks for r in running]
-        cpu_blocks = np.zeros(n, np.int64)
-        cpu_blocks[r_end:] = [blocks_needed(r, bs) for r in rotary]
-        num_tokens = np.full(n, -1, np.int64)
-        num_tokens[q:r_end] = [r.kv_tokens for r in running]
-        synced = np.zeros(n, np.int64)
-        synced[q:r_end] = [r.synced_blocks for r in running]
-        table = table_from_columns(
-            [r.id for r in tracked],
-            state=state,
-            arrival_s=np.array([r.arrival_s for r in tracked], np.float64),
-            run_start_s=run_start,
-            last_token_s=last_token,
-            prompt_blocks=prompt_blocks,
-            gpu_blocks=gpu_blocks,
-            cpu_blocks=cpu_blocks,
-            num_tokens=num_tokens,
-            synced_blocks=synced,
-            slo_ttft_s=np.array([r.slo_ttft_s for r in tracked], np.float64),
-            slo_tbt_s=np.array([r.slo_tbt_s for r in tracked], np.float64),
-            block_size_tokens=bs,
-        )
-        snapshot = Snapshot(
-            now_s=view.now_s,
-            free_gpu_blocks=view.free_gpu_blocks,
-            requests=table,
-            block_size_tokens=bs,
-            free_cpu_blocks=view.free_cpu_blocks,
-            last_iteration_s=view.last_iteration_s if view.last_iteration_s > 0 else None,
-        )
+        rows, snapshot = rotation_snapshot(view)
+        started = time.perf_counter()
         decision = plan_rotation(snapshot, self.inputs)
-        by_id = {r.id: r for r in tracked}
+        self.policy_s += time.perf_counter() - started
+        row_of = view.requests.row_of
+        if row_of is None:
+            # Ids repeat: the snapshot's own rows, the last of an id winning.
+            row_of = dict(zip(snapshot.requests.ids, rows.tolist(), strict=True))
         return SchedulePlan(
-            swap_out=[by_id[d.id] for d in decision.preempted],
-            start=[by_id[d.id] for d in decision.prioritized],
+            swap_out=np.array([row_of[d.id] for d in decision.preempted], dtype=np.int64),
+            start=np.array([row_of[d.id] for d in decision.prioritized], dtype=np.int64),
             eager_blocks=decision.explanation.eager_blocks,
         )
 
 
-def _last_token_s(r: SimRequest) -> float:
-    """When a rotary request last made progress: its latest token, else its
-    latest prefill chunk (preempted mid-prefill), else its arrival. Never NaN:
-    a NaN VLT would never be picked again."""
-    if r.outcome.token_times_s:
-        return r.outcome.token_times_s[-1]
-    if not math.isnan(r.last_progress_s):
-        return r.last_progress_s
-    return r.arrival_s
+def rotation_snapshot(view: EngineView) -> tuple[IntArray, Snapshot]:
+    """The snapshot an engine adapter would send (queued, then running, then
+    rotary requests) and the request row of each of its rows."""
+    r, bs = view.requests, view.block_size_tokens
+    queued, running, rotary = view.queued, view.running, view.rotary
+    rows = np.concatenate((queued, running, rotary))
+    q, t = len(queued), len(queued) + len(running)  # running at [q, t), rotary from t
+    # Columns by state, zero (or NaN) where a state has no such number: one
+    # block of integer columns and one of times.
+    counts = np.zeros((4, len(rows)), dtype=np.int64)
+    prompt_blocks, gpu_blocks, cpu_blocks, synced_blocks = counts
+    prompt_blocks[:q] = r.start_blocks[queued]
+    gpu_blocks[q:t] = r.gpu_blocks[running]
+    synced_blocks[q:t] = r.synced_blocks[running]
+    cpu_blocks[t:] = r.start_blocks[rotary]
+    num_tokens = np.empty(len(rows), dtype=np.int64)
+    num_tokens.fill(-1)
+    num_tokens[q:t] = r.kv_tokens[running]
+    times = np.empty((2, len(rows)))
+    times.fill(math.nan)
+    run_start_s, last_token_s = times
+    run_start_s[q:t] = r.run_start_s[running]
+    last_token_s[t:] = last_progress_s(r, rotary)
+    table = table_from_columns(
+        r.id_array[rows].tolist(),
+        state=np.repeat(_STATES, [len(queued), len(running), len(rotary)]),
+        arrival_s=r.arrival_s[rows],
+        run_start_s=run_start_s,
+        last_token_s=last_token_s,
+        prompt_blocks=prompt_blocks,
+        gpu_blocks=gpu_blocks,
+        cpu_blocks=cpu_blocks,
+        num_tokens=num_tokens,
+        synced_blocks=synced_blocks,
+        slo_ttft_s=r.slo_ttft_s[rows],
+        slo_tbt_s=r.slo_tbt_s[rows],
+        block_size_tokens=bs,
+    )
+    snapshot = Snapshot(
+        now_s=view.now_s,
+        free_gpu_blocks=view.free_gpu_blocks,
+        requests=table,
+        block_size_tokens=bs,
+        free_cpu_blocks=view.free_cpu_blocks,
+        last_iteration_s=view.last_iteration_s if view.last_iteration_s > 0 else None,
+    )
+    return rows, snapshot
+
+
+def last_progress_s(requests: RequestColumns, rows: IntArray) -> FloatArray:
+    """When rotary requests last made progress: their latest token, else
+    their latest prefill chunk (preempted mid-prefill), else their arrival.
+    Never NaN: a NaN VLT would never be picked again."""
+    token = requests.last_token_s[rows]
+    when: FloatArray = np.where(np.isnan(token), requests.last_prefill_s[rows], token)
+    return when
 
 
 POLICY_NAMES = ("fcfs", "lvf", "waiting-first", "swapped-first")

@@ -5,10 +5,12 @@ requests that can never run."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import pytest
 
 from planner.domain.rotation import RotationInputs, RotationParams
@@ -20,7 +22,7 @@ from planner.replay.schedulers import (
     SchedulePlan,
     make_scheduler,
 )
-from planner.replay.state import Phase
+from planner.replay.state import Phase, blocks_needed
 from planner.trace.records import TraceRequest
 
 BLOCK_BYTES = 1000
@@ -79,50 +81,78 @@ def rotation_inputs() -> RotationInputs:
 
 
 class CheckedEngine(Engine):
-    """Checks the block pools and the request lists after every iteration."""
+    """Checks the block pools and the request lists after every iteration,
+    and after every stretch of quiet iterations run in one step (counting
+    the iterations it covers)."""
 
     checks = 0
+    stretches = 0
 
     def _iteration(self) -> None:
         super()._iteration()
         check_state(self)
         self.checks += 1
 
+    def _quiet_stretch(self, progress: Callable[[float], None] | None) -> bool:
+        before = self._iterations
+        if not super()._quiet_stretch(progress):
+            return False
+        check_state(self)
+        self.checks += self._iterations - before
+        self.stretches += 1
+        return True
+
+
+class OneByOneEngine(CheckedEngine):
+    """Never runs quiet iterations in one step."""
+
+    def _quiet_stretch(self, progress: Callable[[float], None] | None) -> bool:
+        return False
+
 
 def check_state(e: Engine) -> None:
     cfg = e.config
     bs = cfg.block_size_tokens
-    assert 0 <= e.free_gpu <= cfg.gpu_kv_blocks
-    assert 0 <= e.free_cpu <= cfg.cpu_kv_blocks
-    on_gpu = e.running + e.in_transit
-    assert sum(r.gpu_blocks for r in on_gpu) == cfg.gpu_kv_blocks - e.free_gpu
-    assert sum(r.cpu_blocks for r in e.requests) == cfg.cpu_kv_blocks - e.free_cpu
-    listed = e.queued + e.running + e.rotary + e.in_transit
-    assert len({id(r) for r in listed}) == len(listed), "a request in two lists"
-    for lst, phase in (
-        (e.queued, Phase.QUEUED),
-        (e.running, Phase.RUNNING),
-        (e.rotary, Phase.ROTARY),
-        (e.in_transit, Phase.IN_TRANSIT),
-    ):
-        assert all(r.phase == phase for r in lst)
-    for r in e.requests:
-        assert r.cpu_blocks >= 0 and r.gpu_blocks >= 0
-        assert len(r.outcome.token_times_s) == r.generated
-        if r.phase in (Phase.RUNNING, Phase.IN_TRANSIT):
-            assert r.gpu_blocks >= 1
-            assert r.kv_tokens <= r.gpu_blocks * bs
-            assert r.synced_blocks <= min(r.gpu_blocks, r.cpu_blocks)
-        else:
-            assert r.gpu_blocks == 0
-        if r.phase == Phase.ROTARY:
-            # All the KV it has written is in CPU memory.
-            assert r.cpu_blocks >= r.blocks_for(r.kv_tokens, bs)
-        if r.phase == Phase.QUEUED:
-            assert r.kv_tokens == 0 and r.cpu_blocks == 0
-        if r.phase == Phase.FINISHED:
-            assert r.generated == r.output_tokens
-            assert r.cpu_blocks == 0 and r not in listed
+    s, r = e.state, e.requests
+    assert 0 <= s.free_gpu <= cfg.gpu_kv_blocks
+    assert 0 <= s.free_cpu <= cfg.cpu_kv_blocks
+    # The pools are conserved: every block not free is some request's.
+    assert (r.gpu_blocks >= 0).all() and (r.cpu_blocks >= 0).all()
+    assert int(r.gpu_blocks.sum()) == cfg.gpu_kv_blocks - s.free_gpu
+    assert int(r.cpu_blocks.sum()) == cfg.cpu_kv_blocks - s.free_cpu
+    # Each request in the one list of its phase, once; nobody else listed.
+    lists = {
+        Phase.QUEUED: s.queued.rows,
+        Phase.RUNNING: s.running.rows,
+        Phase.ROTARY: s.rotary.rows,
+        Phase.IN_TRANSIT: s.in_transit.rows,
+    }
+    listed = np.concatenate(list(lists.values())).tolist()
+    assert len(set(listed)) == len(listed), "a request in two lists"
+    for phase, rows in lists.items():
+        assert sorted(rows.tolist()) == np.flatnonzero(r.phase == phase).tolist()
+    # Every token counted was recorded once, in its place; only running
+    # requests emit.
+    assert s.tokens.recorded().tolist() == r.generated.tolist()
+    assert (r.generated <= np.maximum(r.output_tokens, 1)).all()
+    phase, kv, gpu, cpu = r.phase, r.kv_tokens, r.gpu_blocks, r.cpu_blocks
+    on_gpu = (phase == Phase.RUNNING) | (phase == Phase.IN_TRANSIT)
+    assert (gpu[on_gpu] >= 1).all()
+    assert (kv <= gpu * bs)[on_gpu].all()
+    assert (r.synced_blocks <= np.minimum(gpu, cpu))[on_gpu].all()
+    assert (gpu[~on_gpu] == 0).all() and (r.synced_blocks[~on_gpu] == 0).all()
+    # A rotary request has all the KV it wrote in CPU memory.
+    rotary = phase == Phase.ROTARY
+    assert (cpu >= -(-kv // bs))[rotary].all()
+    queued = phase == Phase.QUEUED
+    assert (kv[queued] == 0).all() and (cpu[queued] == 0).all()
+    # What a waiting request needs to start, kept since it was queued or
+    # swapped out, is still right.
+    waiting = np.flatnonzero(queued | rotary)
+    assert (r.start_blocks[waiting] == blocks_needed(r, waiting, bs)).all()
+    finished = phase == Phase.FINISHED
+    assert (r.generated == r.output_tokens)[finished].all()
+    assert (cpu[finished] == 0).all()
 
 
 def simulate(
@@ -153,14 +183,14 @@ def check_all_finished(result: ReplayResult, trace: Sequence[TraceRequest]) -> N
         assert all(a <= b for a, b in itertools.pairwise(times))
 
 
-def random_trace(seed: int, n: int = 30) -> list[TraceRequest]:
-    """n requests ~20 ms apart, prompts 1..64 and outputs 1..48 tokens: at
-    most 7 blocks of 16 each, tight in a pool of 10."""
+def random_trace(seed: int, n: int = 30, rate: float = 50.0) -> list[TraceRequest]:
+    """n requests ~1/rate s apart (20 ms), prompts 1..64 and outputs 1..48
+    tokens: at most 7 blocks of 16 each, tight in a pool of 10."""
     rng = random.Random(seed)
     t = 0.0
     trace = []
     for i in range(n):
-        t += rng.expovariate(50.0)
+        t += rng.expovariate(rate)
         trace.append(req(round(t, 4), rng.randint(1, 64), rng.randint(1, 48), id=f"q{i}"))
     return trace
 
@@ -240,7 +270,7 @@ def test_a_block_boundary_takes_a_new_block_and_counts_in_the_peak() -> None:
     engine, result = simulate([req(0.0, 48, 2)], config(gpu=4))
     assert result.requests[0].finish_s is not None
     assert result.totals.peak_gpu_kv_blocks == 4
-    assert engine.free_gpu == 4
+    assert engine.state.free_gpu == 4
 
 
 def test_transfers_that_do_not_fit_in_the_iteration_stall_it() -> None:
@@ -289,8 +319,8 @@ def test_tight_pool_never_overflows_and_every_request_finishes(policy: str, seed
     engine, result = simulate(trace, config(gpu=10, cpu=12, budget=32), policy)
     assert engine.checks == result.totals.iterations > 0
     check_all_finished(result, trace)
-    assert engine.free_gpu == 10 and engine.free_cpu == 12
-    assert all(r.phase == Phase.FINISHED for r in engine.requests)
+    assert engine.state.free_gpu == 10 and engine.state.free_cpu == 12
+    assert (engine.requests.phase == Phase.FINISHED).all()
     totals = result.totals
     assert totals.peak_gpu_kv_blocks <= 10
     assert all(0 <= s.gpu_kv_blocks_used <= 10 for s in result.timeline)
@@ -315,7 +345,7 @@ def test_no_cpu_pool_preempts_by_recompute(policy: str) -> None:
     engine, result = simulate(trace, config(gpu=10, cpu=0, budget=32), policy)
     check_all_finished(result, trace)
     assert result.totals.swap_outs == 0 and result.totals.bytes_d2h == 0
-    assert engine.free_cpu == 0
+    assert engine.state.free_cpu == 0
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
@@ -363,7 +393,7 @@ def test_prompt_larger_than_the_gpu_pool_is_rejected_not_hung(policy: str, idle_
     engine, result = simulate(trace, config(gpu=4), policy, cost=AffineCost(idle_zero=idle_zero))
     before, huge, after = result.requests
     assert huge.token_times_s == [] and huge.finish_s is None
-    assert engine.requests[1].phase == Phase.REJECTED
+    assert engine.requests.phase[1] == Phase.REJECTED
     assert before.finish_s is not None and after.finish_s is not None
     assert result.totals.iterations < 20
 
@@ -375,7 +405,7 @@ def test_prompt_plus_output_larger_than_the_pool_is_rejected(policy: str) -> Non
     engine, result = simulate([req(0.0, 60, 10)], config(gpu=4), policy)
     (o,) = result.requests
     assert o.token_times_s == [] and o.finish_s is None
-    assert engine.requests[0].phase == Phase.REJECTED
+    assert engine.requests.phase[0] == Phase.REJECTED
     assert result.totals.iterations == 0
 
 
@@ -386,7 +416,7 @@ def test_request_filling_the_whole_pool_at_its_last_token_runs(policy: str) -> N
     engine, result = simulate([req(0.0, 48, 17)], config(gpu=4), policy)
     assert len(result.requests[0].token_times_s) == 17
     assert result.totals.peak_gpu_kv_blocks == 4 and result.totals.preemptions == 0
-    assert engine.free_gpu == 4
+    assert engine.state.free_gpu == 4
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
@@ -401,7 +431,7 @@ def test_prompt_without_a_spare_block_is_rejected_under_every_policy(
     engine, result = simulate(trace, config(gpu=4), policy, cost=AffineCost(idle_zero=idle_zero))
     full, small = result.requests
     assert full.finish_s is None and full.token_times_s == []
-    assert engine.requests[0].phase == Phase.REJECTED
+    assert engine.requests.phase[0] == Phase.REJECTED
     assert small.token_times_s == pytest.approx([1.020, 1.032], abs=1e-12)
     assert result.totals.iterations == 2
 
@@ -416,7 +446,7 @@ def test_stuck_engine_stops_instead_of_spinning() -> None:
     assert all(o.finish_s is None for o in result.requests)
     assert result.totals.iterations == 2
     assert result.totals.simulated_s == 2.0
-    assert len(engine.queued) == 2
+    assert len(engine.state.queued) == 2
 
 
 class NeverStart:
@@ -424,6 +454,7 @@ class NeverStart:
     swaps = False
     keeps_cpu_copies = False
     in_order = True
+    idle_unless_waiting = True
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan()
@@ -436,4 +467,69 @@ def test_drain_limit_stops_the_run_with_requests_unfinished() -> None:
     assert o.finish_s is None
     assert 0 < len(o.token_times_s) < 100
     assert 0.05 < result.totals.simulated_s <= 0.05 + 0.012 + 1e-12
-    assert engine.running  # still holding its blocks when the run stopped
+    assert len(engine.state.running) == 1  # still holding its blocks when the run stopped
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "waiting-first", "swapped-first"])
+def test_trace_order_does_not_matter_only_arrivals_do(policy: str) -> None:
+    # The same requests listed in another order (distinct arrival times):
+    # each one's outcome is the same, reported in the order given.
+    trace = random_trace(5)
+    shuffled = trace[::-1]
+    _, result = simulate(trace, config(gpu=10, cpu=12, budget=32), policy)
+    _, reversed_result = simulate(shuffled, config(gpu=10, cpu=12, budget=32), policy)
+    assert [o.id for o in reversed_result.requests] == [t.id for t in shuffled]
+    assert reversed_result.requests[::-1] == result.requests
+    assert reversed_result.timeline == result.timeline
+
+
+def check_same_as_one_by_one(
+    trace: Sequence[TraceRequest], cfg: EngineConfig, policy: str
+) -> tuple[CheckedEngine, ReplayResult]:
+    """Runs trace with quiet stretches and without; returns the first run
+    after checking that both give exactly the same."""
+    engine, result = simulate(trace, cfg, policy)
+    plain = OneByOneEngine(
+        cfg, make_scheduler(policy, rotation_inputs()), AffineCost(), Link(), trace
+    )
+    expected = plain.run()
+    assert plain.checks == expected.totals.iterations
+    assert result.requests == expected.requests
+    assert result.timeline == expected.timeline
+    assert dataclasses.replace(result.totals, wall_s=0.0) == dataclasses.replace(
+        expected.totals, wall_s=0.0
+    )
+    return engine, result
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "waiting-first", "swapped-first"])
+@pytest.mark.parametrize(("seed", "gpu", "rate"), [(6, 10, 50.0), (7, 64, 5.0), (8, 64, 50.0)])
+def test_quiet_stretches_are_their_iterations_one_by_one(
+    policy: str, seed: int, gpu: int, rate: float
+) -> None:
+    # Light traffic leaves stretches where nobody waits and everyone decodes
+    # (ended by arrivals and finishes); run in one step, they give exactly
+    # what iteration after iteration gives.
+    engine, _ = check_same_as_one_by_one(
+        random_trace(seed, rate=rate), config(gpu=gpu, cpu=12, budget=32), policy
+    )
+    assert engine.stretches > 0
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "waiting-first", "swapped-first"])
+def test_a_quiet_stretch_ends_before_the_blocks_run_out(policy: str) -> None:
+    # Two 20-token prompts take 2 of 10 blocks each and decode 90 tokens:
+    # 60 decodes grow them to 5 blocks each, filling the pool; the 61st
+    # needs a block none is free for, so a preemption follows in a normal
+    # iteration.
+    trace = [req(0.0, 20, 90, id="A"), req(0.0, 20, 90, id="B")]
+    engine, result = check_same_as_one_by_one(trace, config(gpu=10, cpu=12), policy)
+    assert engine.stretches > 0 and result.totals.preemptions > 0
+    check_all_finished(result, trace)
+
+
+def test_a_quiet_stretch_stops_at_the_drain_limit() -> None:
+    trace = [req(0.0, 10, 400)]
+    engine, result = check_same_as_one_by_one(trace, config(drain_limit_s=0.5), "fcfs")
+    assert engine.stretches > 0
+    assert 0.5 < result.totals.simulated_s <= 0.5 + 0.012 + 1e-12

@@ -7,11 +7,13 @@ and back in)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 import planner.replay.schedulers as schedulers
-from planner.domain.requests import RequestState, Snapshot
+from planner.domain.requests import RequestState, Slo, Snapshot
 from planner.domain.rotation import RotationInputs, RotationParams, RotationPlan
 from planner.policies.rotation import plan_rotation
 from planner.replay.engine import Engine, EngineConfig
@@ -24,10 +26,9 @@ from planner.replay.schedulers import (
     Scheduler,
     SwappedFirst,
     WaitingFirst,
-    blocks_needed,
     make_scheduler,
 )
-from planner.replay.state import Phase, SimRequest
+from planner.replay.state import IntArray, Phase, RequestColumns, blocks_needed
 from planner.trace.records import TraceRequest
 
 BLOCK_BYTES = 1000
@@ -86,24 +87,35 @@ class RecordingEngine(Engine):
         self.events: list[tuple[int, str, str]] = []
         self.swapped_out: list[tuple[str, int, int]] = []
         self.phases: list[dict[str, Phase]] = []
+        r = self.requests
+        preempt, swap_in = self.state.preempt, self.state.swap_in
+
+        def recording_preempt(rows: Sequence[int], swap: bool) -> int:
+            held = [
+                (row, int(r.gpu_blocks[row]), int(r.synced_blocks[row]))
+                for row in rows
+                if r.phase[row] == Phase.RUNNING
+            ]
+            copied = preempt(rows, swap)
+            for row, gpu, synced in held:
+                if r.phase[row] == Phase.ROTARY:
+                    self.events.append((self._iterations, "swap_out", r.ids[row]))
+                    self.swapped_out.append((r.ids[row], gpu, synced))
+                else:
+                    self.events.append((self._iterations, "recompute", r.ids[row]))
+            return copied
+
+        def recording_swap_in(rows: Sequence[int], needs: Sequence[int], keep: bool) -> int:
+            self.events.extend((self._iterations, "swap_in", r.ids[row]) for row in rows)
+            return swap_in(rows, needs, keep)
+
+        self.state.preempt = recording_preempt  # type: ignore[method-assign]
+        self.state.swap_in = recording_swap_in  # type: ignore[method-assign]
 
     def _iteration(self) -> None:
         super()._iteration()
-        self.phases.append({r.id: r.phase for r in self.requests})
-
-    def _swap_out(self, r: SimRequest) -> int:
-        if r.gpu_blocks - r.synced_blocks <= self.free_cpu:  # else it recomputes
-            self.events.append((self._iterations, "swap_out", r.id))
-            self.swapped_out.append((r.id, r.gpu_blocks, r.synced_blocks))
-        return super()._swap_out(r)
-
-    def _swap_in(self, r: SimRequest, need: int) -> int:
-        self.events.append((self._iterations, "swap_in", r.id))
-        return super()._swap_in(r, need)
-
-    def _recompute(self, r: SimRequest) -> None:
-        self.events.append((self._iterations, "recompute", r.id))
-        super()._recompute(r)
+        r = self.requests
+        self.phases.append({id: Phase(p) for id, p in zip(r.ids, r.phase.tolist(), strict=True)})
 
     def first(self, event: str, id: str) -> int:
         """Iteration (0-based) of the first `event` of `id`."""
@@ -131,48 +143,52 @@ def check_all_finished(result: ReplayResult, trace: Sequence[TraceRequest]) -> N
 # -- plans on hand-made views ----------------------------------------------------
 
 
-def sim(
-    id: str,
-    prompt: int,
-    *,
-    phase: Phase,
-    kv: int = 0,
-    gpu: int = 0,
-    cpu: int = 0,
-    arrival: float = 0.0,
-    run_start: float = 0.0,
-) -> SimRequest:
-    r = SimRequest(
-        0,
-        id,
-        arrival_s=arrival,
-        prompt_tokens=prompt,
-        output_tokens=10,
-        slo_ttft_s=5.0,
-        slo_tbt_s=0.1,
-    )
-    r.phase = phase
-    r.kv_tokens = kv
-    r.gpu_blocks = gpu
-    r.cpu_blocks = cpu
-    r.run_start_s = run_start
+@dataclass(frozen=True)
+class Sim:
+    """A request in a hand-made engine state."""
+
+    id: str
+    prompt: int
+    phase: Phase
+    kv: int = 0
+    gpu: int = 0
+    cpu: int = 0
+    arrival: float = 0.0
+    run_start: float = 0.0
+
+
+def columns(*sims: Sim) -> RequestColumns:
+    """The engine's columns for sims (row i is sims[i]), as the engine keeps
+    them, start_blocks included."""
+    trace = [TraceRequest(s.arrival, s.prompt, 10, id=s.id) for s in sims]
+    r = RequestColumns.from_trace(trace, Slo())
+    r.phase[:] = [s.phase for s in sims]
+    r.kv_tokens[:] = [s.kv for s in sims]
+    r.gpu_blocks[:] = [s.gpu for s in sims]
+    r.cpu_blocks[:] = [s.cpu for s in sims]
+    r.run_start_s[:] = [s.run_start for s in sims]
+    r.start_blocks[:] = blocks_needed(r, np.arange(len(sims)), 4)
     return r
 
 
 def view(
+    requests: RequestColumns,
     *,
-    queued: Sequence[SimRequest] = (),
-    running: Sequence[SimRequest] = (),
-    rotary: Sequence[SimRequest] = (),
     free_gpu: int,
     free_cpu: int = 100,
     now_s: float = 1.0,
 ) -> EngineView:
+    """The view of requests, each listed by its phase, in row order."""
+
+    def rows(phase: Phase) -> IntArray:
+        return np.flatnonzero(requests.phase == phase)
+
     return EngineView(
         now_s=now_s,
-        queued=list(queued),
-        running=list(running),
-        rotary=list(rotary),
+        requests=requests,
+        queued=rows(Phase.QUEUED),
+        running=rows(Phase.RUNNING),
+        rotary=rows(Phase.ROTARY),
         free_gpu_blocks=free_gpu,
         free_cpu_blocks=free_cpu,
         block_size_tokens=4,
@@ -180,15 +196,23 @@ def view(
     )
 
 
+def ids(requests: RequestColumns, rows: IntArray) -> list[str]:
+    return [requests.ids[row] for row in rows.tolist()]
+
+
 def test_blocks_needed() -> None:
-    assert blocks_needed(sim("q", 9, phase=Phase.QUEUED), 4) == 3  # whole prompt
-    assert blocks_needed(sim("q", 1, phase=Phase.QUEUED), 4) == 1
-    # Swapped out mid-prefill: the whole prompt's blocks again.
-    assert blocks_needed(sim("r", 20, phase=Phase.ROTARY, kv=5), 4) == 5
-    # Decoding: the blocks its KV fills, with room for the next token.
-    assert blocks_needed(sim("r", 8, phase=Phase.ROTARY, kv=9), 4) == 3
-    assert blocks_needed(sim("r", 8, phase=Phase.ROTARY, kv=8), 4) == 3
-    assert blocks_needed(sim("r", 8, phase=Phase.ROTARY, kv=7), 4) == 2
+    r = columns(
+        Sim("q", 9, Phase.QUEUED),
+        Sim("q", 1, Phase.QUEUED),
+        Sim("r", 20, Phase.ROTARY, kv=5),
+        Sim("r", 8, Phase.ROTARY, kv=9),
+        Sim("r", 8, Phase.ROTARY, kv=8),
+        Sim("r", 8, Phase.ROTARY, kv=7),
+    )
+    # Queued: the whole prompt. Swapped out mid-prefill: the whole prompt's
+    # blocks again. Decoding: the blocks its KV fills, with room for the next
+    # token.
+    assert blocks_needed(r, np.arange(6), 4).tolist() == [3, 1, 5, 3, 3, 2]
 
 
 def test_make_scheduler_names_and_flags() -> None:
@@ -205,70 +229,114 @@ def test_make_scheduler_names_and_flags() -> None:
 
 
 def test_fcfs_plan_admits_in_queue_order_and_never_preempts() -> None:
-    q1, q2 = sim("q1", 40, phase=Phase.QUEUED), sim("q2", 4, phase=Phase.QUEUED)
-    run = sim("a", 8, phase=Phase.RUNNING, kv=8, gpu=2)
-    plan = Fcfs().plan(view(queued=[q1, q2], running=[run], free_gpu=1))
-    assert plan.start == [q1, q2]
-    assert plan.swap_out == [] and plan.recompute == [] and plan.eager_blocks == 0
+    r = columns(
+        Sim("q1", 40, Phase.QUEUED),
+        Sim("q2", 4, Phase.QUEUED),
+        Sim("a", 8, Phase.RUNNING, kv=8, gpu=2),
+    )
+    plan = Fcfs().plan(view(r, free_gpu=1))
+    assert ids(r, plan.start) == ["q1", "q2"]
+    assert len(plan.swap_out) == len(plan.recompute) == plan.eager_blocks == 0
 
 
 def test_waiting_first_plan_swaps_out_the_most_recent_to_admit() -> None:
-    old = sim("old", 8, phase=Phase.RUNNING, kv=8, gpu=2)
-    new = sim("new", 8, phase=Phase.RUNNING, kv=8, gpu=2)
-    waiting = sim("w", 12, phase=Phase.QUEUED)  # 3 blocks
-    swapped = sim("s", 4, phase=Phase.ROTARY, kv=4, cpu=1)
-    plan = WaitingFirst().plan(
-        view(queued=[waiting], running=[old, new], rotary=[swapped], free_gpu=1)
+    r = columns(
+        Sim("old", 8, Phase.RUNNING, kv=8, gpu=2),
+        Sim("new", 8, Phase.RUNNING, kv=8, gpu=2),
+        Sim("w", 12, Phase.QUEUED),  # 3 blocks
+        Sim("s", 4, Phase.ROTARY, kv=4, cpu=1),
     )
-    assert plan.swap_out == [new]
+    plan = WaitingFirst().plan(view(r, free_gpu=1))
+    assert ids(r, plan.swap_out) == ["new"]
     # Everyone queued was started, so the swapped request may resume after.
-    assert plan.start == [waiting, swapped]
+    assert ids(r, plan.start) == ["w", "s"]
 
 
 def test_waiting_first_plan_keeps_swapped_waiting_behind_the_queue() -> None:
-    running = sim("a", 16, phase=Phase.RUNNING, kv=16, gpu=4)
-    big = sim("big", 40, phase=Phase.QUEUED)  # 10 blocks: cannot be made room for
-    swapped = sim("s", 4, phase=Phase.ROTARY, kv=4, cpu=1)
-    plan = WaitingFirst().plan(view(queued=[big], running=[running], rotary=[swapped], free_gpu=2))
+    r = columns(
+        Sim("a", 16, Phase.RUNNING, kv=16, gpu=4),
+        Sim("big", 40, Phase.QUEUED),  # 10 blocks: cannot be made room for
+        Sim("s", 4, Phase.ROTARY, kv=4, cpu=1),
+    )
+    plan = WaitingFirst().plan(view(r, free_gpu=2))
     # Neither the big one nor, behind it, the swapped one starts; and the
     # running one is not swapped out for nothing.
-    assert plan.start == [] and plan.swap_out == []
+    assert len(plan.start) == len(plan.swap_out) == 0
 
 
 def test_waiting_first_plan_skips_a_victim_the_cpu_pool_cannot_take() -> None:
-    old = sim("old", 4, phase=Phase.RUNNING, kv=4, gpu=1)
-    new = sim("new", 16, phase=Phase.RUNNING, kv=16, gpu=4)
-    waiting = sim("w", 4, phase=Phase.QUEUED)
-    plan = WaitingFirst().plan(view(queued=[waiting], running=[old, new], free_gpu=0, free_cpu=2))
-    assert plan.swap_out == [old]
-    assert plan.start == [waiting]
+    r = columns(
+        Sim("old", 4, Phase.RUNNING, kv=4, gpu=1),
+        Sim("new", 16, Phase.RUNNING, kv=16, gpu=4),
+        Sim("w", 4, Phase.QUEUED),
+    )
+    plan = WaitingFirst().plan(view(r, free_gpu=0, free_cpu=2))
+    assert ids(r, plan.swap_out) == ["old"]
+    assert ids(r, plan.start) == ["w"]
+
+
+def test_waiting_first_plan_walks_the_victims_once_across_the_queue() -> None:
+    # Victims from the most recent: c, z, b, a; 3 free CPU blocks. w1 (1
+    # block) takes c (2 blocks); w2 (2 blocks, 1 free) passes over z (4 > 1
+    # CPU block left) and takes b; w3 finds only a, which the full CPU pool
+    # cannot take: it waits, and w4 behind it.
+    r = columns(
+        Sim("a", 4, Phase.RUNNING, kv=4, gpu=1),
+        Sim("b", 4, Phase.RUNNING, kv=4, gpu=1),
+        Sim("z", 8, Phase.RUNNING, kv=8, gpu=4),
+        Sim("c", 8, Phase.RUNNING, kv=8, gpu=2),
+        Sim("w1", 4, Phase.QUEUED),
+        Sim("w2", 8, Phase.QUEUED),
+        Sim("w3", 4, Phase.QUEUED),
+        Sim("w4", 4, Phase.QUEUED),
+    )
+    plan = WaitingFirst().plan(view(r, free_gpu=0, free_cpu=3))
+    assert ids(r, plan.swap_out) == ["c", "b"]
+    assert ids(r, plan.start) == ["w1", "w2"]
 
 
 def test_swapped_first_plan_resumes_first_and_admits_only_when_all_fit() -> None:
-    s1 = sim("s1", 8, phase=Phase.ROTARY, kv=9, cpu=3)  # 3 blocks to resume
-    s2 = sim("s2", 4, phase=Phase.ROTARY, kv=5, cpu=2)  # 2
-    q = sim("q", 4, phase=Phase.QUEUED)
-    assert SwappedFirst().plan(view(queued=[q], rotary=[s1, s2], free_gpu=5)).start == [s1, s2, q]
-    plan = SwappedFirst().plan(view(queued=[q], rotary=[s1, s2], free_gpu=4))
-    assert plan.start == [s1, s2]  # q waits even though it would fit
-    assert plan.swap_out == [] and plan.recompute == []
-    assert SwappedFirst().plan(view(queued=[q], free_gpu=0)).start == [q]
+    sims = (
+        Sim("s1", 8, Phase.ROTARY, kv=9, cpu=3),  # 3 blocks to resume
+        Sim("s2", 4, Phase.ROTARY, kv=5, cpu=2),  # 2
+        Sim("q", 4, Phase.QUEUED),
+    )
+    r = columns(*sims)
+    assert ids(r, SwappedFirst().plan(view(r, free_gpu=5)).start) == ["s1", "s2", "q"]
+    plan = SwappedFirst().plan(view(r, free_gpu=4))
+    assert ids(r, plan.start) == ["s1", "s2"]  # q waits even though it would fit
+    assert len(plan.swap_out) == len(plan.recompute) == 0
+    only_queued = columns(sims[2])
+    assert ids(only_queued, SwappedFirst().plan(view(only_queued, free_gpu=0)).start) == ["q"]
 
 
 def test_lvf_plan_admits_everyone_fcfs_without_contention() -> None:
-    a = sim("a", 8, phase=Phase.QUEUED, arrival=0.5)
-    b = sim("b", 8, phase=Phase.QUEUED, arrival=0.2)
-    plan = Lvf(lvf_inputs()).plan(view(queued=[a, b], free_gpu=10))
-    assert plan.start == [b, a] and plan.swap_out == []
+    r = columns(Sim("a", 8, Phase.QUEUED, arrival=0.5), Sim("b", 8, Phase.QUEUED, arrival=0.2))
+    plan = Lvf(lvf_inputs()).plan(view(r, free_gpu=10))
+    assert ids(r, plan.start) == ["b", "a"] and len(plan.swap_out) == 0
 
 
 def test_lvf_plan_preempts_the_longest_running_for_a_lagging_waiter() -> None:
-    oldest = sim("oldest", 8, phase=Phase.RUNNING, kv=8, gpu=2, run_start=0.1)
-    newer = sim("newer", 8, phase=Phase.RUNNING, kv=8, gpu=2, run_start=0.9)
-    waiting = sim("w", 8, phase=Phase.QUEUED, arrival=0.5)  # 2 blocks + 1
-    plan = Lvf(lvf_inputs()).plan(view(queued=[waiting], running=[oldest, newer], free_gpu=1))
-    assert plan.swap_out == [oldest]
-    assert plan.start == [waiting]
+    r = columns(
+        Sim("oldest", 8, Phase.RUNNING, kv=8, gpu=2, run_start=0.1),
+        Sim("newer", 8, Phase.RUNNING, kv=8, gpu=2, run_start=0.9),
+        Sim("w", 8, Phase.QUEUED, arrival=0.5),  # 2 blocks + 1
+    )
+    plan = Lvf(lvf_inputs()).plan(view(r, free_gpu=1))
+    assert ids(r, plan.swap_out) == ["oldest"]
+    assert ids(r, plan.start) == ["w"]
+
+
+def test_lvf_plan_maps_decisions_back_when_ids_repeat() -> None:
+    # Two requests share an id (a trace id "r1" and the name given to an
+    # unnamed second request): decisions still name a row each.
+    trace = [req(0.0, 8, 4, "r1"), TraceRequest(0.1, 8, 4)]
+    r = RequestColumns.from_trace(trace, Slo())
+    assert r.ids == ["r1", "r1"] and r.row_of is None
+    r.phase[:] = Phase.QUEUED
+    r.start_blocks[:] = blocks_needed(r, np.arange(2), 4)
+    plan = Lvf(lvf_inputs()).plan(view(r, free_gpu=10))
+    assert len(plan.start) == 2 and set(plan.start.tolist()) <= {0, 1}
 
 
 # -- behaviour in the engine -------------------------------------------------------
@@ -411,4 +479,4 @@ def test_lvf_copies_full_blocks_eagerly_without_contention() -> None:
     # 16 + 9 = 25 tokens: 6 full blocks by the end, each copied once.
     assert result.totals.bytes_d2h == 6 * BLOCK_BYTES
     assert max(s.cpu_kv_blocks_used for s in result.timeline) > 0
-    assert engine.free_cpu == 40
+    assert engine.state.free_cpu == 40

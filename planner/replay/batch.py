@@ -1,0 +1,126 @@
+"""One iteration's batch under a token budget: every running request that has
+finished its prefill decodes one token (in admission order, while the budget
+lasts), then prefilling ones take chunks of what is left in admission order.
+A decode that crosses a block boundary takes a new block; when none is free
+the most recently admitted request is preempted for it (EngineState.grow)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from planner.replay.engine_state import EngineState
+from planner.replay.state import IntArray
+
+
+class Batch(NamedTuple):
+    prefill_tokens: int
+    decode_tokens: int
+    # KV tokens the batch attends to: each request's KV after this iteration.
+    context_tokens: int
+    # Requests that emit a token at the end of the iteration.
+    emitting: IntArray
+    # Blocks copied out by preemptions while forming the batch.
+    preempted_d2h_blocks: int
+
+
+def form_batch(state: EngineState, budget: int, now_s: float, swaps: bool) -> Batch:
+    """Decodes first, then prefill chunks; swaps: whether a preemption for a
+    block swaps (else it recomputes).
+
+    The decodes go all at once up to the first that finds no free block; that
+    one preempts for it, then the rest go on the same way. Preemptions take
+    from the tail of running, so never a request whose turn came already.
+    """
+    r = state.requests
+    decoders: list[IntArray] = []
+    pending: list[IntArray] = []
+    pending_left: list[IntArray] = []
+    decode_tokens = context = copied = 0
+    start = 0  # position in running of the requests still to go
+    while True:
+        rows = state.running.rows[start:]
+        kv = r.kv_tokens[rows]
+        left = r.prefill_target[rows] - kv
+        # Positions (in rows) of the decodes within budget.
+        decoding = (left <= 0).nonzero()[0][: max(budget, 0)]
+        segment, decoded = rows, kv
+        if len(decoding) < len(rows):
+            segment, decoded = rows[decoding], kv[decoding]
+        # Positions (in segment) of the decodes that need a new block.
+        growing = (decoded >= r.gpu_blocks[segment] * state.block_size).nonzero()[0]
+        free = state.free_gpu
+        blocked = len(growing) > free
+        stop = len(rows)
+        if blocked:
+            first = int(growing[free])
+            stop = int(decoding[first])
+            segment, decoded, growing = segment[:first], decoded[:first], growing[:free]
+        if len(growing):
+            r.gpu_blocks[segment[growing]] += 1
+            state.free_gpu -= len(growing)
+        decoded = decoded + 1
+        r.kv_tokens[segment] = decoded
+        decoders.append(segment)
+        decode_tokens += len(segment)
+        context += int(decoded.sum())
+        budget -= len(segment)
+        if len(segment) < stop:
+            prefilling = (left[:stop] > 0).nonzero()[0]
+            pending.append(rows[prefilling])
+            pending_left.append(left[prefilling])
+        if not blocked:
+            break
+        row = int(rows[stop])
+        grown, moved = state.grow(row, swaps)
+        copied += moved
+        if grown:
+            r.kv_tokens[row] = kv[stop] + 1
+            decoders.append(rows[stop : stop + 1])
+            decode_tokens += 1
+            context += int(kv[stop]) + 1
+            budget -= 1
+        start += stop + 1
+    emitting = decoders[0] if len(decoders) == 1 else np.concatenate(decoders)
+    if not pending:
+        return Batch(0, decode_tokens, context, emitting, copied)
+    prefill, prefill_context, done = _prefill(
+        state, _joined(pending), _joined(pending_left), budget, now_s
+    )
+    return Batch(
+        prefill_tokens=prefill,
+        decode_tokens=decode_tokens,
+        context_tokens=context + prefill_context,
+        emitting=np.concatenate((emitting, done)) if len(done) else emitting,
+        preempted_d2h_blocks=copied,
+    )
+
+
+def _joined(parts: list[IntArray]) -> IntArray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _prefill(
+    state: EngineState, rows: IntArray, left: IntArray, budget: int, now_s: float
+) -> tuple[int, int, IntArray]:
+    """Chunks of what is left of the budget for prefilling rows (left tokens
+    to go each), in order. Returns prefill tokens, their requests' KV after
+    it, and the rows whose prefill completes (they emit). The budget runs out
+    after a few prompts, so request by request."""
+    r = state.requests
+    prefill = context = 0
+    done: list[int] = []
+    for row, to_go in zip(rows.tolist(), left.tolist(), strict=True):
+        if budget <= 0:
+            break
+        chunk = min(to_go, budget)
+        kv = int(r.kv_tokens[row]) + chunk
+        r.kv_tokens[row] = kv
+        r.last_prefill_s[row] = now_s
+        budget -= chunk
+        prefill += chunk
+        context += kv
+        if chunk == to_go:
+            done.append(row)
+    return prefill, context, np.array(done, dtype=np.int64)

@@ -1,0 +1,251 @@
+"""Where every request and every KV block is, and the only moves between
+those places: arrive, admit, preempt (by swap or recompute), swap in, eager
+copies, grow by a block, emit and finish (and quiet stretches of decoding).
+Each move keeps the block pools conserved (free plus held equals the pool)
+and each request in the one queue of its phase."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from planner.replay.queues import RequestQueue
+from planner.replay.state import (
+    IntArray,
+    Phase,
+    RequestColumns,
+    blocks_needed,
+    blocks_needed_one,
+)
+from planner.replay.tokens import TokenTimes
+
+QUEUED = np.int8(Phase.QUEUED)
+RUNNING = np.int8(Phase.RUNNING)
+ROTARY = np.int8(Phase.ROTARY)
+IN_TRANSIT = np.int8(Phase.IN_TRANSIT)
+FINISHED = np.int8(Phase.FINISHED)
+REJECTED = np.int8(Phase.REJECTED)
+_NONE: IntArray = np.zeros(0, dtype=np.int64)
+
+
+class EngineState:
+    """The requests' columns, the four queues, the free blocks of both pools
+    and the run's preemption counters."""
+
+    def __init__(
+        self, requests: RequestColumns, gpu_blocks: int, cpu_blocks: int, block_size: int
+    ) -> None:
+        self.requests = requests
+        self.block_size = block_size
+        requests.start_blocks[:] = blocks_needed(requests, np.arange(len(requests)), block_size)
+        self.free_gpu = gpu_blocks
+        self.free_cpu = cpu_blocks
+        self.queued = RequestQueue(Phase.QUEUED)
+        self.running = RequestQueue(Phase.RUNNING)  # by admission (or resumption)
+        self.rotary = RequestQueue(Phase.ROTARY)  # by preemption
+        self.in_transit = RequestQueue(Phase.IN_TRANSIT)
+        self.tokens = TokenTimes(requests.output_tokens)
+        self.preemptions = 0
+        self.swap_outs = 0
+        self.swap_ins = 0
+
+    def active(self) -> bool:
+        return bool(
+            len(self.queued.rows)
+            or len(self.running.rows)
+            or len(self.rotary.rows)
+            or len(self.in_transit.rows)
+        )
+
+    def arrive(self, rows: IntArray, rejected: IntArray) -> None:
+        self.requests.phase[rejected] = REJECTED
+        self.requests.phase[rows] = QUEUED
+        self.queued.extend(rows)
+
+    def admit(self, rows: Sequence[int], needs: Sequence[int], now_s: float) -> None:
+        """Queued rows start running with the blocks they need."""
+        r = self.requests
+        idx = np.array(rows, dtype=np.int64)
+        r.phase[idx] = RUNNING
+        r.gpu_blocks[idx] = needs
+        self.free_gpu -= sum(needs)
+        r.run_start_s[idx] = now_s
+        r.admitted_at_s[idx] = now_s
+        self.queued.drop_departed(r.phase, leaving=idx)
+        self.running.extend(idx)
+
+    def start_running(self, now_s: float) -> None:
+        """Requests swapped in during the last iteration run from now."""
+        rows = self.in_transit.take_all()
+        if len(rows):
+            self.requests.phase[rows] = RUNNING
+            self.requests.run_start_s[rows] = now_s
+            self.running.extend(rows)
+
+    def preempt(self, rows: Sequence[int], swap: bool) -> int:
+        """Preempt running rows, in order (others are skipped): by swap (the
+        KV goes to CPU memory; only blocks without a CPU copy are copied) or by
+        recompute (the KV is dropped; the request re-queues at the head and
+        recomputes its prompt and the tokens generated so far). A swap falls
+        back to recompute when the CPU pool cannot take the blocks, or when
+        nothing is computed yet (which loses nothing). Returns blocks copied
+        out. A few at a time: request by request."""
+        r = self.requests
+        phase = r.phase
+        swapped: list[int] = []
+        dropped: list[int] = []
+        copied = 0
+        for row in rows:
+            if phase[row] != RUNNING:
+                continue
+            gpu = int(r.gpu_blocks[row])
+            dirty = gpu - int(r.synced_blocks[row])
+            kv = int(r.kv_tokens[row])
+            self.free_gpu += gpu
+            r.gpu_blocks[row] = r.synced_blocks[row] = 0
+            r.preemptions[row] += 1
+            if swap and dirty <= self.free_cpu and kv != 0:
+                self.free_cpu -= dirty
+                copied += dirty
+                r.cpu_blocks[row] += dirty
+                r.swap_outs[row] += 1
+                r.start_blocks[row] = blocks_needed_one(
+                    kv, int(r.prefill_target[row]), self.block_size
+                )
+                phase[row] = ROTARY
+                swapped.append(row)
+            else:
+                self.free_cpu += int(r.cpu_blocks[row])
+                r.cpu_blocks[row] = r.kv_tokens[row] = 0
+                r.recomputed_tokens[row] += kv
+                target = int(r.prompt_tokens[row] + r.generated[row])
+                r.prefill_target[row] = target
+                r.start_blocks[row] = blocks_needed_one(0, target, self.block_size)
+                phase[row] = QUEUED
+                dropped.append(row)
+        if swapped:
+            self.rotary.extend(np.array(swapped, dtype=np.int64))
+            self.swap_outs += len(swapped)
+        if dropped:
+            # Each goes to the head in turn: the last preempted is first.
+            self.queued.push_front(np.array(dropped[::-1], dtype=np.int64))
+        if swapped or dropped:
+            self.preemptions += len(swapped) + len(dropped)
+            self.running.drop_departed(phase)
+        return copied
+
+    def swap_in(self, rows: Sequence[int], needs: Sequence[int], keep_cpu_copies: bool) -> int:
+        """Rotary rows get the blocks they need and their KV travels in during
+        this iteration; returns blocks copied in. With keep_cpu_copies their
+        full blocks keep their CPU copies (SYNCED); the rest of their CPU
+        blocks are freed."""
+        r = self.requests
+        idx = np.array(rows, dtype=np.int64)
+        r.phase[idx] = IN_TRANSIT
+        need = np.array(needs, dtype=np.int64)
+        cpu = r.cpu_blocks[idx]
+        self.free_gpu -= int(need.sum())
+        r.gpu_blocks[idx] = need
+        if keep_cpu_copies:
+            synced = np.minimum(np.minimum(r.kv_tokens[idx] // self.block_size, need), cpu)
+        else:
+            synced = np.zeros_like(cpu)
+        self.free_cpu += int((cpu - synced).sum())
+        r.cpu_blocks[idx] = synced
+        r.synced_blocks[idx] = synced
+        self.rotary.drop_departed(r.phase)
+        self.in_transit.extend(idx)
+        self.swap_ins += len(idx)
+        r.swap_ins[idx] += 1
+        return int(cpu.sum())
+
+    def eager(self, budget: int) -> int:
+        """DuplexKV eager copies: newly full blocks of running requests,
+        longest running first, become SYNCED, within budget and the free CPU
+        blocks. Returns blocks copied."""
+        cap = min(budget, self.free_cpu)
+        rows = self.running.rows
+        if cap <= 0 or not len(rows):
+            return 0
+        r = self.requests
+        rows = rows[np.lexsort((rows, r.run_start_s[rows]))]
+        full = np.minimum(r.kv_tokens[rows] // self.block_size, r.gpu_blocks[rows])
+        fresh = np.maximum(full - r.synced_blocks[rows], 0)
+        before = fresh.cumsum() - fresh
+        copy = np.minimum(fresh, np.maximum(cap - before, 0))
+        r.synced_blocks[rows] += copy
+        r.cpu_blocks[rows] += copy
+        copied = int(copy.sum())
+        self.free_cpu -= copied
+        return copied
+
+    def grow(self, row: int, swaps: bool) -> tuple[bool, int]:
+        """One more block for row, preempting the most recently admitted
+        running requests (by swap, or recompute) while none is free. Returns
+        whether row got it (False when row itself had to go) and the blocks
+        the preemptions copied out."""
+        copied = 0
+        while self.free_gpu == 0:
+            victim = self.running.last()
+            before = self.free_gpu
+            copied += self.preempt([victim], swaps)
+            if victim == row or self.free_gpu == before:
+                return False, copied
+        self.free_gpu -= 1
+        self.requests.gpu_blocks[row] += 1
+        return True, copied
+
+    def quiet_growth(self, most: int) -> IntArray:
+        """For a stretch of up to `most` quiet iterations from now, in which
+        every running request decodes (none is prefilling) and none finishes:
+        the blocks the decodes will have taken by the end of each, as long as
+        they are free. Empty when not even one iteration is quiet."""
+        r = self.requests
+        rows = self.running.rows
+        kv = r.kv_tokens[rows]
+        if not len(rows) or (kv < r.prefill_target[rows]).any():
+            return _NONE
+        # The last token of the first to finish comes in a normal iteration.
+        most = min(most, int((r.output_tokens[rows] - r.generated[rows]).min()) - 1)
+        if most <= 0:
+            return _NONE
+        blocks = -(-(kv[:, None] + np.arange(1, most + 1)) // self.block_size)
+        taken: IntArray = np.maximum(blocks - r.gpu_blocks[rows][:, None], 0).sum(axis=0)
+        return taken[taken <= self.free_gpu]
+
+    def decode_quietly(self, times_s: list[float]) -> None:
+        """Every running request decodes and emits one token at each of
+        times_s (quiet iterations, see quiet_growth), growing into new blocks
+        as its KV crosses them."""
+        r = self.requests
+        rows = self.running.rows
+        kv = r.kv_tokens[rows] + len(times_s)
+        grown = np.maximum(-(-kv // self.block_size), r.gpu_blocks[rows])
+        self.free_gpu -= int((grown - r.gpu_blocks[rows]).sum())
+        r.gpu_blocks[rows] = grown
+        r.kv_tokens[rows] = kv
+        generated = r.generated[rows]
+        self.tokens.record_each(rows, generated + 1, times_s)
+        r.generated[rows] = generated + len(times_s)
+        r.last_token_s[rows] = times_s[-1]
+
+    def emit(self, rows: IntArray, now_s: float) -> None:
+        """rows (all running) emit a token at now_s; those done finish and
+        free their blocks."""
+        r = self.requests
+        generated = r.generated[rows]
+        generated += 1
+        r.generated[rows] = generated
+        self.tokens.record(rows, generated, now_s)
+        r.last_token_s[rows] = now_s
+        done = rows[generated >= r.output_tokens[rows]]
+        if len(done):
+            r.phase[done] = FINISHED
+            r.finish_s[done] = now_s
+            self.free_gpu += int(r.gpu_blocks[done].sum())
+            self.free_cpu += int(r.cpu_blocks[done].sum())
+            r.gpu_blocks[done] = 0
+            r.cpu_blocks[done] = 0
+            r.synced_blocks[done] = 0
+            self.running.drop_departed(r.phase)
