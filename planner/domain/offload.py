@@ -28,8 +28,13 @@ class OffloadParams:
     # Wall-clock limit of one solve, and of all the solves of one plan
     # (Pause-Resume re-solves share it).
     time_limit_s: float = 0.05
-    # "cp-sat", "gurobi" or "exhaustive".
-    backend: str = "cp-sat"
+    # "bnb" (the planner's own branch and bound, planner.policies.offload.
+    # search), "cp-sat", "gurobi" (the ILP through planner.solvers) or
+    # "exhaustive" (every assignment; small batches only).
+    backend: str = "bnb"
+    # Stop once the objective is within this fraction of the best bound
+    # (0: prove optimality or run to the time limit).
+    relative_gap: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,6 +107,7 @@ def solver_backends_present() -> list[common_pb2.SolverBackend.ValueType]:
     if importlib.util.find_spec("gurobipy") is not None:
         backends.append(common_pb2.SOLVER_BACKEND_GUROBI)
     backends.append(common_pb2.SOLVER_BACKEND_EXHAUSTIVE)
+    backends.append(common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND)
     return backends
 
 

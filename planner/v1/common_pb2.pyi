@@ -68,6 +68,10 @@ class _SolverBackendEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SolverB
     """Gurobi through gurobipy."""
     SOLVER_BACKEND_EXHAUSTIVE: _SolverBackend.ValueType  # 3
     """Exhaustive enumeration, the reference for small instances."""
+    SOLVER_BACKEND_BRANCH_AND_BOUND: _SolverBackend.ValueType  # 4
+    """The policy's own exact branch and bound over its formulation (layer
+    offload: the default). A policy without one answers INVALID_ARGUMENT.
+    """
 
 class SolverBackend(_SolverBackend, metaclass=_SolverBackendEnumTypeWrapper):
     """Solver backends a planner process can use."""
@@ -79,6 +83,10 @@ SOLVER_BACKEND_GUROBI: SolverBackend.ValueType  # 2
 """Gurobi through gurobipy."""
 SOLVER_BACKEND_EXHAUSTIVE: SolverBackend.ValueType  # 3
 """Exhaustive enumeration, the reference for small instances."""
+SOLVER_BACKEND_BRANCH_AND_BOUND: SolverBackend.ValueType  # 4
+"""The policy's own exact branch and bound over its formulation (layer
+offload: the default). A policy without one answers INVALID_ARGUMENT.
+"""
 Global___SolverBackend: _TypeAlias = SolverBackend  # noqa: Y015
 
 @_typing.final

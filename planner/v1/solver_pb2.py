@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from planner.v1 import common_pb2 as planner_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17planner/v1/solver.proto\x12\nplanner.v1\x1a\x17planner/v1/common.proto\"g\n\rSolverOptions\x12*\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x19.planner.v1.SolverBackend\x12\x19\n\x0ctime_limit_s\x18\x02 \x01(\x01H\x00\x88\x01\x01\x42\x0f\n\r_time_limit_s\"\xc9\x01\n\nSolveStats\x12*\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x19.planner.v1.SolverBackend\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.planner.v1.SolveStatus\x12\x11\n\tobjective\x18\x03 \x01(\x01\x12\x12\n\nbest_bound\x18\x04 \x01(\x01\x12\x0b\n\x03gap\x18\x05 \x01(\x01\x12\x0e\n\x06wall_s\x18\x06 \x01(\x01\x12\x14\n\x0ctime_limit_s\x18\x07 \x01(\x01\x12\x0c\n\x04note\x18\x08 \x01(\t*\xbb\x01\n\x0bSolveStatus\x12\x1c\n\x18SOLVE_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14SOLVE_STATUS_OPTIMAL\x10\x01\x12\x19\n\x15SOLVE_STATUS_FEASIBLE\x10\x02\x12\x1b\n\x17SOLVE_STATUS_INFEASIBLE\x10\x03\x12$\n SOLVE_STATUS_TIMEOUT_NO_SOLUTION\x10\x04\x12\x16\n\x12SOLVE_STATUS_ERROR\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17planner/v1/solver.proto\x12\nplanner.v1\x1a\x17planner/v1/common.proto\"\x93\x01\n\rSolverOptions\x12*\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x19.planner.v1.SolverBackend\x12\x19\n\x0ctime_limit_s\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x19\n\x0crelative_gap\x18\x03 \x01(\x01H\x01\x88\x01\x01\x42\x0f\n\r_time_limit_sB\x0f\n\r_relative_gap\"\xc9\x01\n\nSolveStats\x12*\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x19.planner.v1.SolverBackend\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.planner.v1.SolveStatus\x12\x11\n\tobjective\x18\x03 \x01(\x01\x12\x12\n\nbest_bound\x18\x04 \x01(\x01\x12\x0b\n\x03gap\x18\x05 \x01(\x01\x12\x0e\n\x06wall_s\x18\x06 \x01(\x01\x12\x14\n\x0ctime_limit_s\x18\x07 \x01(\x01\x12\x0c\n\x04note\x18\x08 \x01(\t*\xbb\x01\n\x0bSolveStatus\x12\x1c\n\x18SOLVE_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14SOLVE_STATUS_OPTIMAL\x10\x01\x12\x19\n\x15SOLVE_STATUS_FEASIBLE\x10\x02\x12\x1b\n\x17SOLVE_STATUS_INFEASIBLE\x10\x03\x12$\n SOLVE_STATUS_TIMEOUT_NO_SOLUTION\x10\x04\x12\x16\n\x12SOLVE_STATUS_ERROR\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'planner.v1.solver_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SOLVESTATUS']._serialized_start=374
-  _globals['_SOLVESTATUS']._serialized_end=561
-  _globals['_SOLVEROPTIONS']._serialized_start=64
-  _globals['_SOLVEROPTIONS']._serialized_end=167
-  _globals['_SOLVESTATS']._serialized_start=170
-  _globals['_SOLVESTATS']._serialized_end=371
+  _globals['_SOLVESTATUS']._serialized_start=419
+  _globals['_SOLVESTATUS']._serialized_end=606
+  _globals['_SOLVEROPTIONS']._serialized_start=65
+  _globals['_SOLVEROPTIONS']._serialized_end=212
+  _globals['_SOLVESTATS']._serialized_start=215
+  _globals['_SOLVESTATS']._serialized_end=416
 # @@protoc_insertion_point(module_scope)

@@ -63,27 +63,39 @@ class SolverOptions(_message.Message):
 
     BACKEND_FIELD_NUMBER: _builtins.int
     TIME_LIMIT_S_FIELD_NUMBER: _builtins.int
+    RELATIVE_GAP_FIELD_NUMBER: _builtins.int
     backend: _common_pb2.SolverBackend.ValueType
-    """Unset: CP-SAT (OR-Tools). GUROBI needs the `gurobi` extra; when gurobipy
-    is absent or the model exceeds its licence, the solve falls back to CP-SAT
-    and SolveStats.note says so.
+    """Unset: the policy's default (layer offload: BRANCH_AND_BOUND; others:
+    CP-SAT). GUROBI needs the `gurobi` extra; when gurobipy is absent or the
+    model exceeds its licence, the solve falls back to CP-SAT and
+    SolveStats.note says so.
     """
     time_limit_s: _builtins.float
     """Wall-clock limit of one solve. Unset: the policy's default. Always capped
     by the caller's gRPC deadline.
+    """
+    relative_gap: _builtins.float
+    """Stop once the objective is within this fraction of the best bound, in
+    [0, 1). Unset or 0: prove optimality or run to the time limit.
     """
     def __init__(
         self,
         *,
         backend: _common_pb2.SolverBackend.ValueType = ...,
         time_limit_s: _builtins.float | None = ...,
+        relative_gap: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_time_limit_s", b"_time_limit_s", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_relative_gap", b"_relative_gap", "_time_limit_s", b"_time_limit_s", "relative_gap", b"relative_gap", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_time_limit_s", b"_time_limit_s", "backend", b"backend", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_relative_gap", b"_relative_gap", "_time_limit_s", b"_time_limit_s", "backend", b"backend", "relative_gap", b"relative_gap", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__relative_gap: _TypeAlias = _typing.Literal["relative_gap"]  # noqa: Y015
+    _WhichOneofArgType__relative_gap: _TypeAlias = _typing.Literal["_relative_gap", b"_relative_gap"]  # noqa: Y015
     _WhichOneofReturnType__time_limit_s: _TypeAlias = _typing.Literal["time_limit_s"]  # noqa: Y015
     _WhichOneofArgType__time_limit_s: _TypeAlias = _typing.Literal["_time_limit_s", b"_time_limit_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__relative_gap) -> _WhichOneofReturnType__relative_gap | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__time_limit_s) -> _WhichOneofReturnType__time_limit_s | None: ...
 
 Global___SolverOptions: _TypeAlias = SolverOptions  # noqa: Y015

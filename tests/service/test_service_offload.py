@@ -85,6 +85,8 @@ def test_report_step_asks_to_replan_on_batch_change_and_mismatch(stub):
         (lambda m: m.layer_compute_s.__setitem__(3, float("nan")), "layer_compute_s[3]"),
         (lambda m: setattr(m.params, "min_window_steps", 0), "params.min_window_steps"),
         (lambda m: setattr(m.solver, "time_limit_s", 0.0), "solver.time_limit_s"),
+        (lambda m: setattr(m.solver, "relative_gap", 1.0), "solver.relative_gap"),
+        (lambda m: setattr(m.solver, "backend", 99), "solver.backend"),
         (lambda m: setattr(m, "gpu_block_budget", 0), "profile"),
     ],
 )
@@ -96,3 +98,28 @@ def test_bad_input_names_the_field(stub, mutate, field):
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details().startswith(field)
     assert stub.PlanLayerOffload(request(), timeout=10).plan.placements
+
+
+@pytest.mark.parametrize(
+    ("backend", "reported"),
+    [
+        (common_pb2.SOLVER_BACKEND_UNSPECIFIED, common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND),
+        (common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND, common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND),
+        (common_pb2.SOLVER_BACKEND_CP_SAT, common_pb2.SOLVER_BACKEND_CP_SAT),
+        (common_pb2.SOLVER_BACKEND_EXHAUSTIVE, common_pb2.SOLVER_BACKEND_EXHAUSTIVE),
+    ],
+)
+def test_every_backend_gives_the_same_optimal_step(stub, backend, reported):
+    msg = request(gpu_block_budget=1100)
+    msg.solver.backend = backend
+    msg.solver.time_limit_s = 5.0
+    plan = stub.PlanLayerOffload(msg, timeout=30).plan
+    assert plan.solve.backend == reported
+    assert plan.solve.status == solver_pb2.SOLVE_STATUS_OPTIMAL
+    reference = request(gpu_block_budget=1100)
+    reference.solver.backend = common_pb2.SOLVER_BACKEND_EXHAUSTIVE
+    expected = stub.PlanLayerOffload(reference, timeout=30).plan
+    assert plan.solve.objective == pytest.approx(expected.solve.objective)
+    assert [p.offloaded_layers for p in plan.placements] == [
+        p.offloaded_layers for p in expected.placements
+    ] or plan.predicted_step_s == pytest.approx(expected.predicted_step_s)

@@ -14,9 +14,10 @@ move one layer's KV block (1 / B seconds). With b_r the blocks per layer of
 request r at the next step and F_l = sum_{r,c} b_r offloaded[c, l] y[r, c]
 the blocks fetched for layer l:
 
-- stall_l >= F_l - comp_(l-1) * B, stall_l >= 0 (stall_l in whole
-  block-times: the ILP rounds each layer's stall up to a block-time, a few
-  microseconds on PCIe; plans are re-scored with the exact models after);
+- stall_l >= F_l - H_l, stall_l >= 0, with H_l = floor(comp_(l-1) * B) the
+  whole blocks the previous layer's compute hides (stall_l an integer
+  number of block-times: a few microseconds on PCIe; plans are re-scored
+  with the exact models after);
 - buf >= F_l for every layer (the prefetch buffer, B_buf);
 - memory at the end of window w, when u[w]: the resident KV with the
   window's growth, plus the buffer, plus each offloading request's growth
@@ -103,16 +104,18 @@ def build_offload_ilp(
     # fetch[l, r*C + c] = b_r * offloaded[c, l]
     fetch = (b[None, :, None] * offloaded.T[:, None, :]).reshape(num_layers, -1)
     max_fetch = fetch.reshape(num_layers, num_requests, num_choices).max(axis=2).sum(axis=1)
-    comp_prev_blocks = np.concatenate(([0.0], comp_s[:-1])) * bw
+    # Whole blocks hidden: stall and buffer are integers (block-times,
+    # blocks), so every backend rounds the same way (problem.py).
+    comp_prev_blocks = np.floor(np.concatenate(([0.0], comp_s[:-1])) * bw + 1e-9)
     stall_layers = np.flatnonzero(max_fetch > comp_prev_blocks).astype(np.int64)
     stall_ub = np.ceil(max_fetch[stall_layers] - comp_prev_blocks[stall_layers])
-    stall = m.add_continuous(len(stall_layers), 0.0, np.maximum(stall_ub, 0.0), resolution=1.0)
+    stall = m.add_integers(len(stall_layers), 0, np.maximum(stall_ub, 0.0))
     if len(stall_layers):
         m.add_max_lower_bound(stall, fetch[stall_layers], y_flat, -comp_prev_blocks[stall_layers])
 
     fetch_layers = np.flatnonzero(max_fetch > 0)
     buf_ub = float(max_fetch.max()) if num_layers else 0.0
-    buf = int(m.add_continuous(1, 0.0, max(buf_ub, 0.0), resolution=1.0)[0])
+    buf = int(m.add_integers(1, 0, max(buf_ub, 0.0))[0])
     if len(fetch_layers):
         m.add_max_lower_bound(buf, fetch[fetch_layers], y_flat)
 
@@ -136,7 +139,7 @@ def build_offload_ilp(
         if math.isinf(option.ceiling_s):
             continue
         # total stall + growth fetched (block-times) <= (ceiling - sum comp) * B
-        slack = (option.ceiling_s - float(comp_s.sum())) * bw
+        slack = math.floor((option.ceiling_s - float(comp_s.sum())) * bw + 1e-9)
         growth_fetch = (growth[:, None] * count[None, :]).ravel()
         worst_lhs = float(stall_ub.sum()) + float(growth.sum()) * num_layers
         big_m = 0.0 if w == 0 else worst_lhs - slack

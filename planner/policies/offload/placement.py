@@ -42,17 +42,20 @@ from planner.policies.offload.greedy import greedy_choice
 from planner.policies.offload.ilp import OffloadIlp, WindowOption, build_offload_ilp
 from planner.policies.offload.memory import gpu_blocks_needed, prefetch_buffer_blocks
 from planner.policies.offload.paper_model import paper_latency_s
+from planner.policies.offload.problem import OffloadProblem, offload_problem
+from planner.policies.offload.search import branch_and_bound
 from planner.policies.offload.search_space import OffloadCandidates, candidate_patterns
 from planner.policies.offload.step import StepInputs
 from planner.policies.offload.surrogate import surrogate_latency_s
 from planner.policies.offload.window import latency_ceiling_s, violations_per_step
-from planner.solvers import Backend, SolveResult, Status, solve
+from planner.solvers import Backend, SolveOptions, Status, solve
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 BACKENDS = {"cp-sat": Backend.CPSAT, "cpsat": Backend.CPSAT, "gurobi": Backend.GUROBI}
-BACKENDS["exhaustive"] = Backend.EXHAUSTIVE
+OWN_BACKENDS = ("bnb", "exhaustive")
+MAX_ENUMERATION = SolveOptions().max_enumeration
 # A solve is always given at least this long, even when an earlier
 # Pause-Resume round used up the plan's time limit.
 MIN_SOLVE_S = 0.002
@@ -102,7 +105,7 @@ class _Rounds:
     paused: list[int]
     newly_paused: list[int]
     resumed: list[int]
-    stats: list[SolveResult]
+    stats: list[SolveStats]
     wall_s: float
 
 
@@ -114,8 +117,7 @@ class _Attempt:
     choice: IntArray | None  # candidate per row; None: infeasible
     window_steps: int
     source: PlanSource
-    result: SolveResult | None
-    ilp: OffloadIlp | None
+    stats: SolveStats | None
 
 
 def plan_layer_offload(
@@ -132,14 +134,14 @@ def plan_layer_offload(
     started = time.perf_counter()
     deadline = started + p.time_limit_s
     hints = _hint_rows(previous, candidates)
-    stats: list[SolveResult] = []
+    stats: list[SolveStats] = []
 
     def place(rows: IntArray) -> _Attempt:
         attempt = _place(
             batch.subset(rows), rows, inputs, candidates, hints=hints, deadline=deadline
         )
-        if attempt.result is not None:
-            stats.append(attempt.result)
+        if attempt.stats is not None:
+            stats.append(attempt.stats)
         return attempt
 
     arrived_paused = np.flatnonzero(batch.paused)
@@ -182,34 +184,104 @@ def _place(
     windows = window_options(sub, inputs)
     blocks = end_blocks(sub, 0, inputs.block_size_tokens)
     if not _may_fit(sub, inputs, candidates, windows[0]):
-        return _Attempt(rows, None, 0, PlanSource.SOLVER, None, None)
+        return _Attempt(rows, None, 0, PlanSource.SOLVER, None)
     greedy = greedy_choice(windows[0].end_blocks, candidates, inputs.gpu_block_budget)
-    ilp = build_offload_ilp(
-        inputs.layer_compute_s,
-        inputs.link_blocks_per_s,
-        inputs.gpu_block_budget,
-        blocks,
-        candidates,
-        windows=windows,
+    start = _start_choice(sub, hints, greedy)
+    args = (inputs.layer_compute_s, inputs.link_blocks_per_s, inputs.gpu_block_budget)
+    problem = offload_problem(*args, blocks, candidates, windows=windows)
+    limit = max(deadline - time.perf_counter(), MIN_SOLVE_S)
+    if p.backend == "bnb":
+        outcome = _solve_bnb(problem, limit, p.relative_gap, [start, greedy])
+    elif p.backend == "exhaustive":
+        outcome = _solve_exhaustive(problem, limit)
+    else:
+        ilp = build_offload_ilp(*args, blocks, candidates, windows=windows)
+        outcome = _solve_ilp(ilp, start, limit, p.backend, p.relative_gap)
+    stats = _stats(outcome, problem, float(inputs.layer_compute_s.sum()), inputs.link_blocks_per_s)
+    if outcome.status is Status.INFEASIBLE:
+        return _Attempt(rows, None, 0, PlanSource.SOLVER, stats)
+    if outcome.choice is not None:
+        held = int(problem.evaluate(outcome.choice).held[0])
+        window = windows[max(held, 1) - 1].steps
+        return _Attempt(rows, outcome.choice, window, PlanSource.SOLVER, stats)
+    # No solution in time, or the solver failed: the greedy plan.
+    return _Attempt(rows, greedy, p.min_window_steps, PlanSource.GREEDY_FALLBACK, stats)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """One solve, whichever backend: in the objective's integer units."""
+
+    backend: str
+    status: Status
+    choice: IntArray | None
+    objective: float | None
+    best_bound: float | None
+    wall_s: float
+    time_limit_s: float
+    note: str = ""
+
+
+def _solve_bnb(
+    problem: OffloadProblem, limit: float, gap: float, starts: list[IntArray | None]
+) -> _Outcome:
+    r = branch_and_bound(
+        problem,
+        time_limit_s=limit,
+        relative_gap=gap,
+        starts=[s for s in starts if s is not None],
     )
-    hint = _hint_values(ilp, sub, hints, greedy)
-    backend = BACKENDS[p.backend]
+    note = f"{r.nodes} nodes"
+    return _Outcome(
+        "bnb", r.status, r.choice, r.objective, r.best_bound, r.wall_time_s, limit, note
+    )
+
+
+def _solve_exhaustive(problem: OffloadProblem, limit: float) -> _Outcome:
+    size = problem.enumeration_size()
+    if size > MAX_ENUMERATION:
+        raise ValueError(
+            f"exhaustive search would try {size:.3g} assignments "
+            f"({problem.num_choices} patterns ^ {problem.num_requests} requests); "
+            f"the limit is {MAX_ENUMERATION:.3g}: use bnb or cp-sat"
+        )
+    started = time.perf_counter()
+    choice, best = problem.enumerate()
+    wall = time.perf_counter() - started
+    if choice is None:
+        return _Outcome("exhaustive", Status.INFEASIBLE, None, None, None, wall, limit)
+    return _Outcome("exhaustive", Status.OPTIMAL, choice, best, best, wall, limit)
+
+
+def _solve_ilp(
+    ilp: OffloadIlp,
+    start: IntArray | None,
+    limit: float,
+    backend_name: str,
+    gap: float,
+) -> _Outcome:
+    backend = BACKENDS[backend_name]
     result = solve(
         ilp.model,
-        time_limit_s=max(deadline - time.perf_counter(), MIN_SOLVE_S),
+        time_limit_s=limit,
         backend=backend,
         fallback=Backend.CPSAT if backend is Backend.GUROBI else None,
-        hint=hint,
+        hint=_hint_values(ilp, start),
+        options=SolveOptions(relative_gap=gap),
     )
-    if result.status is Status.INFEASIBLE:
-        return _Attempt(rows, None, 0, PlanSource.SOLVER, result, ilp)
+    choice = None
     if result.has_solution:
         choice = np.argmax(result.value(ilp.choice), axis=1).astype(np.int64)
-        held = np.flatnonzero(result.value(ilp.window) > 0.5)
-        window = windows[int(held[-1]) if len(held) else 0].steps
-        return _Attempt(rows, choice, window, PlanSource.SOLVER, result, ilp)
-    # No solution in time, or the solver failed: the greedy plan.
-    return _Attempt(rows, greedy, p.min_window_steps, PlanSource.GREEDY_FALLBACK, result, ilp)
+    return _Outcome(
+        str(result.backend),
+        result.status,
+        choice,
+        result.objective,
+        result.best_bound,
+        result.wall_time_s,
+        result.time_limit_s,
+        result.note,
+    )
 
 
 def _may_fit(
@@ -255,19 +327,26 @@ def _hint_rows(previous: OffloadPlan | None, candidates: OffloadCandidates) -> d
     }
 
 
-def _hint_values(
-    ilp: OffloadIlp, sub: DecodeBatch, hints: dict[str, int], greedy: IntArray | None
-) -> FloatArray | None:
+def _start_choice(
+    sub: DecodeBatch, hints: dict[str, int], greedy: IntArray | None
+) -> IntArray | None:
     """The warm start: each request's previous pattern, else the greedy
-    plan's."""
-    if not hints and greedy is None:
-        return None
-    values = np.full(ilp.model.num_vars, np.nan)
+    plan's; None when some request has neither."""
+    choice = np.zeros(len(sub), dtype=np.int64)
     for r, request_id in enumerate(sub.ids):
         c = hints.get(request_id, None if greedy is None else int(greedy[r]))
-        if c is not None:
-            values[ilp.choice[r]] = 0.0
-            values[ilp.choice[r, c]] = 1.0
+        if c is None:
+            return None
+        choice[r] = c
+    return choice
+
+
+def _hint_values(ilp: OffloadIlp, start: IntArray | None) -> FloatArray | None:
+    if start is None:
+        return None
+    values = np.full(ilp.model.num_vars, np.nan)
+    values[ilp.choice.ravel()] = 0.0
+    values[ilp.choice[np.arange(len(start)), start]] = 1.0
     return values
 
 
@@ -306,26 +385,31 @@ def extend_window(
     return lo
 
 
-def _stats(result: SolveResult, ilp: OffloadIlp, comp_total_s: float, bw: float) -> SolveStats:
+def _stats(
+    outcome: _Outcome, problem: OffloadProblem, comp_total_s: float, bw: float
+) -> SolveStats:
+    """The solve in seconds of predicted step latency (the objective's
+    primary term: compute plus stall)."""
+
     def seconds(value: float | None) -> float | None:
         if value is None or not math.isfinite(value):
             return None
-        stall_blocks = math.floor(value / ilp.stall_weight + 1e-9)
+        stall_blocks = math.floor(value / problem.stall_weight + 1e-9)
         return comp_total_s + stall_blocks / bw
 
-    objective, bound = seconds(result.objective), seconds(result.best_bound)
+    objective, bound = seconds(outcome.objective), seconds(outcome.best_bound)
     gap = None
     if objective is not None and bound is not None:
         gap = 0.0 if objective <= bound else (objective - bound) / objective
     return SolveStats(
-        backend=str(result.backend),
-        status=str(result.status),
+        backend=outcome.backend,
+        status=str(outcome.status),
         objective_s=objective,
         best_bound_s=bound,
         gap=gap,
-        wall_s=result.wall_time_s,
-        time_limit_s=result.time_limit_s,
-        note=result.note,
+        wall_s=outcome.wall_s,
+        time_limit_s=outcome.time_limit_s,
+        note=outcome.note,
     )
 
 
@@ -341,9 +425,7 @@ def _plan(
     ids = batch.ids
     comp = inputs.layer_compute_s
     bw = inputs.link_blocks_per_s
-    last = None
-    if attempt is not None and attempt.result is not None and attempt.ilp is not None:
-        last = _stats(attempt.result, attempt.ilp, float(comp.sum()), bw)
+    last = rounds.stats[-1] if rounds.stats else None
     common = {
         "paused_ids": tuple(ids[r] for r in rounds.paused),
         "newly_paused_ids": tuple(ids[r] for r in rounds.newly_paused),
@@ -404,7 +486,7 @@ def _plan(
         f"{used}/{inputs.gpu_block_budget} blocks"
     )
     if source is PlanSource.GREEDY_FALLBACK:
-        status = attempt.result.status if attempt.result is not None else "no solve"
+        status = attempt.stats.status if attempt.stats is not None else "no solve"
         summary = f"greedy fallback (solver: {status}); " + summary
     return OffloadPlan(
         placements=placements,

@@ -22,7 +22,8 @@ DEFAULT_TIME_LIMIT_S = 0.05
 DEADLINE_MARGIN_S = 0.002
 
 _BACKENDS = {
-    common_pb2.SOLVER_BACKEND_UNSPECIFIED: "cp-sat",
+    common_pb2.SOLVER_BACKEND_UNSPECIFIED: "bnb",
+    common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND: "bnb",
     common_pb2.SOLVER_BACKEND_CP_SAT: "cp-sat",
     common_pb2.SOLVER_BACKEND_GUROBI: "gurobi",
     common_pb2.SOLVER_BACKEND_EXHAUSTIVE: "exhaustive",
@@ -115,6 +116,11 @@ def params_from_proto(
     )
     if time_remaining_s is not None:
         limit = min(limit, max(time_remaining_s - DEADLINE_MARGIN_S, 1e-4))
+    gap = 0.0
+    if solver.HasField("relative_gap"):
+        gap = solver.relative_gap
+        if not 0.0 <= gap < 1.0:
+            raise InvalidArgumentError("solver.relative_gap", f"must be in [0, 1), got {gap}")
     return OffloadParams(
         violation_cap=cap,
         min_window_steps=lo,
@@ -122,6 +128,7 @@ def params_from_proto(
         search_mode=search,
         time_limit_s=limit,
         backend=backend,
+        relative_gap=gap,
     )
 
 
@@ -204,6 +211,7 @@ _STATUS = {
     "TIMEOUT_NO_SOLUTION": solver_pb2.SOLVE_STATUS_TIMEOUT_NO_SOLUTION,
 }
 _BACKEND_OUT = {
+    "bnb": common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND,
     "cpsat": common_pb2.SOLVER_BACKEND_CP_SAT,
     "gurobi": common_pb2.SOLVER_BACKEND_GUROBI,
     "exhaustive": common_pb2.SOLVER_BACKEND_EXHAUSTIVE,

@@ -1,0 +1,197 @@
+"""The offload ILP in closed form and its branch and bound: the closed form
+equals CP-SAT's objective on the ILP, and the branch and bound equals
+exhaustive enumeration (the optimum over the pruned space) on random small
+batches, infeasible ones included."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from planner.solvers import Backend, Status, solve
+
+from planner.domain.offload import DecodeBatch, OffloadInputs, OffloadParams, PlanSource
+from planner.policies.offload.greedy import greedy_choice
+from planner.policies.offload.ilp import build_offload_ilp
+from planner.policies.offload.placement import end_blocks, plan_layer_offload, window_options
+from planner.policies.offload.problem import OffloadProblem, offload_problem
+from planner.policies.offload.search import branch_and_bound
+from planner.policies.offload.search_space import candidate_patterns
+
+
+def make_batch(tokens: list[int], deposits: list[int], slo_s: float) -> DecodeBatch:
+    n = len(tokens)
+    return DecodeBatch(
+        ids=tuple(f"r{i}" for i in range(n)),
+        num_tokens=np.array(tokens, np.int64),
+        deposited_tokens=np.array(deposits, np.int64),
+        slo_tbt_s=np.full(n, slo_s),
+        paused=np.zeros(n, bool),
+        steps_left=np.full(n, -1, np.int64),
+    )
+
+
+def make_inputs(layers: int, budget: int, *, backend: str = "bnb", **params) -> OffloadInputs:
+    return OffloadInputs(
+        layer_compute_s=np.linspace(0.001, 0.003, layers),
+        link_blocks_per_s=2000.0,
+        gpu_block_budget=budget,
+        params=OffloadParams(time_limit_s=10.0, backend=backend, **params),
+    )
+
+
+def problem_of(batch: DecodeBatch, inputs: OffloadInputs) -> tuple[OffloadProblem, list]:
+    candidates = candidate_patterns(inputs.num_layers, inputs.params.search_mode)
+    windows = window_options(batch, inputs)
+    blocks = end_blocks(batch, 0, inputs.block_size_tokens)
+    args = (inputs.layer_compute_s, inputs.link_blocks_per_s, inputs.gpu_block_budget)
+    problem = offload_problem(*args, blocks, candidates, windows=windows)
+    ilp = build_offload_ilp(*args, blocks, candidates, windows=windows)
+    return problem, [ilp, candidates, windows]
+
+
+batches = st.builds(
+    lambda tokens, deposits, slo, layers, fill: (tokens, deposits, slo, layers, fill),
+    st.lists(st.integers(16, 1600), min_size=1, max_size=4),
+    st.lists(st.integers(0, 4), min_size=4, max_size=4),
+    st.sampled_from([0.02, 0.05, 0.2]),
+    st.sampled_from([6, 8, 12]),
+    st.floats(0.3, 1.3),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches)
+def test_branch_and_bound_equals_enumeration(case):
+    tokens, deposits, slo, layers, fill = case
+    batch = make_batch(tokens, deposits[: len(tokens)], slo)
+    blocks = sum(-(-t // 16) for t in tokens) * layers
+    inputs = make_inputs(layers, max(int(blocks * fill), 1), max_window_steps=8)
+    problem, _ = problem_of(batch, inputs)
+    choice, best = problem.enumerate()
+    result = branch_and_bound(problem, time_limit_s=30.0)
+    if choice is None:
+        assert result.status is Status.INFEASIBLE and result.choice is None
+        return
+    assert result.status is Status.OPTIMAL
+    assert result.objective == best
+    assert float(problem.evaluate(result.choice).objective[0]) == best
+    assert result.best_bound == best and result.gap == 0.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_closed_form_equals_cp_sat_on_the_ilp(seed):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(100, 2000, 3).tolist()
+    batch = make_batch(tokens, rng.integers(0, 3, 3).tolist(), 0.05)
+    total = sum(-(-t // 16) for t in tokens) * 8
+    inputs = make_inputs(8, int(total * 0.8), max_window_steps=16)
+    problem, (ilp, _, _) = problem_of(batch, inputs)
+    _, best = problem.enumerate()
+    result = solve(ilp.model, time_limit_s=30.0, backend=Backend.CPSAT)
+    if math.isinf(best):
+        assert result.status is Status.INFEASIBLE
+        return
+    assert result.status is Status.OPTIMAL
+    assert result.objective == pytest.approx(best, abs=0.5)
+    choice = np.argmax(result.value(ilp.choice), axis=1)
+    assert float(problem.evaluate(choice).objective[0]) == pytest.approx(best, abs=0.5)
+
+
+def test_closed_form_worked_example():
+    # 2 layers, one request of 10 blocks per layer at the next step (159
+    # tokens and the one it is about to add), the second layer hides 4 blocks
+    # (2 ms of compute at 2000 blocks/s): offloading layer 2 stalls 6
+    # block-times and fetches 10 blocks.
+    batch = make_batch([159], [0], 1.0)
+    inputs = OffloadInputs(
+        layer_compute_s=np.array([0.002, 0.002]),
+        link_blocks_per_s=2000.0,
+        gpu_block_budget=100,
+        params=OffloadParams(min_window_steps=1, max_window_steps=1),
+    )
+    problem, _ = problem_of(batch, inputs)
+    assert problem.hidden.tolist() == [0, 4]
+    kept, offloaded = problem.evaluate(np.array([[0], [1]])).stall.tolist()
+    assert (kept, offloaded) == (0, 6)
+    fetched = problem.evaluate(np.array([[1]])).fetched.tolist()
+    assert fetched == [10]
+    assert problem.evaluate(np.array([[1]])).buffer.tolist() == [10]
+
+
+def hard_batch() -> tuple[DecodeBatch, OffloadInputs]:
+    rng = np.random.default_rng(7)
+    tokens = rng.integers(8_000, 64_000, 16)
+    batch = DecodeBatch(
+        ids=tuple(f"r{i}" for i in range(16)),
+        num_tokens=tokens.astype(np.int64),
+        deposited_tokens=rng.integers(0, 3, 16).astype(np.int64),
+        slo_tbt_s=np.full(16, 0.2),
+        paused=np.zeros(16, bool),
+        steps_left=rng.integers(10, 500, 16).astype(np.int64),
+    )
+    blocks = int((-(-tokens // 16)).sum()) * 32
+    inputs = OffloadInputs(
+        layer_compute_s=np.full(32, 0.0004),
+        link_blocks_per_s=381_000.0,
+        gpu_block_budget=int(blocks / 1.05),
+        params=OffloadParams(time_limit_s=0.001),
+    )
+    return batch, inputs
+
+
+def test_time_limit_returns_the_incumbent_with_its_bound():
+    batch, inputs = hard_batch()
+    problem, (_, candidates, windows) = problem_of(batch, inputs)
+    greedy = greedy_choice(windows[0].end_blocks, candidates, inputs.gpu_block_budget)
+    result = branch_and_bound(problem, time_limit_s=1e-6, starts=[greedy])
+    assert result.status is Status.FEASIBLE
+    assert result.best_bound is not None and result.best_bound < result.objective
+    assert result.objective <= float(problem.evaluate(greedy).objective[0])
+    assert 0 < result.gap < 1
+
+
+def test_relative_gap_stops_within_the_gap():
+    batch, inputs = hard_batch()
+    problem, (_, candidates, windows) = problem_of(batch, inputs)
+    greedy = greedy_choice(windows[0].end_blocks, candidates, inputs.gpu_block_budget)
+    result = branch_and_bound(problem, time_limit_s=60.0, relative_gap=0.2, starts=[greedy])
+    assert result.status in {Status.OPTIMAL, Status.FEASIBLE}
+    assert result.gap is not None and result.gap <= 0.2
+
+
+def test_plan_reports_the_branch_and_bound():
+    batch, inputs = hard_batch()
+    plan = plan_layer_offload(batch, inputs)
+    assert plan.source is PlanSource.SOLVER
+    assert plan.solve is not None and plan.solve.backend == "bnb"
+    assert plan.solve.status in {"OPTIMAL", "FEASIBLE"}
+    assert plan.solve.best_bound_s <= plan.solve.objective_s
+    assert "nodes" in plan.solve.note
+
+
+def test_exhaustive_backend_refuses_a_large_batch():
+    batch, inputs = hard_batch()
+    params = OffloadParams(backend="exhaustive")
+    big = OffloadInputs(
+        inputs.layer_compute_s, inputs.link_blocks_per_s, inputs.gpu_block_budget, params=params
+    )
+    with pytest.raises(ValueError, match="exhaustive search would try"):
+        plan_layer_offload(batch, big)
+
+
+@pytest.mark.parametrize("backend", ["bnb", "exhaustive", "cp-sat"])
+def test_backends_agree_on_a_small_batch(backend):
+    batch = make_batch([900, 300, 1200], [0, 2, 0], 0.2)
+    inputs = make_inputs(8, 1000, backend=backend, max_window_steps=16)
+    plan = plan_layer_offload(batch, inputs)
+    reference = plan_layer_offload(
+        batch, make_inputs(8, 1000, backend="exhaustive", max_window_steps=16)
+    )
+    assert not plan.paused_ids and any(p.offloaded_layers for p in plan.placements)
+    assert plan.solve.status == "OPTIMAL"
+    assert plan.solve.objective_s == pytest.approx(reference.solve.objective_s)
+    assert plan.window_steps == reference.window_steps
