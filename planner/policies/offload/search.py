@@ -117,6 +117,7 @@ class _Search:
         self.nodes = 0
         self.stack: list[tuple[float, int, IntArray, IntArray, IntArray, IntArray, int]] = []
         self.offloadable = p.fetch.max(axis=(0, 1)) > 0  # (L,)
+        self.num_offloadable = max(int(self.offloadable.sum()), 1)
         num_r, w = p.num_requests, p.num_windows
         ordered_mem = p.mem_coef[:, self.order, :]  # (W, R, C)
         # Suffix sums over the remaining requests (index i: requests order[i:]).
@@ -225,7 +226,15 @@ class _Search:
         if depth == self.num_r or not math.isfinite(ratio):
             must_fetch = np.zeros(len(f))
         else:
-            must_fetch = np.ceil(np.maximum(need, 0) * ratio - 1e-9)
+            # The buffer is at least the mean fetch over the layers that can
+            # be fetched: with X = mem - cap and S the blocks fetched so far,
+            # fetch >= ratio * (X + (S + fetch) / L') solves to the second term.
+            must_fetch = np.maximum(need, 0) * ratio
+            if ratio < self.num_offloadable:
+                x = mem[:, 0] - p.mem_cap[0] + f.sum(axis=1) / self.num_offloadable
+                mean_bound = ratio * x / (1.0 - ratio / self.num_offloadable)
+                must_fetch = np.maximum(must_fetch, mean_bound)
+            must_fetch = np.ceil(must_fetch - 1e-6)
         stall = committed + np.maximum(must_fetch - spare, 0)
         slo_lb = slo.T + self.slo_min_suffix[:, depth][:, None] + stall[None, :]
         holds = (mem_lb <= p.mem_cap[:, None]) & (slo_lb <= p.slo_cap[:, None])
