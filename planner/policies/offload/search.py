@@ -39,9 +39,6 @@ from planner.solvers import Status
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-# The clock is read once per this many node expansions.
-CLOCK_EVERY = 32
-
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
@@ -76,10 +73,10 @@ def branch_and_bound(
     started = time.perf_counter()
     deadline = started + time_limit_s
     search = _Search(problem, relative_gap)
-    for start in [*(starts or []), stall_greedy(problem)]:
+    for start in [*(starts or []), stall_greedy(problem, deadline)]:
         search.offer(np.asarray(start, dtype=np.int64))
     if search.best_choice is not None:
-        search.offer(_local_search(problem, search.best_choice))
+        search.offer(_local_search(problem, search.best_choice, deadline))
     complete = search.run(deadline)
     wall = time.perf_counter() - started
     best = search.best if math.isfinite(search.best) else None
@@ -151,14 +148,12 @@ class _Search:
         if not np.isfinite(root_lb[0]):
             return True
         self.stack.append((float(root_lb[0]), 0, np.zeros(0, np.int64), zero_f, zero_w, zero_w, 0))
-        expansions = 0
         while self.stack:
             lb, depth, partial, f, mem, slo, fetched = self.stack.pop()
             if lb >= self.prune_level():
                 self._gap_pruned(lb)
                 continue
-            expansions += 1
-            if expansions % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
+            if time.perf_counter() > deadline:
                 self.stack.append((lb, depth, partial, f, mem, slo, fetched))
                 return False
             self.nodes += 1
@@ -299,7 +294,7 @@ def _single_changes(p: OffloadProblem) -> IntArray:
     return np.stack((r.ravel(), c.ravel()), axis=1)[:, None, :].astype(np.int64)
 
 
-def stall_greedy(problem: OffloadProblem) -> IntArray:
+def stall_greedy(problem: OffloadProblem, deadline: float = math.inf) -> IntArray:
     """A start that minds the stall: from nothing offloaded, while no single
     move reaches a feasible assignment, take the move that frees the most
     window-0 memory per block fetched (any pattern, not only the next one);
@@ -313,7 +308,10 @@ def stall_greedy(problem: OffloadProblem) -> IntArray:
     for _ in range(p.num_requests * p.num_choices):
         m = _moves(p, choice, changes)
         if np.isfinite(m.objective).any():
-            return m.choice[int(np.argmin(m.objective))]
+            found: IntArray = m.choice[int(np.argmin(m.objective))]
+            return found
+        if time.perf_counter() > deadline:
+            break
         rows = np.arange(p.num_requests)
         buffer = p.fetch[rows, choice].sum(axis=0).max(initial=0)
         excess = int(p.mem_coef[0, rows, choice].sum() + buffer - p.mem_cap[0])
@@ -325,7 +323,9 @@ def stall_greedy(problem: OffloadProblem) -> IntArray:
     return choice
 
 
-def _local_search(problem: OffloadProblem, choice: IntArray, *, max_rounds: int = 64) -> IntArray:
+def _local_search(
+    problem: OffloadProblem, choice: IntArray, deadline: float, *, max_rounds: int = 64
+) -> IntArray:
     """Best-improvement single and pair moves from a feasible assignment."""
     p = problem
     current = choice.copy()
@@ -334,6 +334,8 @@ def _local_search(problem: OffloadProblem, choice: IntArray, *, max_rounds: int 
         return current
     singles = _single_changes(p)
     for _ in range(max_rounds):
+        if time.perf_counter() > deadline:
+            break
         m = _moves(p, current, singles)
         i = int(np.argmin(m.objective))
         if m.objective[i] < value:

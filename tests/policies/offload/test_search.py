@@ -18,7 +18,7 @@ from planner.policies.offload.greedy import greedy_choice
 from planner.policies.offload.ilp import build_offload_ilp
 from planner.policies.offload.placement import end_blocks, plan_layer_offload, window_options
 from planner.policies.offload.problem import OffloadProblem, offload_problem
-from planner.policies.offload.search import branch_and_bound
+from planner.policies.offload.search import branch_and_bound, stall_greedy
 from planner.policies.offload.search_space import candidate_patterns
 
 
@@ -145,12 +145,13 @@ def hard_batch() -> tuple[DecodeBatch, OffloadInputs]:
 
 def test_time_limit_returns_the_incumbent_with_its_bound():
     batch, inputs = hard_batch()
-    problem, (_, candidates, windows) = problem_of(batch, inputs)
-    greedy = greedy_choice(windows[0].end_blocks, candidates, inputs.gpu_block_budget)
-    result = branch_and_bound(problem, time_limit_s=1e-6, starts=[greedy])
+    problem, _ = problem_of(batch, inputs)
+    start = stall_greedy(problem)
+    assert math.isfinite(float(problem.evaluate(start).objective[0]))
+    result = branch_and_bound(problem, time_limit_s=1e-6, starts=[start])
     assert result.status is Status.FEASIBLE
     assert result.best_bound is not None and result.best_bound < result.objective
-    assert result.objective <= float(problem.evaluate(greedy).objective[0])
+    assert result.objective <= float(problem.evaluate(start).objective[0])
     assert 0 < result.gap < 1
 
 
