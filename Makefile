@@ -38,6 +38,7 @@ serve: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/planner bench policies --policy rotation --out docs/bench/rotation.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench replay --out docs/bench/replay.json --markdown docs/benchmarks.md
+	$(BIN)/planner bench solvers --problem offload --out docs/bench/solvers_offload.json --markdown docs/benchmarks.md
 
 $(BUF):
 	mkdir -p .tools

@@ -1,0 +1,782 @@
+"""`planner bench solvers --problem offload`: the layer-offload ILP
+(planner/policies/offload) solved per decode batch by each backend.
+
+Backends: bnb (the planner's own branch and bound, search.py), cp-sat and
+gurobi (the ILP of ilp.py through planner.solvers; gurobi skipped when
+gurobipy is absent, a model over its pip licence's limits counted as
+TOO_LARGE) and exhaustive (OffloadProblem.enumerate, every assignment, where
+there are at most --max-enumeration). Every backend gets the greedy plan as
+its warm start and the same time limit (exhaustive none). The instances are
+seeded synthetic batches (solvers_offload_instances.py) in four memory
+pressure classes.
+
+Per size and backend: p50/p99/max wall time of the solve call (model
+building excluded), status counts, calls over the limit + slack, the gap at
+return, and quality: the objective against the exhaustive optimum where
+enumerable, else against the best any backend found (the excess stall in %
+of the step's latency). Then what pruning costs: the pruned optimum against
+the "periodic" search space's, at the small sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.bench.baseline import DEFAULT_FACTOR
+from planner.bench.machine import load_average, machine_info
+from planner.bench.markdown import write_section
+from planner.bench.solvers_offload_instances import PRESSURES, Instance, make_instance
+from planner.policies.offload.search import branch_and_bound
+from planner.policies.offload.search_space import SearchMode, candidate_patterns
+from planner.solvers import (
+    Backend,
+    BackendUnavailableError,
+    ModelTooLargeError,
+    SolveOptions,
+    SolverError,
+    Status,
+    solve,
+)
+
+SECTION = "solvers:offload"
+BACKENDS = ("bnb", "cp-sat", "gurobi", "exhaustive")
+DEFAULT_SIZES = ((4, 32), (16, 32), (32, 48), (64, 80))
+DEFAULT_INSTANCES = 60
+DEFAULT_TIME_LIMIT_S = 0.05
+DEFAULT_SLACK_MS = 2.0
+DEFAULT_MAX_ENUMERATION = 2_000_000
+DEFAULT_PRUNING_INSTANCES = 12
+DEFAULT_PRUNING_TIME_LIMIT_S = 2.0
+DEFAULT_SEED = 0
+# The issue's targets: p99 solve time at a size, and every call within its limit.
+TARGETS = (((16, 32), 5.0), ((64, 80), 50.0))
+EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
+TOO_LARGE = "TOO_LARGE"
+ERROR = "ERROR"
+SOLVED = (Status.OPTIMAL.value, Status.FEASIBLE.value)
+
+
+@dataclass
+class Outcome:
+    """One backend on one instance."""
+
+    status: str
+    wall_s: float
+    objective: float | None  # the plan's objective (closed form of its choice)
+    reported: float | None  # the backend's own objective
+    bound: float | None
+    gap: float | None
+    stall: int | None  # block-times
+    note: str = ""
+
+
+@dataclass
+class Config:
+    sizes: tuple[tuple[int, int], ...] = DEFAULT_SIZES
+    backends: tuple[str, ...] = BACKENDS
+    instances: int = DEFAULT_INSTANCES
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    slack_ms: float = DEFAULT_SLACK_MS
+    max_enumeration: int = DEFAULT_MAX_ENUMERATION
+    pruning_instances: int = DEFAULT_PRUNING_INSTANCES
+    pruning_time_limit_s: float = DEFAULT_PRUNING_TIME_LIMIT_S
+    seed: int = DEFAULT_SEED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sizes": [f"{r}x{n}" for r, n in self.sizes],
+            "backends": list(self.backends),
+            "instances_per_size": self.instances,
+            "time_limit_s": self.time_limit_s,
+            "slack_ms": self.slack_ms,
+            "max_enumeration": self.max_enumeration,
+            "pruning_instances": self.pruning_instances,
+            "pruning_time_limit_s": self.pruning_time_limit_s,
+            "seed": self.seed,
+            "pressure_classes": list(PRESSURES),
+        }
+
+
+@dataclass
+class Measured:
+    cases: list[dict[str, Any]] = field(default_factory=list)
+    pruning: list[dict[str, Any]] = field(default_factory=list)
+    anomalies: list[dict[str, Any]] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # backend -> why
+    settings: dict[str, str] = field(default_factory=dict)  # layers -> profile used
+
+
+# --- running the backends ----------------------------------------------------------
+
+
+def _run_bnb(inst: Instance, limit_s: float) -> Outcome:
+    starts = [inst.greedy] if inst.greedy is not None else []
+    started = time.perf_counter()
+    r = branch_and_bound(inst.problem, time_limit_s=limit_s, starts=starts)
+    wall = time.perf_counter() - started
+    stall = None
+    if r.choice is not None:
+        stall = int(inst.problem.evaluate(r.choice).stall[0])
+    return Outcome(r.status.value, wall, r.objective, r.objective, r.best_bound, r.gap, stall)
+
+
+def _run_model(inst: Instance, limit_s: float, backend: Backend) -> Outcome:
+    ilp = inst.ilp()
+    hint = inst.hint()
+    started = time.perf_counter()
+    try:
+        r = solve(
+            ilp.model, time_limit_s=limit_s, backend=backend, hint=hint, options=SolveOptions()
+        )
+    except ModelTooLargeError as exc:
+        return Outcome(
+            TOO_LARGE, time.perf_counter() - started, None, None, None, None, None, str(exc)
+        )
+    except BackendUnavailableError:
+        raise
+    except SolverError as exc:
+        return Outcome(ERROR, time.perf_counter() - started, None, None, None, None, None, str(exc))
+    wall = time.perf_counter() - started
+    objective = stall = None
+    if r.has_solution:
+        choice = np.argmax(r.value(ilp.choice), axis=1).astype(np.int64)
+        ev = inst.problem.evaluate(choice)
+        objective = float(ev.objective[0])
+        stall = int(ev.stall[0])
+    return Outcome(r.status.value, wall, objective, r.objective, r.best_bound, r.gap, stall, r.note)
+
+
+def _run_exhaustive(inst: Instance) -> Outcome:
+    started = time.perf_counter()
+    choice, best = inst.problem.enumerate()
+    wall = time.perf_counter() - started
+    if choice is None:
+        return Outcome(Status.INFEASIBLE.value, wall, None, None, None, None, None)
+    stall = int(inst.problem.evaluate(choice).stall[0])
+    return Outcome(Status.OPTIMAL.value, wall, best, best, best, 0.0, stall)
+
+
+def gurobi_unavailable() -> str | None:
+    """Why Gurobi cannot run here, or None when a tiny model solves."""
+    from planner.solvers import Model
+
+    m = Model()
+    x = m.add_binaries(2)
+    m.add_exactly_one_groups(x.reshape(1, 2))
+    m.minimize(x, 1.0)
+    try:
+        solve(m, time_limit_s=1.0, backend=Backend.GUROBI)
+    except SolverError as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
+
+
+def _warm_up(backends: Sequence[str], seed: int) -> None:
+    """One untimed solve per backend (imports, CP-SAT's and Gurobi's start)."""
+    inst = make_instance(4, 8, 1, seed)
+    for b in backends:
+        if b == "bnb":
+            _run_bnb(inst, 0.05)
+        elif b in ("cp-sat", "gurobi"):
+            _run_model(inst, 0.05, Backend.CPSAT if b == "cp-sat" else Backend.GUROBI)
+
+
+# --- statistics --------------------------------------------------------------------
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def _step_s(inst: Instance, stall: int) -> float:
+    return inst.step_compute_s + stall / inst.link_blocks_per_s
+
+
+def _excess_pct(inst: Instance, stall: int | None, best_stall: int) -> float | None:
+    """The extra stall over the best plan, in % of the best plan's step latency."""
+    if stall is None:
+        return None
+    return 100.0 * (stall - best_stall) / inst.link_blocks_per_s / _step_s(inst, best_stall)
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def _case(  # noqa: PLR0917
+    size: tuple[int, int],
+    backend: str,
+    limit_s: float | None,
+    slack_ms: float,
+    runs: list[tuple[Instance, Outcome]],
+    reference: dict[int, Outcome],
+    best: dict[int, Outcome],
+) -> dict[str, Any]:
+    walls = [o.wall_s * 1e3 for _, o in runs]
+    statuses = Counter(o.status for _, o in runs)
+    over = []
+    if limit_s is not None:
+        over = [(i, o) for i, o in runs if o.wall_s * 1e3 > limit_s * 1e3 + slack_ms]
+    gaps = [o.gap for _, o in runs if o.gap is not None and math.isfinite(o.gap)]
+    exact_n = exact_same = 0
+    vs_best_n = vs_best_same = 0
+    excess: list[float] = []
+    for inst, o in runs:
+        ref = reference.get(inst.index)
+        if ref is not None:
+            exact_n += 1
+            exact_same += _same(o.objective, ref.objective)
+        b = best.get(inst.index)
+        if b is not None and b.stall is not None:
+            vs_best_n += 1
+            vs_best_same += _same(o.objective, b.objective)
+            e = _excess_pct(inst, o.stall, b.stall)
+            if e is not None:
+                excess.append(e)
+    by_class: dict[str, dict[str, Any]] = {}
+    for p in PRESSURES:
+        w = [o.wall_s * 1e3 for i, o in runs if i.pressure == p]
+        st = Counter(o.status for i, o in runs if i.pressure == p)
+        by_class[p] = {
+            "n": len(w),
+            "p50_ms": _pct(w, 50),
+            "p99_ms": _pct(w, 99),
+            "max_ms": max(w) if w else None,
+            "statuses": dict(st),
+        }
+    return {
+        "requests": size[0],
+        "layers": size[1],
+        "backend": backend,
+        "n": len(runs),
+        "time_limit_ms": None if limit_s is None else limit_s * 1e3,
+        "p50_ms": _pct(walls, 50),
+        "p99_ms": _pct(walls, 99),
+        "max_ms": max(walls) if walls else None,
+        "mean_ms": float(np.mean(walls)) if walls else None,
+        "statuses": dict(statuses),
+        "over_limit": len(over),
+        "over_limit_worst_ms": max((o.wall_s * 1e3 for _, o in over), default=None),
+        "gap_p50": _pct(gaps, 50),
+        "gap_max": max(gaps) if gaps else None,
+        "vs_exhaustive": {"compared": exact_n, "identical": exact_same},
+        "vs_best": {
+            "compared": vs_best_n,
+            "best": vs_best_same,
+            "excess_stall_pct_of_step_mean": float(np.mean(excess)) if excess else None,
+            "excess_stall_pct_of_step_max": max(excess) if excess else None,
+            "no_plan": vs_best_n - len(excess),
+        },
+        "by_pressure": by_class,
+    }
+
+
+def _check(
+    size: tuple[int, int],
+    results: dict[str, list[tuple[Instance, Outcome]]],
+    anomalies: list[dict[str, Any]],
+) -> None:
+    """Contradictions between backends on the same instance: two proved
+    optima that differ, a proof of infeasibility next to a plan, a bound past
+    another backend's plan, a backend's objective below its plan's."""
+    by_index: dict[int, dict[str, tuple[Instance, Outcome]]] = {}
+    for backend, runs in results.items():
+        for inst, o in runs:
+            by_index.setdefault(inst.index, {})[backend] = (inst, o)
+    for entries in by_index.values():
+        items = list(entries.items())
+        inst = items[0][1][0]
+
+        def note(kind: str, detail: str, inst: Instance = inst) -> None:
+            anomalies.append(
+                {
+                    "size": f"{size[0]}x{size[1]}",
+                    "instance": inst.index,
+                    "seed": inst.seed,
+                    "pressure": inst.pressure,
+                    "kind": kind,
+                    "detail": detail,
+                }
+            )
+
+        for b, (_, o) in items:
+            if (
+                o.reported is not None
+                and o.objective is not None
+                and o.objective > o.reported + 1e-6
+            ):
+                note(
+                    "objective",
+                    f"{b} reports {o.reported:.0f}, its plan evaluates to {o.objective:.0f}",
+                )
+        for a, (_, oa) in items:
+            for b, (_, ob) in items:
+                if a >= b:
+                    continue
+                if oa.status == ob.status == Status.OPTIMAL.value and not _same(
+                    oa.objective, ob.objective
+                ):
+                    note(
+                        "optimum",
+                        f"{a} OPTIMAL {oa.objective:.0f} != {b} OPTIMAL {ob.objective:.0f}",
+                    )
+                for x, ox, y, oy in ((a, oa, b, ob), (b, ob, a, oa)):
+                    if ox.status == Status.INFEASIBLE.value and oy.objective is not None:
+                        note(
+                            "feasibility",
+                            f"{x} says INFEASIBLE, {y} found {oy.objective:.0f} ({oy.status})",
+                        )
+                    if (
+                        ox.bound is not None
+                        and oy.objective is not None
+                        and ox.bound > oy.objective * (1 + 1e-9) + 1e-6
+                    ):
+                        note("bound", f"{x} bound {ox.bound:.0f} > {y} plan {oy.objective:.0f}")
+
+
+# --- the run -----------------------------------------------------------------------
+
+
+def run_bench(config: Config, progress: Callable[[str], None] = lambda _: None) -> Measured:
+    measured = Measured()
+    backends = list(config.backends)
+    if "gurobi" in backends:
+        why = gurobi_unavailable()
+        if why is not None:
+            measured.skipped["gurobi"] = why
+            backends.remove("gurobi")
+            progress(f"gurobi skipped: {why}")
+    _warm_up(backends, config.seed)
+    from planner.bench.solvers_offload_instances import setting_for
+
+    for size in config.sizes:
+        requests, layers = size
+        measured.settings[str(layers)] = setting_for(layers).describe()
+        started = time.perf_counter()
+        instances = [
+            make_instance(requests, layers, i, config.seed) for i in range(config.instances)
+        ]
+        progress(
+            f"{requests}x{layers}: {len(instances)} instances made in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
+        results: dict[str, list[tuple[Instance, Outcome]]] = {}
+        for backend in backends:
+            if backend == "exhaustive":
+                runs = [
+                    (i, _run_exhaustive(i))
+                    for i in instances
+                    if i.problem.enumeration_size() <= config.max_enumeration
+                ]
+                if not runs:
+                    continue
+            elif backend == "bnb":
+                runs = [(i, _run_bnb(i, config.time_limit_s)) for i in instances]
+            else:
+                kind = Backend.CPSAT if backend == "cp-sat" else Backend.GUROBI
+                runs = [(i, _run_model(i, config.time_limit_s, kind)) for i in instances]
+            results[backend] = runs
+            progress(f"{requests}x{layers}: {backend} done")
+        reference = {i.index: o for i, o in results.get("exhaustive", [])}
+        best: dict[int, Outcome] = {}
+        for runs in results.values():
+            for inst, o in runs:
+                if o.objective is None:
+                    continue
+                held = best.get(inst.index)
+                if held is None or o.objective < (held.objective or math.inf):
+                    best[inst.index] = o
+        for backend, runs in results.items():
+            limit = None if backend == "exhaustive" else config.time_limit_s
+            measured.cases.append(
+                _case(size, backend, limit, config.slack_ms, runs, reference, best)
+            )
+        _check(size, results, measured.anomalies)
+        for backend, runs in results.items():
+            if backend == "exhaustive":
+                continue
+            for inst, o in runs:
+                if o.wall_s * 1e3 > config.time_limit_s * 1e3 + config.slack_ms:
+                    measured.anomalies.append(
+                        {
+                            "size": f"{requests}x{layers}",
+                            "instance": inst.index,
+                            "seed": inst.seed,
+                            "pressure": inst.pressure,
+                            "kind": "time limit",
+                            "detail": f"{backend} took {o.wall_s * 1e3:.1f} ms ({o.status}), "
+                            f"limit {config.time_limit_s * 1e3:g} ms",
+                            "wall_ms": o.wall_s * 1e3,
+                        }
+                    )
+    measured.pruning = _pruning(config, progress)
+    return measured
+
+
+def _pruning(config: Config, progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    """What pruning costs: per small size, the pruned space's optimum (bnb)
+    against the periodic space's (bnb from the pruned plan, a longer limit),
+    on the feasible instances where both searches finish."""
+    out: list[dict[str, Any]] = []
+    if config.pruning_instances < 1:
+        return out
+    for requests, layers in config.sizes:
+        if requests > 4:
+            continue
+        compared = proved = same = 0
+        excess: list[float] = []
+        rel: list[float] = []
+        periodic_choices = 0
+        wall: list[float] = []
+        for index in range(config.pruning_instances):
+            inst = make_instance(requests, layers, index, config.seed)
+            if inst.pressure == "infeasible":
+                continue
+            pruned = branch_and_bound(
+                inst.problem,
+                time_limit_s=config.pruning_time_limit_s,
+                starts=[inst.greedy] if inst.greedy is not None else [],
+            )
+            if pruned.status != Status.OPTIMAL or pruned.choice is None:
+                continue
+            problem, cands = inst.problem_in(SearchMode.PERIODIC)
+            periodic_choices = len(cands)
+            index_of = {row.tobytes(): c for c, row in enumerate(cands.offloaded)}
+            start = np.array(
+                [index_of[inst.candidates.offloaded[c].tobytes()] for c in pruned.choice],
+                dtype=np.int64,
+            )
+            started = time.perf_counter()
+            wide = branch_and_bound(
+                problem, time_limit_s=config.pruning_time_limit_s, starts=[start]
+            )
+            wall.append(time.perf_counter() - started)
+            compared += 1
+            if wide.status != Status.OPTIMAL or wide.choice is None or wide.objective is None:
+                continue
+            proved += 1
+            assert pruned.objective is not None
+            same += _same(pruned.objective, wide.objective)
+            p_stall = int(inst.problem.evaluate(pruned.choice).stall[0])
+            w_stall = int(problem.evaluate(wide.choice).stall[0])
+            e = _excess_pct(inst, p_stall, w_stall)
+            excess.append(e if e is not None else 0.0)
+            rel.append((pruned.objective - wide.objective) / max(abs(wide.objective), 1.0))
+        progress(f"{requests}x{layers}: pruning compared on {compared} instances")
+        out.append(
+            {
+                "requests": requests,
+                "layers": layers,
+                "pruned_choices": len(candidate_patterns(layers, SearchMode.PRUNED)),
+                "periodic_choices": periodic_choices,
+                "compared": compared,
+                "periodic_proved_optimal": proved,
+                "identical": same,
+                "excess_stall_pct_of_step_mean": float(np.mean(excess)) if excess else None,
+                "excess_stall_pct_of_step_max": max(excess) if excess else None,
+                "objective_rel_excess_max": max(rel) if rel else None,
+                "periodic_bnb_p50_ms": _pct([w * 1e3 for w in wall], 50),
+                "periodic_bnb_max_ms": max(wall) * 1e3 if wall else None,
+                "time_limit_s": config.pruning_time_limit_s,
+            }
+        )
+    return out
+
+
+def evaluate_targets(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for (requests, layers), limit_ms in TARGETS:
+        for c in cases:
+            if (c["requests"], c["layers"]) != (requests, layers) or c["backend"] == "exhaustive":
+                continue
+            p99 = c["p99_ms"]
+            out.append(
+                {
+                    "size": f"{requests}x{layers}",
+                    "backend": c["backend"],
+                    "p99_limit_ms": limit_ms,
+                    "p99_ms": p99,
+                    "p99_status": "met" if p99 <= limit_ms else "missed",
+                    "within_time_limit": c["over_limit"] == 0,
+                }
+            )
+    return out
+
+
+def compare_baseline(
+    cases: list[dict[str, Any]], baseline: dict[str, Any], factor: float
+) -> dict[str, Any]:
+    """Cases in both runs, matched by (requests, layers, backend); a case
+    regressed when its p50 grew beyond factor x the old one."""
+    old = {(c["requests"], c["layers"], c["backend"]): c for c in baseline["cases"]}
+    compared = []
+    for c in cases:
+        before = old.get((c["requests"], c["layers"], c["backend"]))
+        if before is None:
+            continue
+        ratio = c["p50_ms"] / before["p50_ms"] if before["p50_ms"] > 0 else math.inf
+        compared.append(
+            {
+                "size": f"{c['requests']}x{c['layers']}",
+                "backend": c["backend"],
+                "old_p50_ms": before["p50_ms"],
+                "new_p50_ms": c["p50_ms"],
+                "old_p99_ms": before["p99_ms"],
+                "new_p99_ms": c["p99_ms"],
+                "p50_ratio": ratio,
+                "regressed": ratio > factor,
+            }
+        )
+    return {
+        "factor": factor,
+        "baseline_date": baseline.get("date"),
+        "baseline_commit": (baseline.get("machine", {}).get("git") or {}).get("commit"),
+        "cases": compared,
+        "regressions": sum(c["regressed"] for c in compared),
+        "unmatched": len(cases) - len(compared),
+    }
+
+
+# --- command line ------------------------------------------------------------------
+
+
+def _size_list(text: str) -> tuple[tuple[int, int], ...]:
+    sizes = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        r, sep, n = part.strip().lower().partition("x")
+        try:
+            size = (int(r), int(n))
+        except ValueError:
+            size = (0, 0)
+        if not sep or size[0] < 1 or size[1] < 2:
+            raise argparse.ArgumentTypeError(
+                f"expected REQUESTSxLAYERS[,...] with requests >= 1 and layers >= 2, got {part!r}"
+            )
+        sizes.append(size)
+    if not sizes:
+        raise argparse.ArgumentTypeError("no size given")
+    return tuple(sizes)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = benches.add_parser(
+        "solvers",
+        help="solve time and plan quality of a formulation per backend and size",
+        description="The layer-offload ILP on seeded synthetic long-context decode batches: "
+        "solve time per backend and size (p50/p99/max, status counts, calls over the time "
+        "limit), plan quality against exhaustive enumeration or the best plan any backend "
+        "found, and what the pruned search space costs. Exit status 1 when --baseline finds "
+        "a regression, 2 on bad input.",
+    )
+    p.add_argument("--problem", choices=["offload"], default="offload", help="(default offload)")
+    p.add_argument(
+        "--sizes",
+        type=_size_list,
+        default=DEFAULT_SIZES,
+        help="REQUESTSxLAYERS, comma-separated (default "
+        + ",".join(f"{r}x{n}" for r, n in DEFAULT_SIZES)
+        + ")",
+    )
+    p.add_argument(
+        "--backend",
+        action="append",
+        choices=BACKENDS,
+        help="backends to run (repeat; default all: " + ", ".join(BACKENDS) + ")",
+    )
+    p.add_argument(
+        "--instances",
+        type=_count(1),
+        default=DEFAULT_INSTANCES,
+        help=f"instances per size, spread over the {len(PRESSURES)} pressure classes "
+        f"(default {DEFAULT_INSTANCES})",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=_positive_float,
+        default=DEFAULT_TIME_LIMIT_S,
+        help=f"seconds per solve for bnb, cp-sat and gurobi (default {DEFAULT_TIME_LIMIT_S:g})",
+    )
+    p.add_argument(
+        "--slack-ms",
+        type=float,
+        default=DEFAULT_SLACK_MS,
+        help=f"a call over limit + this counts as over the limit (default {DEFAULT_SLACK_MS:g})",
+    )
+    p.add_argument(
+        "--max-enumeration",
+        type=_count(1),
+        default=DEFAULT_MAX_ENUMERATION,
+        help=f"exhaustive only where at most this many assignments (default "
+        f"{DEFAULT_MAX_ENUMERATION:,})",
+    )
+    p.add_argument(
+        "--pruning-instances",
+        type=_count(0),
+        default=DEFAULT_PRUNING_INSTANCES,
+        help="instances per size of at most 4 requests on which pruned and periodic spaces are "
+        f"compared; 0 for none (default {DEFAULT_PRUNING_INSTANCES})",
+    )
+    p.add_argument(
+        "--pruning-time-limit",
+        type=_positive_float,
+        default=DEFAULT_PRUNING_TIME_LIMIT_S,
+        help=f"seconds per bnb solve in that comparison (default {DEFAULT_PRUNING_TIME_LIMIT_S:g})",
+    )
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="instances' seed (default 0)")
+    p.add_argument("--out", type=Path, help="write results and machine info as JSON")
+    p.add_argument("--markdown", type=Path, help="(re)write this bench's section of this file")
+    p.add_argument("--baseline", type=Path, help="a JSON from --out to compare with")
+    p.add_argument(
+        "--regression-factor",
+        type=float,
+        default=DEFAULT_FACTOR,
+        help=f"flag a case whose p50 exceeds this times the baseline's (default {DEFAULT_FACTOR})",
+    )
+    p.set_defaults(func=run)
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    return Config(
+        sizes=args.sizes,
+        backends=tuple(dict.fromkeys(args.backend or BACKENDS)),
+        instances=args.instances,
+        time_limit_s=args.time_limit,
+        slack_ms=args.slack_ms,
+        max_enumeration=args.max_enumeration,
+        pruning_instances=args.pruning_instances,
+        pruning_time_limit_s=args.pruning_time_limit,
+        seed=args.seed,
+    )
+
+
+def command_line(args: argparse.Namespace, config: Config) -> str:
+    """The command that reproduces this run (defaults omitted)."""
+    d = Config()
+    parts = ["planner", "bench", "solvers", "--problem", args.problem]
+    if config.sizes != d.sizes:
+        parts += ["--sizes", ",".join(f"{r}x{n}" for r, n in config.sizes)]
+    if args.backend:
+        for b in config.backends:
+            parts += ["--backend", b]
+    for flag, value, default in (
+        ("--instances", config.instances, d.instances),
+        ("--time-limit", config.time_limit_s, d.time_limit_s),
+        ("--slack-ms", config.slack_ms, d.slack_ms),
+        ("--max-enumeration", config.max_enumeration, d.max_enumeration),
+        ("--pruning-instances", config.pruning_instances, d.pruning_instances),
+        ("--pruning-time-limit", config.pruning_time_limit_s, d.pruning_time_limit_s),
+        ("--seed", config.seed, d.seed),
+    ):
+        if value != default:
+            parts += [flag, f"{value:g}"]
+    for flag, path in (("--out", args.out), ("--markdown", args.markdown)):
+        if path is not None:
+            parts += [flag, str(path)]
+    if args.baseline is not None:
+        parts += ["--baseline", str(args.baseline)]
+        if args.regression_factor != DEFAULT_FACTOR:
+            parts += ["--regression-factor", f"{args.regression_factor:g}"]
+    return " ".join(parts)
+
+
+def _progress(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from planner.bench.solvers_offload_report import markdown_section, text_report
+
+    if args.slack_ms < 0 or not math.isfinite(args.slack_ms):
+        print("planner bench solvers: --slack-ms must be >= 0", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.regression_factor <= 1.0:
+        print("planner bench solvers: --regression-factor must be > 1", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    baseline = None
+    if args.baseline is not None:
+        try:
+            baseline = json.loads(args.baseline.read_text(encoding="utf-8"))
+            if not isinstance(baseline, dict) or not isinstance(baseline.get("cases"), list):
+                raise ValueError("not a JSON object with a 'cases' list")
+        except (OSError, ValueError) as exc:
+            print(
+                f"planner bench solvers: cannot read baseline {args.baseline}: {exc}",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
+    config = config_from(args)
+    machine = machine_info()
+    started = time.perf_counter()
+    measured = run_bench(config, progress=_progress)
+    machine["load_avg_1m_at_end"] = load_average()
+    doc: dict[str, Any] = {
+        "bench": f"solvers/{args.problem}",
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command_line(args, config),
+        "machine": machine,
+        "config": config.to_json(),
+        "settings": measured.settings,
+        "skipped": measured.skipped,
+        "wall_s": time.perf_counter() - started,
+        "cases": measured.cases,
+        "targets": evaluate_targets(measured.cases),
+        "pruning": measured.pruning,
+        "anomalies": measured.anomalies,
+        "baseline": None,
+    }
+    if baseline is not None:
+        try:
+            doc["baseline"] = compare_baseline(measured.cases, baseline, args.regression_factor)
+        except (KeyError, TypeError, ValueError) as exc:
+            print(
+                f"planner bench solvers: baseline {args.baseline} unusable: {exc}", file=sys.stderr
+            )
+            return EXIT_BAD_INPUT
+    print(text_report(doc))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    if args.markdown is not None:
+        write_section(args.markdown, SECTION, markdown_section(doc))
+    if doc["baseline"] is not None and doc["baseline"]["regressions"]:
+        return EXIT_REGRESSED
+    return EXIT_OK
