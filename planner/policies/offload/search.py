@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from planner.policies.offload.buffer_bound import buffer_share
 from planner.policies.offload.problem import OffloadProblem
 from planner.solvers import Status
 
@@ -114,7 +115,11 @@ class _Search:
         self.nodes = 0
         self.stack: list[tuple[float, int, IntArray, IntArray, IntArray, IntArray, int]] = []
         self.offloadable = p.fetch.max(axis=(0, 1)) > 0  # (L,)
-        self.num_offloadable = max(int(self.offloadable.sum()), 1)
+        # The buffer is at least t times the blocks fetched plus nu . F
+        # (buffer_bound.py): uniform weights, and the LP's best.
+        usable = max(int(self.offloadable.sum()), 1)
+        uniform = np.where(self.offloadable, 1.0 / usable, 0.0)
+        self.buffer_shares = [(uniform, 1.0 / usable), buffer_share(p.fetch.max(axis=0) > 0)]
         num_r, w = p.num_requests, p.num_windows
         ordered_mem = p.mem_coef[:, self.order, :]  # (W, R, C)
         # Suffix sums over the remaining requests (index i: requests order[i:]).
@@ -144,7 +149,7 @@ class _Search:
         num_l = p.fetch.shape[2]
         zero_f = np.zeros(num_l, dtype=np.int64)
         zero_w = np.zeros(self.num_w, dtype=np.int64)
-        root_lb = self._bounds(0, zero_f[None, :], zero_w[None, :], zero_w[None, :], np.zeros(1))
+        root_lb, _ = self._bounds(0, zero_f[None, :], zero_w[None, :], zero_w[None, :], np.zeros(1))
         if not np.isfinite(root_lb[0]):
             return True
         self.stack.append((float(root_lb[0]), 0, np.zeros(0, np.int64), zero_f, zero_w, zero_w, 0))
@@ -162,7 +167,7 @@ class _Search:
             child_mem = mem[None, :] + p.mem_coef[:, r, :].T  # (C, W)
             child_slo = slo[None, :] + p.slo_coef[:, r, :].T
             child_fetched = fetched + p.fetched[r]
-            bounds = self._bounds(depth + 1, child_f, child_mem, child_slo, child_fetched)
+            bounds, order = self._bounds(depth + 1, child_f, child_mem, child_slo, child_fetched)
             level = self.prune_level()
             if depth + 1 == self.num_r:
                 c = int(np.argmin(bounds))
@@ -171,7 +176,7 @@ class _Search:
                     full[self.order] = np.append(partial, c)
                     self.best, self.best_choice = float(bounds[c]), full
                 continue
-            for c in np.argsort(-bounds, kind="stable").tolist():
+            for c in np.argsort(-order, kind="stable").tolist():
                 if bounds[c] >= level:
                     self._gap_pruned(float(bounds[c]))
                     continue
@@ -205,10 +210,13 @@ class _Search:
         mem: IntArray,
         slo: IntArray,
         fetched: npt.ArrayLike,
-    ) -> FloatArray:
+    ) -> tuple[FloatArray, FloatArray]:
         """Lower bounds of the objective below nodes (rows): requests
         order[:depth] placed, giving per-layer fetches f (N, L), memory and
-        SLO row sums (N, W) and fetched blocks (N,)."""
+        SLO row sums (N, W) and fetched blocks (N,); and the key the search
+        dives by: the same bound without the buffer's share, which leads to
+        better plans sooner (measured: with the full bound as the key the
+        plan found in 50 ms was 1-2 % worse)."""
         p = self.p
         hidden = p.hidden
         excess = f - hidden[None, :]
@@ -219,29 +227,30 @@ class _Search:
         need = mem[:, 0] + buffer - p.mem_cap[0]  # blocks the rest must free
         ratio = self.ratio_suffix[depth]
         if depth == self.num_r or not math.isfinite(ratio):
-            must_fetch = np.zeros(len(f))
+            must_fetch = basic = np.zeros(len(f))
         else:
-            # The buffer is at least the mean fetch over the layers that can
-            # be fetched: with X = mem - cap and S the blocks fetched so far,
-            # fetch >= ratio * (X + (S + fetch) / L') solves to the second term.
-            must_fetch = np.maximum(need, 0) * ratio
-            if ratio < self.num_offloadable:
-                x = mem[:, 0] - p.mem_cap[0] + f.sum(axis=1) / self.num_offloadable
-                mean_bound = ratio * x / (1.0 - ratio / self.num_offloadable)
-                must_fetch = np.maximum(must_fetch, mean_bound)
+            # The buffer is at least nu . F + t * (blocks still to fetch):
+            # with x = mem - cap, fetch >= ratio * (x + nu . F + t * fetch)
+            # solves to the second term.
+            basic = np.ceil(np.maximum(need, 0) * ratio - 1e-6)
+            must_fetch = basic.astype(np.float64)
+            x = mem[:, 0] - p.mem_cap[0]
+            for nu, share in self.buffer_shares:
+                if ratio * share < 1.0:
+                    shared = ratio * (x + f @ nu) / (1.0 - ratio * share)
+                    must_fetch = np.maximum(must_fetch, shared)
             must_fetch = np.ceil(must_fetch - 1e-6)
         stall = committed + np.maximum(must_fetch - spare, 0)
         slo_lb = slo.T + self.slo_min_suffix[:, depth][:, None] + stall[None, :]
         holds = (mem_lb <= p.mem_cap[:, None]) & (slo_lb <= p.slo_cap[:, None])
         held = np.cumprod(holds, axis=0).sum(axis=0)
         feasible = (held > 0) & (need <= self.mem_max_free_suffix[depth])
-        bound = (
-            p.stall_weight * stall.astype(np.float64)
-            + p.window_weight * (self.num_w - held).astype(np.float64)
-            + np.asarray(fetched, dtype=np.float64)
-            + must_fetch
+        rest = p.window_weight * (self.num_w - held).astype(np.float64) + np.asarray(
+            fetched, dtype=np.float64
         )
-        return np.where(feasible, bound, np.inf)
+        bound = p.stall_weight * stall.astype(np.float64) + rest + must_fetch
+        dive = p.stall_weight * (committed + np.maximum(basic - spare, 0)) + rest + basic
+        return np.where(feasible, bound, np.inf), np.where(feasible, dive, np.inf)
 
 
 def _suffix(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
