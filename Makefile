@@ -6,20 +6,26 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BUF_VERSION := 1.75.0
+TORCH_VERSION ?= 2.13.0
+TRITON_VERSION ?= 3.8.0
 BUF := .tools/node_modules/.bin/buf
 PROTO_FILES := $(wildcard proto/planner/v1/*.proto)
 # Base for the proto breaking-change check: the commit named in
 # proto/BREAKING_BASE (the last landed contract), or BREAKING_BASE=<ref>.
 BREAKING_BASE ?= $(shell cat proto/BREAKING_BASE 2>/dev/null)
 
-.PHONY: run test test-slow proto proto-check lint format bench serve buf clean
+.PHONY: run test test-slow test-gpu bench-gpu proto proto-check lint format bench serve buf clean
 
+# torch is pinned and installed first so pip takes the local CPU wheel where
+# one is on disk (an unpinned torch pulls several GB of CUDA packages); the
+# kernels extra then finds it satisfied.
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "planner needs Python >= 3.11 (set PYTHON=...)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet 'torch==$(TORCH_VERSION)' 'triton==$(TRITON_VERSION)'
+	$(BIN)/python -m pip install --quiet -e '.[dev,kernels]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -31,6 +37,14 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# On a CUDA machine: the GPU tests, then the kernels benchmark (JSON under
+# $OUT, default out/kernels); both skip or refuse cleanly without a GPU.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu tests/kernels
+
+bench-gpu: $(STAMP)
+	$(BIN)/python -m planner.kernels.bench_gpu --out $${OUT:-out/kernels}
 
 serve: $(STAMP)
 	$(BIN)/planner serve

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from planner.v1 import info_pb2, offload_pb2, rotation_pb2
+from planner.v1 import cluster_pb2, info_pb2, offload_pb2, rotation_pb2
 
 PACKAGE = "planner.v1"
 
@@ -54,6 +54,30 @@ RPCS: dict[str, Rpc] = {
             "ReportStep",
             offload_pb2.ReportStepRequest,
             offload_pb2.ReportStepResponse,
+        ),
+        Rpc(
+            "ClusterService",
+            "PlanBuddyGroups",
+            cluster_pb2.PlanBuddyGroupsRequest,
+            cluster_pb2.PlanBuddyGroupsResponse,
+        ),
+        Rpc(
+            "ClusterService",
+            "EvaluateDropTrigger",
+            cluster_pb2.EvaluateDropTriggerRequest,
+            cluster_pb2.EvaluateDropTriggerResponse,
+        ),
+        Rpc(
+            "ClusterService",
+            "DecideRestore",
+            cluster_pb2.DecideRestoreRequest,
+            cluster_pb2.DecideRestoreResponse,
+        ),
+        Rpc(
+            "ClusterService",
+            "GetClusterState",
+            cluster_pb2.GetClusterStateRequest,
+            cluster_pb2.GetClusterStateResponse,
         ),
         Rpc(
             "PlannerInfoService",

@@ -21,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 FOREIGN_NAMES = ("kernels", "adapters", "solvers")
 STUBS = ("common_pb2", "info_pb2", "rotation_pb2", "rotation_pb2_grpc", "info_pb2_grpc")
 # Top-level source folders installed under `planner` (pyproject package-dir).
-MAPPED = {"solvers": "planner.solvers"}
+MAPPED = {"solvers": "planner.solvers", "kernels": "planner.kernels"}
 
 
 def _source_packages() -> dict[str, Path]:

@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 
 from planner.client import PlannerClient, PlannerError, RetryPolicy
 from planner.rpc import RPCS, Rpc
+from planner.service.cluster_store import ClusterStore
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.service.methods import CallContext, handle
@@ -48,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--target", help="host:port of a planner server; in process when omitted")
     p.add_argument(
+        "--store",
+        help="in process only: the SQLite store of cluster state to read and update "
+        "(default: none, state lives for this call only)",
+    )
+    p.add_argument(
         "--deadline-ms", type=float, default=10_000.0, help="deadline of the call (default 10 s)"
     )
     p.set_defaults(func=run)
@@ -57,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         rpc = _rpc(args.method)
         request = parse_request(rpc, _read(args.json_path))
-        response = answer(rpc, request, args.target, args.deadline_ms / 1e3)
+        response = answer(rpc, request, args.target, args.deadline_ms / 1e3, args.store)
     except CallFailedError as exc:
         print(f"planner call: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -95,12 +101,23 @@ def parse_request(rpc: Rpc, text: str) -> Message:
     return request
 
 
-def answer(rpc: Rpc, request: Message, target: str | None, deadline_s: float) -> Message:
+def answer(
+    rpc: Rpc, request: Message, target: str | None, deadline_s: float, store: str | None = None
+) -> Message:
     if target is None:
+        cluster_store = ClusterStore(store)
         try:
-            return handle(rpc, request, CallContext(ServiceLimits(), deadline_s))
+            return handle(
+                rpc, request, CallContext(ServiceLimits(), deadline_s, cluster_store=cluster_store)
+            )
         except InvalidArgumentError as exc:
             raise CallFailedError(EXIT_BAD_INPUT, str(exc)) from None
+        except OSError as exc:
+            raise CallFailedError(EXIT_FAILED, str(exc)) from None
+        finally:
+            cluster_store.close()
+    if store is not None:
+        raise CallFailedError(EXIT_BAD_INPUT, "--store applies in process only (no --target)")
     with PlannerClient(target, deadline_s=deadline_s, retry=RetryPolicy()) as client:
         try:
             return client.call(rpc, request)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -11,6 +12,18 @@ from types import FrameType
 from planner.service.limits import ServiceLimits
 from planner.service.logs import configure
 from planner.service.server import PlannerServer, ServerConfig
+
+
+def default_store_path() -> str:
+    """$PLANNER_STORE, else planner/planner.sqlite3 under the XDG state
+    folder ($XDG_STATE_HOME, default ~/.local/state)."""
+    env = os.environ.get("PLANNER_STORE")
+    if env:
+        return env
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(state, "planner", "planner.sqlite3")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,6 +52,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--max-requests-per-snapshot", type=int, default=defaults.max_requests_per_snapshot
     )
     p.add_argument("--max-message-bytes", type=int, default=defaults.max_message_bytes)
+    p.add_argument(
+        "--store",
+        default=None,
+        help="SQLite file of the state that survives a restart (buddy-group plans, drop "
+        "triggers); ':memory:' keeps none (default $PLANNER_STORE, else "
+        "$XDG_STATE_HOME/planner/planner.sqlite3)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", default="json", choices=["json", "text"])
     p.set_defaults(func=run)
@@ -65,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
             max_workers=args.max_workers,
             max_concurrent_rpcs=args.max_concurrent_rpcs,
         ),
+        store_path=args.store if args.store is not None else default_store_path(),
     )
     # Handlers first: a supervisor may signal as soon as it reads the
     # "serving" line below, and the default action would kill the process.

@@ -15,15 +15,22 @@ from planner.policies.offload.controller import StepObservation
 from planner.policies.rotation import plan_rotation
 from planner.profiles import HARDWARE_PROFILES, MODEL_PROFILES
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
+from planner.service.cluster_methods import (
+    decide_restore_rpc,
+    evaluate_drop_trigger_rpc,
+    get_cluster_state_rpc,
+    plan_buddy_groups_rpc,
+)
+from planner.service.cluster_store import ClusterStore
 from planner.service.convert.checks import non_negative, positive
 from planner.service.convert.offload import offload_plan_to_proto, offload_request_from_proto
 from planner.service.convert.rotation import rotation_plan_to_proto, rotation_request_from_proto
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.service.offload_engines import OffloadEngines
-from planner.v1 import common_pb2, info_pb2, offload_pb2, rotation_pb2
+from planner.v1 import cluster_pb2, common_pb2, info_pb2, offload_pb2, rotation_pb2
 
-POLICIES = ("rotation/lvf", "offload/orbitflow")
+POLICIES = ("rotation/lvf", "offload/orbitflow", "cluster/kunserve")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +42,9 @@ class CallContext:
     time_remaining_s: float | None = None
     # Per-engine offload controllers (one registry per server process).
     offload_engines: OffloadEngines = field(default_factory=OffloadEngines)
+    # ClusterService state (durable when the server has a store path; in
+    # memory, opened on first use, otherwise).
+    cluster_store: ClusterStore = field(default_factory=ClusterStore)
 
 
 Handler = Callable[[Message, CallContext], Message]
@@ -99,6 +109,26 @@ def _report_step(request: Message, ctx: CallContext) -> Message:
     )
 
 
+def _plan_buddy_groups(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, cluster_pb2.PlanBuddyGroupsRequest)
+    return plan_buddy_groups_rpc(request, ctx.limits, ctx.cluster_store, ctx.time_remaining_s)
+
+
+def _evaluate_drop_trigger(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, cluster_pb2.EvaluateDropTriggerRequest)
+    return evaluate_drop_trigger_rpc(request, ctx.limits, ctx.cluster_store)
+
+
+def _decide_restore(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, cluster_pb2.DecideRestoreRequest)
+    return decide_restore_rpc(request, ctx.limits, ctx.cluster_store)
+
+
+def _get_cluster_state(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, cluster_pb2.GetClusterStateRequest)
+    return get_cluster_state_rpc(request, ctx.cluster_store)
+
+
 def solver_backends_present() -> list[common_pb2.SolverBackend.ValueType]:
     """Backends whose packages import here."""
     backends = []
@@ -128,6 +158,10 @@ HANDLERS: dict[str, Handler] = {
     "RotationService.PlanRotation": _plan_rotation,
     "OffloadService.PlanLayerOffload": _plan_layer_offload,
     "OffloadService.ReportStep": _report_step,
+    "ClusterService.PlanBuddyGroups": _plan_buddy_groups,
+    "ClusterService.EvaluateDropTrigger": _evaluate_drop_trigger,
+    "ClusterService.DecideRestore": _decide_restore,
+    "ClusterService.GetClusterState": _get_cluster_state,
     "PlannerInfoService.GetPlannerInfo": _planner_info,
 }
 assert HANDLERS.keys() == RPCS.keys(), "every RPC of the contract has a handler"

@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
+from planner.service.cluster_store import ClusterStore
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.service.logs import LOGGER_NAME, log_event
@@ -35,6 +36,9 @@ class ServerConfig:
     port: int = 50051
     metrics_port: int | None = None
     limits: ServiceLimits = field(default_factory=ServiceLimits)
+    # The durable store (SQLite) of state that outlives a restart (ClusterService);
+    # None keeps it in memory.
+    store_path: str | None = None
 
 
 class PlannerServer:
@@ -44,6 +48,8 @@ class PlannerServer:
         self.config = config
         self.metrics = RpcMetrics()
         self.offload_engines = OffloadEngines()
+        self.cluster_store = ClusterStore(config.store_path)
+        self.cluster_store.open()
         self.logger = logging.getLogger(LOGGER_NAME)
         limits = config.limits
         self._server = grpc.server(
@@ -109,6 +115,7 @@ class PlannerServer:
             address=self.address,
             metrics_port=self.metrics_port,
             services=SERVICE_NAMES,
+            store=self.cluster_store.path,
         )
 
     def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
@@ -119,6 +126,7 @@ class PlannerServer:
         self._stopped.set()
         self.health.enter_graceful_shutdown()
         self._server.stop(grace_s).wait()
+        self.cluster_store.close()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
             self._metrics_http.server_close()
@@ -182,7 +190,11 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
                 assert isinstance(request, Message)
                 try:
                     return handle(
-                        method, request, CallContext(limits, remaining, server.offload_engines)
+                        method,
+                        request,
+                        CallContext(
+                            limits, remaining, server.offload_engines, server.cluster_store
+                        ),
                     )
                 except InvalidArgumentError as exc:
                     code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(exc)

@@ -82,6 +82,7 @@ def test_planner_info(server, channel, stub):
     info = stub(channel, INFO)(info_pb2.GetPlannerInfoRequest(), timeout=10)
     assert info.version == planner.__version__
     assert list(info.services) == [
+        "planner.v1.ClusterService",
         "planner.v1.OffloadService",
         "planner.v1.PlannerInfoService",
         "planner.v1.RotationService",

@@ -1,0 +1,9 @@
+"""mypy's view of `planner.kernels`.
+
+The package installs from the top-level kernels/ folder (pyproject
+package-dir), a mapping mypy cannot follow when it reads the source folders:
+pyproject puts this folder on mypy_path so `import planner.kernels` in
+planner/ type-checks against kernels/ (checked as the module `kernels`).
+"""
+
+from kernels import *  # noqa: F403
