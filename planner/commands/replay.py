@@ -7,12 +7,23 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+from planner.domain.offload import OffloadParams
 from planner.domain.requests import Slo
 from planner.domain.rotation import RotationParams
 from planner.profiles.errors import ProfileError
 from planner.replay.engine import Engine
+from planner.replay.longctx_engine import LongctxEngine, LongctxRun
+from planner.replay.longctx_policies import LONGCTX_POLICY_NAMES, make_longctx_policy
+from planner.replay.longctx_report import (
+    LongctxMetrics,
+    print_longctx_report,
+    summarize_longctx,
+    write_longctx_json,
+)
+from planner.replay.longctx_setup import LongctxKnobs, design_tokens, longctx_config
 from planner.replay.metrics import PolicyMetrics, compare
 from planner.replay.noise import JitteredCost
 from planner.replay.plots import write_report
@@ -27,6 +38,19 @@ from planner.trace.records import TraceRequest
 
 EXIT_BAD_INPUT = 2
 
+ROTATION = "rotation"
+LONG_CONTEXT = "long-context"
+TOPOLOGY_POLICIES: dict[str, tuple[str, ...]] = {
+    ROTATION: POLICY_NAMES,
+    LONG_CONTEXT: LONGCTX_POLICY_NAMES,
+}
+DEFAULT_POLICIES: dict[str, tuple[str, ...]] = {
+    ROTATION: ("fcfs", "lvf"),
+    LONG_CONTEXT: LONGCTX_POLICY_NAMES,
+}
+DEFAULT_MAX_RUNNING = {ROTATION: 256, LONG_CONTEXT: 8}
+OFFLOAD_BACKENDS = ("bnb", "cp-sat", "gurobi", "exhaustive")
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
@@ -34,7 +58,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="compare policies on a trace in a simulated engine",
         description="Replay a JSON-lines trace (see `planner trace`) through a simulated "
         "engine once per policy, each on the identical arrivals, and compare TTFT/TBT/TPOT "
-        f"attainment, latency, throughput and transfers. Policies: {', '.join(POLICY_NAMES)}.",
+        f"attainment, latency, throughput and transfers. Topologies: {ROTATION} (default; "
+        f"policies {', '.join(POLICY_NAMES)}) and {LONG_CONTEXT} (one engine whose decode "
+        f"steps fetch offloaded KV layers, OrbitFlow; policies "
+        f"{', '.join(LONGCTX_POLICY_NAMES)}).",
     )
     p.add_argument("trace", help="JSON-lines trace file")
     p.add_argument(
@@ -44,10 +71,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"(a measured profile); default {DEFAULT_PROFILE}",
     )
     p.add_argument(
+        "--topology",
+        choices=tuple(TOPOLOGY_POLICIES),
+        default=ROTATION,
+        help=f"what to simulate (default {ROTATION})",
+    )
+    p.add_argument(
         "--policy",
         action="append",
-        choices=POLICY_NAMES,
-        help="a policy to run (repeat; default: fcfs and lvf)",
+        help=f"a policy to run (repeat; default: fcfs and lvf for {ROTATION}, all five for "
+        f"{LONG_CONTEXT})",
     )
     p.add_argument("--slo-ttft", type=float, default=5.0, help="TTFT SLO, s (default 5)")
     p.add_argument("--slo-tbt", type=float, default=0.1, help="TBT SLO, s (default 0.1)")
@@ -71,7 +104,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=2048,
         help="chunked-prefill token budget per iteration (default 2048)",
     )
-    p.add_argument("--max-running", type=int, default=256, help="running requests at most")
+    p.add_argument(
+        "--max-running",
+        type=int,
+        help=f"running requests at most (default 256; {LONG_CONTEXT}: the decode batch size, "
+        "default 8, paused requests included)",
+    )
     p.add_argument(
         "--cpu-kv-gb", type=float, help="CPU memory for swapped KV, GB (default 90%% of host)"
     )
@@ -90,6 +128,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="seed of every random draw of a run (--compute-jitter); the same seed gives the "
         "same numbers (default 0)",
     )
+    g = p.add_argument_group(f"{LONG_CONTEXT} topology")
+    g.add_argument(
+        "--gpu-kv-gb",
+        type=float,
+        help="GPU memory for KV, GB (default: what the profile leaves at 90%% utilization)",
+    )
+    g.add_argument(
+        "--slo-scale",
+        type=float,
+        help="TBT SLO = this x OrbitFlow's base latency (one decode step of --max-running "
+        "requests filling the GPU KV memory, nothing offloaded); overrides --slo-tbt",
+    )
+    g.add_argument(
+        "--offload-time-limit",
+        type=float,
+        help="orbitflow: wall-clock limit of one plan's solves, s "
+        f"(default {OffloadParams().time_limit_s:g})",
+    )
+    g.add_argument(
+        "--offload-backend",
+        choices=OFFLOAD_BACKENDS,
+        help="orbitflow: the planner's solver (default "
+        f"{OffloadParams().backend}; see planner.domain.offload.OffloadParams)",
+    )
     p.add_argument("--json-out", type=Path, help="write every number as JSON here")
     p.add_argument("--report-dir", type=Path, help="write PNG plots here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -102,6 +164,9 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    topology = args.topology
+    if args.max_running is None:
+        args.max_running = DEFAULT_MAX_RUNNING[topology]
     # NaN passes a "<= 0" test and an infinite rate scale puts every arrival
     # at 0 (NaN would hang the engine): numbers must be finite.
     for name in ("slo_ttft", "slo_tbt", "max_batched_tokens", "max_running"):
@@ -123,7 +188,25 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--compute-jitter must be a finite number >= 0, got {args.compute_jitter}")
     if args.transfer_budget_blocks is not None and args.transfer_budget_blocks < 0:
         return _fail("--transfer-budget-blocks must be >= 0")
-    policies = list(dict.fromkeys(args.policy or ["fcfs", "lvf"]))
+    known = TOPOLOGY_POLICIES[topology]
+    policies = list(dict.fromkeys(args.policy or DEFAULT_POLICIES[topology]))
+    for policy in policies:
+        if policy not in known:
+            return _fail(
+                f"unknown policy {policy!r} for --topology {topology} "
+                f"(choose from {', '.join(known)})"
+            )
+    if args.offload_backend is not None and topology != LONG_CONTEXT:
+        return _fail(f"--offload-backend applies to --topology {LONG_CONTEXT} only")
+    for name in ("gpu_kv_gb", "slo_scale", "offload_time_limit"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if topology != LONG_CONTEXT:
+            return _fail(f"{flag} applies to --topology {LONG_CONTEXT} only")
+        if not math.isfinite(value) or value <= 0:
+            return _fail(f"{flag} must be a finite number > 0, got {value}")
     try:
         trace = load_trace(args.trace)
     except TraceError as exc:
@@ -147,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
         setup = build_setup(args.profile, knobs)
     except (ProfileError, OSError) as exc:
         return _fail(str(exc))
+    if topology == LONG_CONTEXT:
+        return _run_long_context(args, trace, setup, policies, scales)
 
     sweep: dict[float, list[PolicyMetrics]] = {}
     main_results: list[ReplayResult] = []
@@ -225,3 +310,82 @@ def _run_one(
         totals=result.totals,
         config=config,
     )
+
+
+def _run_long_context(
+    args: argparse.Namespace,
+    trace: list[TraceRequest],
+    setup: ReplaySetup,
+    policies: list[str],
+    scales: list[float],
+) -> int:
+    """The long-context offload topology (planner.replay.longctx_engine)."""
+    if args.report_dir is not None:
+        return _fail(f"--report-dir is not available with --topology {LONG_CONTEXT} yet")
+    params = OffloadParams()
+    if args.offload_time_limit is not None:
+        params = replace(params, time_limit_s=args.offload_time_limit)
+    if args.offload_backend is not None:
+        params = replace(params, backend=args.offload_backend)
+    knobs = LongctxKnobs(
+        max_running=args.max_running,
+        gpu_kv_bytes=int(args.gpu_kv_gb * 1e9) if args.gpu_kv_gb is not None else None,
+        slo_scale=args.slo_scale,
+        jitter_cv=args.compute_jitter,
+        seed=args.seed,
+        params=params,
+    )
+    try:
+        config, offload = longctx_config(setup, knobs)
+    except ValueError as exc:
+        return _fail(f"--gpu-kv-gb: {exc}")
+    design = design_tokens(trace)
+    first: tuple[list[LongctxRun], list[LongctxMetrics]] | None = None
+    for scale in scales:
+        scaled = scale_rate(trace, scale)
+        runs: list[LongctxRun] = []
+        for name in policies:
+            policy = make_longctx_policy(name, offload, design_tokens=design)
+            engine = LongctxEngine(config, policy, setup.cost, scaled)
+            last_arrival = max((t.arrival_s for t in scaled), default=0.0)
+            with replay_progress(
+                f"{name} x{scale:g}", last_arrival, requests=len(scaled), quiet=args.quiet
+            ) as bar:
+                run = engine.run(progress=bar.update)
+            run.result.config.update(
+                {
+                    **setup.describe(),
+                    "topology": LONG_CONTEXT,
+                    "policy": name,
+                    "rate_scale": scale,
+                    "compute_jitter_cv": args.compute_jitter,
+                    "seed": args.seed,
+                    "slo_tbt_s": config.slo.tbt_s,
+                    "slo_scale": args.slo_scale,
+                    "max_running": config.max_running,
+                    "num_layers": config.num_layers,
+                    "gpu_layer_blocks": config.gpu_block_budget,
+                    "layer_block_bytes": config.layer_block_bytes,
+                    "link_layer_blocks_per_s": config.link_blocks_per_s,
+                    "offload_time_limit_s": params.time_limit_s,
+                    "offload_backend": params.backend,
+                    "flexgen_design_tokens": design,
+                }
+            )
+            runs.append(run)
+        metrics = [summarize_longctx(r) for r in runs]
+        gpu_gb = config.gpu_block_budget * config.layer_block_bytes / 1e9
+        print_longctx_report(
+            metrics,
+            title=f"Long-context replay of {args.trace} ({len(trace):,} requests, rate "
+            f"x{scale:g}, {setup.model.name} on {setup.hardware.name})",
+            caption=f"SLO TTFT {config.slo.ttft_s:g} s, TBT {config.slo.tbt_s * 1e3:.3g} ms; "
+            f"GPU KV {gpu_gb:.3g} GB ({config.gpu_block_budget:,} layer blocks); link "
+            f"{setup.hardware.h2d_gbps:g} GB/s; batch <= {config.max_running}",
+        )
+        if first is None:
+            first = (runs, metrics)
+    if args.json_out is not None and first is not None:
+        write_longctx_json(args.json_out, *first)
+        print(f"wrote {args.json_out}")
+    return 0

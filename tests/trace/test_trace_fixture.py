@@ -1,5 +1,5 @@
-"""The bundled default trace is what its documented command generates, and
-has the shape replay expects of it."""
+"""The bundled traces are what their documented commands generate, and the
+default one has the shape replay expects of it."""
 
 from __future__ import annotations
 
@@ -17,23 +17,34 @@ FIXTURES = REPO_ROOT / "fixtures" / "traces"
 DEFAULT = FIXTURES / "default.jsonl"
 
 
-def documented_command() -> list[str]:
-    readme = (FIXTURES / "README.md").read_text(encoding="utf-8")
-    lines = [line for line in readme.splitlines() if line.startswith("planner trace gen ")]
-    assert len(lines) == 1, "fixtures/traces/README.md must show one generation command"
-    return shlex.split(lines[0])[1:]  # without "planner"
+def documented_commands() -> dict[str, list[str]]:
+    """Output file -> the README's `planner trace gen` command for it
+    (backslash continuations joined)."""
+    readme = (FIXTURES / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    commands = {}
+    for line in readme.splitlines():
+        if line.startswith("planner trace gen "):
+            args = shlex.split(line)[1:]  # without "planner"
+            commands[args[args.index("-o") + 1]] = args
+    return commands
 
 
-def test_default_trace_is_reproducible(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = documented_command()
-    out = args.index("-o")
-    assert args[out + 1] == "fixtures/traces/default.jsonl"
-    args[out + 1] = str(tmp_path / "default.jsonl")
+def test_every_bundled_trace_has_its_command() -> None:
+    bundled = {f"fixtures/traces/{p.name}" for p in FIXTURES.glob("*.jsonl")}
+    assert set(documented_commands()) == bundled
+
+
+@pytest.mark.parametrize("name", ["default.jsonl", "longctx.jsonl"])
+def test_bundled_trace_is_reproducible(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = documented_commands()[f"fixtures/traces/{name}"]
+    args[args.index("-o") + 1] = str(tmp_path / name)
     assert main(args) == 0
     capsys.readouterr()
-    regenerated = (tmp_path / "default.jsonl").read_bytes()
-    assert regenerated == DEFAULT.read_bytes(), (
-        "fixtures/traces/default.jsonl differs from what its README command generates "
+    regenerated = (tmp_path / name).read_bytes()
+    assert regenerated == (FIXTURES / name).read_bytes(), (
+        f"fixtures/traces/{name} differs from what its README command generates "
         "(a numpy change of the random streams?); regenerate it with that command"
     )
 

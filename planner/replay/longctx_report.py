@@ -1,0 +1,253 @@
+"""The long-context offload comparison: a table with policies as columns
+(the rotation table's conventions, planner.replay.report) and the replay
+JSON with an ``offload`` block per policy.
+
+TBT and TPOT attainment, throughput and the p50/p99 latencies are the
+rotation replay's definitions (planner.replay.metrics: a TBT sample is a gap
+between two user-visible tokens, TPOT is per finished request); this adds
+P95 of TBT and TPOT, the number of re-plans (and why), Pause-Resume pauses,
+requests rejected on arrival, the planning wall time as a share of the run's
+wall time, and the GPU KV use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from planner.replay.longctx_engine import LongctxRun, LongctxStats
+from planner.replay.metrics import PolicyMetrics, latency_samples, summarize
+from planner.replay.report import DASH, fmt_pct, fmt_rate, fmt_seconds, to_json
+
+TOPOLOGY = "long-context"
+
+
+@dataclass(frozen=True, slots=True)
+class LongctxMetrics:
+    metrics: PolicyMetrics
+    tbt_p95_s: float | None
+    tpot_p95_s: float | None
+    stats: LongctxStats
+
+    @property
+    def policy(self) -> str:
+        return self.metrics.policy
+
+    def offload_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self.stats)
+        data["tbt_p95_s"] = self.tbt_p95_s
+        data["tpot_p95_s"] = self.tpot_p95_s
+        sim = self.metrics.simulated_s
+        data["plan_wall_per_simulated_s"] = self.stats.plan_wall_s / sim if sim else None
+        return data
+
+
+def _p95(samples: np.ndarray[Any, np.dtype[np.float64]]) -> float | None:
+    return float(np.percentile(samples, 95.0)) if samples.size else None
+
+
+def summarize_longctx(run: LongctxRun) -> LongctxMetrics:
+    s = latency_samples(run.result.requests)
+    return LongctxMetrics(
+        metrics=summarize(run.result),
+        tbt_p95_s=_p95(s.tbt_s),
+        tpot_p95_s=_p95(s.tpot_s),
+        stats=run.stats,
+    )
+
+
+def _int(value: float | None) -> str:
+    return DASH if value is None else f"{value:,.0f}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    label: str
+    get: Any
+    fmt: Any
+    better: int = 0
+
+
+def _rows() -> list[tuple[str, list[_Row]]]:
+    return [
+        (
+            "SLO attainment",
+            [
+                _Row("TBT (token-level)", lambda m: m.metrics.tbt_attainment, fmt_pct, 1),
+                _Row("TPOT (request-level)", lambda m: m.metrics.tpot_attainment, fmt_pct, 1),
+                _Row("TTFT", lambda m: m.metrics.ttft_attainment, fmt_pct, 1),
+            ],
+        ),
+        (
+            "Latency",
+            [
+                _Row("TBT p50", lambda m: m.metrics.tbt_s.p50, fmt_seconds, -1),
+                _Row("TBT p95", lambda m: m.tbt_p95_s, fmt_seconds, -1),
+                _Row("TBT p99", lambda m: m.metrics.tbt_s.p99, fmt_seconds, -1),
+                _Row("TPOT p50", lambda m: m.metrics.tpot_s.p50, fmt_seconds, -1),
+                _Row("TPOT p95", lambda m: m.tpot_p95_s, fmt_seconds, -1),
+                _Row("TPOT p99", lambda m: m.metrics.tpot_s.p99, fmt_seconds, -1),
+                _Row("TTFT p50", lambda m: m.metrics.ttft_s.p50, fmt_seconds, -1),
+                _Row("TTFT p99", lambda m: m.metrics.ttft_s.p99, fmt_seconds, -1),
+            ],
+        ),
+        (
+            "Throughput",
+            [
+                _Row(
+                    "Output tokens/s",
+                    lambda m: m.metrics.throughput_tok_s,
+                    lambda v: fmt_rate(v, ""),
+                    1,
+                ),
+                _Row("Finished", lambda m: m.metrics.finished, _int, 1),
+                _Row("Unfinished", lambda m: m.metrics.unfinished, _int, -1),
+                _Row("Rejected (never fits)", lambda m: m.stats.rejected, _int),
+            ],
+        ),
+        (
+            "Planning",
+            [
+                _Row("Re-plans", lambda m: m.stats.replans, _int),
+                _Row("Pauses (Pause-Resume)", lambda m: m.stats.pauses, _int),
+                _Row("Planning wall time", lambda m: m.stats.plan_wall_s, fmt_seconds),
+                _Row("Solver time share", lambda m: m.stats.solver_time_share, fmt_pct),
+                _Row(
+                    "Planning wall / sim time",
+                    lambda m: (
+                        m.stats.plan_wall_s / m.metrics.simulated_s
+                        if m.metrics.simulated_s
+                        else None
+                    ),
+                    fmt_pct,
+                ),
+            ],
+        ),
+        (
+            "Steps and memory",
+            [
+                _Row("Decode steps", lambda m: m.stats.decode_steps, _int),
+                _Row(
+                    "Mean decode step",
+                    lambda m: (
+                        m.stats.decode_s / m.stats.decode_steps if m.stats.decode_steps else None
+                    ),
+                    fmt_seconds,
+                    -1,
+                ),
+                _Row(
+                    "Stall share of decode",
+                    lambda m: m.stats.stall_s / m.stats.decode_s if m.stats.decode_s else None,
+                    fmt_pct,
+                    -1,
+                ),
+                _Row("Peak GPU KV use", lambda m: _peak_fraction(m.stats), fmt_pct),
+                _Row("Mean GPU KV use", lambda m: m.stats.mean_gpu_use, fmt_pct),
+                _Row("Simulated time", lambda m: m.metrics.simulated_s, fmt_seconds),
+            ],
+        ),
+    ]
+
+
+def _peak_fraction(stats: LongctxStats) -> float | None:
+    if not stats.gpu_block_budget:
+        return None
+    return stats.peak_gpu_blocks / stats.gpu_block_budget
+
+
+def _best(values: Sequence[float | None], better: int) -> set[int]:
+    present = [(i, v) for i, v in enumerate(values) if v is not None]
+    if better == 0 or len(present) < 2:
+        return set()
+    pick = max if better > 0 else min
+    target = pick(v for _, v in present)
+    winners = {i for i, v in present if math.isclose(v, target, rel_tol=1e-9, abs_tol=1e-12)}
+    return set() if len(winners) == len(present) else winners
+
+
+def longctx_table(
+    metrics: Sequence[LongctxMetrics], *, title: str | None = None, caption: str | None = None
+) -> Table:
+    heading = title if title is not None else "Long-context replay: offload policies compared"
+    table = Table(title=heading, caption=caption, header_style="bold", title_style="bold")
+    table.add_column("Metric", no_wrap=True)
+    for m in metrics:
+        table.add_column(m.policy, justify="right", no_wrap=True, min_width=len(m.policy))
+    sections = _rows()
+    for index, (section, rows) in enumerate(sections):
+        table.add_row(Text(section, style="bold cyan"), *([""] * len(metrics)))
+        for row in rows:
+            values = [row.get(m) for m in metrics]
+            best = _best(values, row.better)
+            cells = [
+                Text(row.fmt(v), style="bold green" if i in best else "")
+                for i, v in enumerate(values)
+            ]
+            table.add_row(Text("  " + row.label), *cells)
+        if index < len(sections) - 1:
+            table.add_section()
+    return table
+
+
+def print_longctx_report(
+    metrics: Sequence[LongctxMetrics],
+    *,
+    console: Console | None = None,
+    title: str | None = None,
+    caption: str | None = None,
+) -> None:
+    out = console if console is not None else Console()
+    out.print(longctx_table(metrics, title=title, caption=caption))
+
+
+def longctx_json(runs: Sequence[LongctxRun], metrics: Sequence[LongctxMetrics]) -> dict[str, Any]:
+    """The replay JSON (planner.replay.report.to_json: schema, policies with
+    config, totals, metrics) plus ``topology`` and per policy ``offload``."""
+    data = to_json([r.result for r in runs], [m.metrics for m in metrics])
+    data["topology"] = TOPOLOGY
+    for entry, m in zip(data["policies"], metrics, strict=True):
+        entry["offload"] = _finite(m.offload_json())
+    return data
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_longctx_json(
+    path: Path, runs: Sequence[LongctxRun], metrics: Sequence[LongctxMetrics]
+) -> Path:
+    """Atomically, like planner.replay.report.write_json."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(longctx_json(runs, metrics), indent=2, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
