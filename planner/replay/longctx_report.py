@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from planner.replay.console import report_console
 from planner.replay.longctx_engine import LongctxRun, LongctxStats
 from planner.replay.metrics import PolicyMetrics, latency_samples, summarize
 from planner.replay.report import DASH, fmt_pct, fmt_rate, fmt_seconds, to_json
@@ -208,7 +209,7 @@ def print_longctx_report(
     title: str | None = None,
     caption: str | None = None,
 ) -> None:
-    out = console if console is not None else Console()
+    out = console if console is not None else report_console()
     out.print(longctx_table(metrics, title=title, caption=caption))
 
 

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from planner.replay.console import report_console
 from planner.replay.metrics import Distribution, PolicyMetrics, Sweep
 from planner.replay.records import ReplayResult
 
@@ -233,7 +234,7 @@ def print_report(
     sweep: Sweep | None = None,
 ) -> None:
     """The comparison table (and the sweep's, when given) on the terminal."""
-    out = console if console is not None else Console()
+    out = console if console is not None else report_console()
     out.print(comparison_table(metrics, title=title, caption=caption))
     if sweep:
         out.print(sweep_table(sweep))
