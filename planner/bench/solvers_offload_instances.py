@@ -228,16 +228,24 @@ def make_instance(requests: int, layers: int, index: int, seed: int) -> Instance
     )
 
 
-# Bisection of the least feasible budget: steps, and each feasibility check's limit.
+# Bisection of the least feasible budget: steps, and each feasibility check's
+# budget: nodes (the same answer on any machine), with a generous clock limit
+# as a backstop only.
 BISECTION_STEPS = 14
-FEASIBILITY_LIMIT_S = 0.05
+FEASIBILITY_NODES = 2000
+FEASIBILITY_LIMIT_S = 30.0
 
 
 def _feasible(free: OffloadProblem, budget: int) -> bool:
     """Some plan holds with this budget (the first plan found is enough:
     relative_gap 1 prunes every node once there is one)."""
     problem = replace(free, mem_cap=free.mem_cap + budget)
-    found = branch_and_bound(problem, time_limit_s=FEASIBILITY_LIMIT_S, relative_gap=1.0)
+    found = branch_and_bound(
+        problem,
+        time_limit_s=FEASIBILITY_LIMIT_S,
+        relative_gap=1.0,
+        node_limit=FEASIBILITY_NODES,
+    )
     return found.status in (Status.OPTIMAL, Status.FEASIBLE)
 
 

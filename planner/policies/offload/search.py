@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from planner.policies.offload.buffer_bound import buffer_share
+from planner.policies.offload.cover_bound import cover_curve
 from planner.policies.offload.problem import OffloadProblem
 from planner.solvers import Status
 
@@ -70,7 +71,10 @@ def branch_and_bound(
     time_limit_s: float,
     relative_gap: float = 0.0,
     starts: list[IntArray] | None = None,
+    node_limit: int | None = None,
 ) -> SearchResult:
+    """node_limit: also stop after this many node expansions (a budget that,
+    unlike the clock, gives the same answer on any machine)."""
     started = time.perf_counter()
     deadline = started + time_limit_s
     search = _Search(problem, relative_gap)
@@ -78,7 +82,7 @@ def branch_and_bound(
         search.offer(np.asarray(start, dtype=np.int64))
     if search.best_choice is not None:
         search.offer(_local_search(problem, search.best_choice, deadline))
-    complete = search.run(deadline)
+    complete = search.run(deadline, node_limit)
     wall = time.perf_counter() - started
     best = search.best if math.isfinite(search.best) else None
     bound: float | None
@@ -129,7 +133,19 @@ class _Search:
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(freed > 0, p.fetched / np.where(freed > 0, freed, 1), np.inf)
         per_request = ratio.min(axis=1)[self.order]  # inf when a request cannot free
-        self.ratio_suffix = np.minimum.accumulate(np.append(per_request, np.inf)[::-1])[::-1]
+        self.ratio_suffix = _suffix_min(per_request)
+        # Least cost of freeing memory (cover_bound.py), in blocks fetched and
+        # in stall: a request offloading n layers fetches b blocks for each,
+        # and a layer's spare compute hides at most H_max of them, whoever
+        # else fetches there (max(0, sum b - s) >= sum max(0, b - s)), so it
+        # adds at least n * max(0, b - H_max) block-times of stall.
+        h_max = float(p.hidden[self.offloadable].max()) if self.offloadable.any() else 0.0
+        blocks = p.fetch.max(axis=(1, 2)).astype(np.float64)  # (R,) b_r
+        count = p.fetched / np.maximum(blocks, 1.0)[:, None]
+        stall_cost = count * np.maximum(blocks - h_max, 0.0)[:, None]
+        freed_f = freed.astype(np.float64)
+        self.fetch_curve = cover_curve(freed_f, p.fetched.astype(np.float64), self.order)
+        self.stall_curve = cover_curve(freed_f, stall_cost, self.order)
         self.slo_min_suffix = _suffix(p.slo_coef[:, self.order, :].min(axis=2).T).T
         self.num_r = num_r
         self.num_w = w
@@ -144,7 +160,7 @@ class _Search:
             return math.inf
         return self.best - self.relative_gap * abs(self.best)
 
-    def run(self, deadline: float) -> bool:
+    def run(self, deadline: float, node_limit: int | None = None) -> bool:
         p = self.p
         num_l = p.fetch.shape[2]
         zero_f = np.zeros(num_l, dtype=np.int64)
@@ -158,7 +174,9 @@ class _Search:
             if lb >= self.prune_level():
                 self._gap_pruned(lb)
                 continue
-            if time.perf_counter() > deadline:
+            if time.perf_counter() > deadline or (
+                node_limit is not None and self.nodes >= node_limit
+            ):
                 self.stack.append((lb, depth, partial, f, mem, slo, fetched))
                 return False
             self.nodes += 1
@@ -226,21 +244,28 @@ class _Search:
         mem_lb = mem.T + self.mem_min_suffix[:, depth][:, None] + buffer[None, :]  # (W, N)
         need = mem[:, 0] + buffer - p.mem_cap[0]  # blocks the rest must free
         ratio = self.ratio_suffix[depth]
+        x = mem[:, 0] - p.mem_cap[0]
         if depth == self.num_r or not math.isfinite(ratio):
             must_fetch = basic = np.zeros(len(f))
+            stall = committed + np.maximum(must_fetch - spare, 0)
         else:
-            # The buffer is at least nu . F + t * (blocks still to fetch):
-            # with x = mem - cap, fetch >= ratio * (x + nu . F + t * fetch)
-            # solves to the second term.
             basic = np.ceil(np.maximum(need, 0) * ratio - 1e-6)
-            must_fetch = basic.astype(np.float64)
-            x = mem[:, 0] - p.mem_cap[0]
-            for nu, share in self.buffer_shares:
-                if ratio * share < 1.0:
-                    shared = ratio * (x + f @ nu) / (1.0 - ratio * share)
-                    must_fetch = np.maximum(must_fetch, shared)
-            must_fetch = np.ceil(must_fetch - 1e-6)
-        stall = committed + np.maximum(must_fetch - spare, 0)
+            # The blocks to free grow with the buffer, which is at least
+            # nu . F + t * (blocks still to fetch) (buffer_bound.py): a few
+            # rounds of fetch >= cost(x + nu . F + t * fetch) from below.
+            to_free = np.maximum(need, 0).astype(np.float64)
+            must_fetch = self.fetch_curve.at(depth, to_free)
+            for _ in range(3):
+                for nu, share in self.buffer_shares:
+                    grown = x + f @ nu + share * np.where(np.isfinite(must_fetch), must_fetch, 0)
+                    to_free = np.maximum(to_free, grown)
+                must_fetch = np.maximum(must_fetch, self.fetch_curve.at(depth, to_free))
+            unreachable = ~np.isfinite(must_fetch)
+            must_fetch = np.where(unreachable, 0.0, np.ceil(must_fetch - 1e-6))
+            least_stall = self.stall_curve.at(depth, to_free)
+            least_stall = np.where(unreachable, 0.0, np.ceil(least_stall - 1e-6))
+            stall = committed + np.maximum(np.maximum(must_fetch - spare, 0), least_stall)
+            need = np.where(unreachable, np.inf, need)
         slo_lb = slo.T + self.slo_min_suffix[:, depth][:, None] + stall[None, :]
         holds = (mem_lb <= p.mem_cap[:, None]) & (slo_lb <= p.slo_cap[:, None])
         held = np.cumprod(holds, axis=0).sum(axis=0)
@@ -251,6 +276,12 @@ class _Search:
         bound = p.stall_weight * stall.astype(np.float64) + rest + must_fetch
         dive = p.stall_weight * (committed + np.maximum(basic - spare, 0)) + rest + basic
         return np.where(feasible, bound, np.inf), np.where(feasible, dive, np.inf)
+
+
+def _suffix_min(values: FloatArray) -> FloatArray:
+    """Minima over values[i:], with +inf appended."""
+    out: FloatArray = np.minimum.accumulate(np.append(values, np.inf)[::-1])[::-1]
+    return out
 
 
 def _suffix(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
