@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from planner.v1 import cluster_pb2, info_pb2, offload_pb2, rotation_pb2
+from planner.v1 import (
+    cluster_pb2,
+    info_pb2,
+    offload_pb2,
+    placement_pb2,
+    rotation_pb2,
+    serverless_pb2,
+)
 
 PACKAGE = "planner.v1"
 
@@ -78,6 +85,96 @@ RPCS: dict[str, Rpc] = {
             "GetClusterState",
             cluster_pb2.GetClusterStateRequest,
             cluster_pb2.GetClusterStateResponse,
+        ),
+        Rpc(
+            "PlacementService",
+            "ClassifyRoles",
+            placement_pb2.ClassifyRolesRequest,
+            placement_pb2.ClassifyRolesResponse,
+        ),
+        Rpc(
+            "PlacementService",
+            "PlaceModels",
+            placement_pb2.PlaceModelsRequest,
+            placement_pb2.PlaceModelsResponse,
+        ),
+        Rpc(
+            "PlacementService",
+            "MatchProducers",
+            placement_pb2.MatchProducersRequest,
+            placement_pb2.MatchProducersResponse,
+        ),
+        Rpc(
+            "PlacementService",
+            "OfferMemory",
+            placement_pb2.OfferMemoryRequest,
+            placement_pb2.OfferMemoryResponse,
+        ),
+        Rpc(
+            "PlacementService",
+            "AllocateMemory",
+            placement_pb2.AllocateMemoryRequest,
+            placement_pb2.AllocateMemoryResponse,
+        ),
+        Rpc(
+            "PlacementService",
+            "FreeMemory",
+            placement_pb2.FreeMemoryRequest,
+            placement_pb2.FreeMemoryResponse,
+        ),
+        Rpc(
+            "PlacementService",
+            "ReclaimMemory",
+            placement_pb2.ReclaimMemoryRequest,
+            placement_pb2.ReclaimMemoryResponse,
+        ),
+        Rpc(
+            "PlacementService",
+            "GetPoolStatus",
+            placement_pb2.GetPoolStatusRequest,
+            placement_pb2.GetPoolStatusResponse,
+        ),
+        Rpc(
+            "PlacementService",
+            "PartitionBatch",
+            placement_pb2.PartitionBatchRequest,
+            placement_pb2.PartitionBatchResponse,
+        ),
+        Rpc(
+            "ServerlessService",
+            "PlanModelPlacement",
+            serverless_pb2.PlanModelPlacementRequest,
+            serverless_pb2.PlanModelPlacementResponse,
+        ),
+        Rpc(
+            "ServerlessService",
+            "Route",
+            serverless_pb2.RouteRequest,
+            serverless_pb2.RouteResponse,
+        ),
+        Rpc(
+            "ServerlessService",
+            "ChooseChunkSize",
+            serverless_pb2.ChooseChunkSizeRequest,
+            serverless_pb2.ChooseChunkSizeResponse,
+        ),
+        Rpc(
+            "ServerlessService",
+            "ChooseKernel",
+            serverless_pb2.ChooseKernelRequest,
+            serverless_pb2.ChooseKernelResponse,
+        ),
+        Rpc(
+            "ServerlessService",
+            "ReportKnobFeedback",
+            serverless_pb2.ReportKnobFeedbackRequest,
+            serverless_pb2.ReportKnobFeedbackResponse,
+        ),
+        Rpc(
+            "ServerlessService",
+            "GetKnobState",
+            serverless_pb2.GetKnobStateRequest,
+            serverless_pb2.GetKnobStateResponse,
         ),
         Rpc(
             "PlannerInfoService",

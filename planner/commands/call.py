@@ -18,7 +18,7 @@ from google.protobuf.message import Message
 from planner.client import PlannerClient, PlannerError, RetryPolicy
 from planner.rpc import RPCS, Rpc
 from planner.service.cluster_store import ClusterStore
-from planner.service.errors import InvalidArgumentError
+from planner.service.errors import FailedPreconditionError, InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.service.methods import CallContext, handle
 
@@ -50,8 +50,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--target", help="host:port of a planner server; in process when omitted")
     p.add_argument(
         "--store",
-        help="in process only: the SQLite store of cluster state to read and update "
-        "(default: none, state lives for this call only)",
+        help="in process only: the SQLite store of cluster state and lease ledgers to read "
+        "and update (default: none, state lives for this call only)",
     )
     p.add_argument(
         "--deadline-ms", type=float, default=10_000.0, help="deadline of the call (default 10 s)"
@@ -112,6 +112,8 @@ def answer(
             )
         except InvalidArgumentError as exc:
             raise CallFailedError(EXIT_BAD_INPUT, str(exc)) from None
+        except FailedPreconditionError as exc:
+            raise CallFailedError(EXIT_FAILED, f"FAILED_PRECONDITION: {exc}") from None
         except OSError as exc:
             raise CallFailedError(EXIT_FAILED, str(exc)) from None
         finally:

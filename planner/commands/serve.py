@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--store",
         default=None,
         help="SQLite file of the state that survives a restart (buddy-group plans, drop "
-        "triggers); ':memory:' keeps none (default $PLANNER_STORE, else "
+        "triggers, memory lease ledgers); ':memory:' keeps none (default $PLANNER_STORE, else "
         "$XDG_STATE_HOME/planner/planner.sqlite3)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

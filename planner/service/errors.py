@@ -10,3 +10,14 @@ class InvalidArgumentError(ValueError):
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
+
+
+class FailedPreconditionError(ValueError):
+    """A well-formed call the stored state does not allow (freeing a lease
+    twice, reclaiming more than was lent): FAILED_PRECONDITION, nothing
+    changed."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason

@@ -28,9 +28,46 @@ from planner.service.convert.rotation import rotation_plan_to_proto, rotation_re
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.service.offload_engines import OffloadEngines
-from planner.v1 import cluster_pb2, common_pb2, info_pb2, offload_pb2, rotation_pb2
+from planner.service.placement_ledger import (
+    LedgerStore,
+    allocate_memory_rpc,
+    free_memory_rpc,
+    get_pool_status_rpc,
+    offer_memory_rpc,
+    reclaim_memory_rpc,
+)
+from planner.service.placement_methods import (
+    classify_roles_rpc,
+    match_producers_rpc,
+    partition_batch_rpc,
+    place_models_rpc,
+)
+from planner.service.serverless_methods import (
+    choose_chunk_size_rpc,
+    choose_kernel_rpc,
+    get_knob_state_rpc,
+    plan_model_placement_rpc,
+    report_knob_feedback_rpc,
+    route_rpc,
+)
+from planner.service.serverless_tuners import ServerlessTuners
+from planner.v1 import (
+    cluster_pb2,
+    common_pb2,
+    info_pb2,
+    offload_pb2,
+    placement_pb2,
+    rotation_pb2,
+    serverless_pb2,
+)
 
-POLICIES = ("rotation/lvf", "offload/orbitflow", "cluster/kunserve")
+POLICIES = (
+    "rotation/lvf",
+    "offload/orbitflow",
+    "cluster/kunserve",
+    "placement/aqua",
+    "serverless/c2cserve",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +82,8 @@ class CallContext:
     # ClusterService state (durable when the server has a store path; in
     # memory, opened on first use, otherwise).
     cluster_store: ClusterStore = field(default_factory=ClusterStore)
+    # ServerlessService's rho tuners, one per (GPU, slice).
+    serverless_tuners: ServerlessTuners = field(default_factory=ServerlessTuners)
 
 
 Handler = Callable[[Message, CallContext], Message]
@@ -129,6 +168,86 @@ def _get_cluster_state(request: Message, ctx: CallContext) -> Message:
     return get_cluster_state_rpc(request, ctx.cluster_store)
 
 
+def _ledger(ctx: CallContext) -> LedgerStore:
+    """The lease ledger's tables on the same store connection as ClusterService."""
+    return LedgerStore(ctx.cluster_store.db)
+
+
+def _classify_roles(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, placement_pb2.ClassifyRolesRequest)
+    return classify_roles_rpc(request)
+
+
+def _place_models(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, placement_pb2.PlaceModelsRequest)
+    return place_models_rpc(request, ctx.time_remaining_s)
+
+
+def _match_producers(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, placement_pb2.MatchProducersRequest)
+    return match_producers_rpc(request)
+
+
+def _offer_memory(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, placement_pb2.OfferMemoryRequest)
+    return offer_memory_rpc(request, _ledger(ctx))
+
+
+def _allocate_memory(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, placement_pb2.AllocateMemoryRequest)
+    return allocate_memory_rpc(request, _ledger(ctx))
+
+
+def _free_memory(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, placement_pb2.FreeMemoryRequest)
+    return free_memory_rpc(request, _ledger(ctx))
+
+
+def _reclaim_memory(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, placement_pb2.ReclaimMemoryRequest)
+    return reclaim_memory_rpc(request, _ledger(ctx))
+
+
+def _get_pool_status(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, placement_pb2.GetPoolStatusRequest)
+    return get_pool_status_rpc(request, _ledger(ctx))
+
+
+def _partition_batch(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, placement_pb2.PartitionBatchRequest)
+    return partition_batch_rpc(request)
+
+
+def _plan_model_placement(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, serverless_pb2.PlanModelPlacementRequest)
+    return plan_model_placement_rpc(request, ctx.time_remaining_s)
+
+
+def _route(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, serverless_pb2.RouteRequest)
+    return route_rpc(request)
+
+
+def _choose_chunk_size(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, serverless_pb2.ChooseChunkSizeRequest)
+    return choose_chunk_size_rpc(request)
+
+
+def _choose_kernel(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, serverless_pb2.ChooseKernelRequest)
+    return choose_kernel_rpc(request, ctx.serverless_tuners)
+
+
+def _report_knob_feedback(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, serverless_pb2.ReportKnobFeedbackRequest)
+    return report_knob_feedback_rpc(request, ctx.serverless_tuners)
+
+
+def _get_knob_state(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, serverless_pb2.GetKnobStateRequest)
+    return get_knob_state_rpc(request, ctx.serverless_tuners)
+
+
 def solver_backends_present() -> list[common_pb2.SolverBackend.ValueType]:
     """Backends whose packages import here."""
     backends = []
@@ -162,6 +281,21 @@ HANDLERS: dict[str, Handler] = {
     "ClusterService.EvaluateDropTrigger": _evaluate_drop_trigger,
     "ClusterService.DecideRestore": _decide_restore,
     "ClusterService.GetClusterState": _get_cluster_state,
+    "PlacementService.ClassifyRoles": _classify_roles,
+    "PlacementService.PlaceModels": _place_models,
+    "PlacementService.MatchProducers": _match_producers,
+    "PlacementService.OfferMemory": _offer_memory,
+    "PlacementService.AllocateMemory": _allocate_memory,
+    "PlacementService.FreeMemory": _free_memory,
+    "PlacementService.ReclaimMemory": _reclaim_memory,
+    "PlacementService.GetPoolStatus": _get_pool_status,
+    "PlacementService.PartitionBatch": _partition_batch,
+    "ServerlessService.PlanModelPlacement": _plan_model_placement,
+    "ServerlessService.Route": _route,
+    "ServerlessService.ChooseChunkSize": _choose_chunk_size,
+    "ServerlessService.ChooseKernel": _choose_kernel,
+    "ServerlessService.ReportKnobFeedback": _report_knob_feedback,
+    "ServerlessService.GetKnobState": _get_knob_state,
     "PlannerInfoService.GetPlannerInfo": _planner_info,
 }
 assert HANDLERS.keys() == RPCS.keys(), "every RPC of the contract has a handler"

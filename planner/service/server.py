@@ -20,12 +20,13 @@ from prometheus_client import start_http_server
 
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
 from planner.service.cluster_store import ClusterStore
-from planner.service.errors import InvalidArgumentError
+from planner.service.errors import FailedPreconditionError, InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.service.logs import LOGGER_NAME, log_event
 from planner.service.methods import CallContext, handle
 from planner.service.metrics import RpcMetrics
 from planner.service.offload_engines import OffloadEngines, warm_up
+from planner.service.serverless_tuners import ServerlessTuners
 
 SHUTDOWN_GRACE_S = 5.0
 
@@ -36,7 +37,8 @@ class ServerConfig:
     port: int = 50051
     metrics_port: int | None = None
     limits: ServiceLimits = field(default_factory=ServiceLimits)
-    # The durable store (SQLite) of state that outlives a restart (ClusterService);
+    # The durable store (SQLite) of state that outlives a restart (ClusterService,
+    # PlacementService's lease ledger);
     # None keeps it in memory.
     store_path: str | None = None
 
@@ -48,6 +50,7 @@ class PlannerServer:
         self.config = config
         self.metrics = RpcMetrics()
         self.offload_engines = OffloadEngines()
+        self.serverless_tuners = ServerlessTuners()
         self.cluster_store = ClusterStore(config.store_path)
         self.cluster_store.open()
         self.logger = logging.getLogger(LOGGER_NAME)
@@ -193,11 +196,17 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
                         method,
                         request,
                         CallContext(
-                            limits, remaining, server.offload_engines, server.cluster_store
+                            limits,
+                            remaining,
+                            server.offload_engines,
+                            server.cluster_store,
+                            serverless_tuners=server.serverless_tuners,
                         ),
                     )
                 except InvalidArgumentError as exc:
                     code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+                except FailedPreconditionError as exc:
+                    code, detail = grpc.StatusCode.FAILED_PRECONDITION, str(exc)
                 except Exception:
                     server.logger.exception(
                         "handler failed", extra={"fields": {"method": method.short_name}}

@@ -84,8 +84,10 @@ def test_planner_info(server, channel, stub):
     assert list(info.services) == [
         "planner.v1.ClusterService",
         "planner.v1.OffloadService",
+        "planner.v1.PlacementService",
         "planner.v1.PlannerInfoService",
         "planner.v1.RotationService",
+        "planner.v1.ServerlessService",
     ]
     assert "rotation/lvf" in info.policies and "offload/orbitflow" in info.policies
     assert list(info.model_profiles) == sorted(MODEL_PROFILES)

@@ -1,0 +1,51 @@
+"""C2CServe serverless policy (DESIGN.md §3.5): bandwidth-aware placement of
+CPU-resident models on MIG slices, per-request routing, chunk-size and
+kernel-family choice, and the HybridGEMM knob tuner."""
+
+from planner.policies.serverless.chunks import choose_chunk
+from planner.policies.serverless.kernels import KERNEL_REPOSITORY, PRECISIONS, choose_kernel
+from planner.policies.serverless.placement import (
+    UNPLACED,
+    contention,
+    fits,
+    greedy_assignment,
+    lexicographic_key,
+    objective,
+    plan_placement,
+    violation,
+)
+from planner.policies.serverless.routing import ACTIVE, EVICT, IDLE, QUEUE, route_request
+from planner.policies.serverless.tuner import (
+    KnobDecision,
+    KnobObservation,
+    RhoTuner,
+    TunerParams,
+    TunerState,
+    tune,
+)
+
+__all__ = [
+    "ACTIVE",
+    "EVICT",
+    "IDLE",
+    "KERNEL_REPOSITORY",
+    "PRECISIONS",
+    "QUEUE",
+    "UNPLACED",
+    "KnobDecision",
+    "KnobObservation",
+    "RhoTuner",
+    "TunerParams",
+    "TunerState",
+    "choose_chunk",
+    "choose_kernel",
+    "contention",
+    "fits",
+    "greedy_assignment",
+    "lexicographic_key",
+    "objective",
+    "plan_placement",
+    "route_request",
+    "tune",
+    "violation",
+]

@@ -1,0 +1,352 @@
+"""Cost model of LLM passes with CPU-resident weights on a MIG slice
+(C2CServe §3.2, §5): weights stream over the shared C2C link, activations,
+outputs and KV cache stay in the slice's HBM. It produces the profiling
+tables the serverless policy reads (chunk sizes, the static best rho).
+
+HybridGEMM ``Y[M,N] = X[M,K] · W[K,N]`` with the columns split by rho:
+
+- output-stationary (symmetric) part, rhoN columns: a Y tile stays in
+  registers, W is re-read once per row tile of ``sym_block_m`` rows, so its
+  C2C traffic is ``rho·|W|·ceil(M / sym_block_m)``; Y is written once;
+- weight-stationary (asymmetric) part, (1-rho)N columns: each W tile is read
+  once (``(1-rho)·|W|`` over C2C) and reused for every row, while the partial
+  outputs are accumulated into Y in HBM once per K slab of ``asym_block_k``:
+  ``(1-rho)·accum_bytes·M·N·K / asym_block_k`` of HBM traffic;
+- both read X from HBM once per column tile: ``M·K·N·b / block_n``.
+
+Summed over a model's GEMMs, ``Σ K_g·N_g`` is the streamed parameter count
+P, so the per-pass totals need no per-GEMM shapes (``Σ N_g`` for the output
+writes is taken as P / hidden). A pass takes the roofline
+``max(C2C bytes / C2C bandwidth, HBM bytes / HBM bandwidth, FLOPs / compute)``
+plus a fixed step overhead; attention adds its KV reads and FLOPs.
+
+Calibration check (docs/serverless.md): K = N = 8192 bf16, M = 6144 with
+the link's 405 GB/s gives 15.9 ms output-stationary vs 5.0 ms
+weight-stationary on the full GPU (the paper's Fig. 4(a): 16.4 vs 4.0 ms),
+the weight-stationary path behind at 3 slices (20 vs 16 ms; the paper:
+"similar") and far behind at 7 (40 vs 16 ms; the paper: slower).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.profiles.errors import ProfileError
+from planner.profiles.mig import GB, MigSliceProfile
+from planner.profiles.models import ModelProfile
+
+
+@dataclass(frozen=True, slots=True)
+class GemmTiles:
+    """Tile sizes of a HybridGEMM kernel family."""
+
+    # Output-stationary row tile: W is re-read once per row tile.
+    sym_block_m: int = 128
+    # Column tile: X is re-read once per column tile.
+    block_n: int = 256
+    # Weight-stationary K slab: partial outputs are accumulated once per slab.
+    asym_block_k: int = 256
+    # Bytes of HBM traffic per accumulated output element (fp32 read + write).
+    accum_bytes: int = 8
+
+
+DEFAULT_TILES = GemmTiles()
+# Launch and scheduling cost of one engine step (chunk or decode iteration).
+DEFAULT_STEP_OVERHEAD_S = 1e-3
+
+
+@dataclass(frozen=True, slots=True)
+class PassCost:
+    """One pass (a GEMM, or a model forward over ``tokens`` tokens)."""
+
+    tokens: int
+    rho: float
+    c2c_bytes: float
+    hbm_bytes: float
+    flops: float
+    c2c_s: float
+    hbm_s: float
+    compute_s: float
+    overhead_s: float
+
+    @property
+    def time_s(self) -> float:
+        return max(self.c2c_s, self.hbm_s, self.compute_s) + self.overhead_s
+
+    @property
+    def bound(self) -> str:
+        """Which resource the roofline binds on: "c2c", "hbm" or "compute"."""
+        best = max(self.c2c_s, self.hbm_s, self.compute_s)
+        if best == self.c2c_s:
+            return "c2c"
+        return "hbm" if best == self.hbm_s else "compute"
+
+
+def _check(rho: float, c2c_gbps: float) -> None:
+    if not 0.0 <= rho <= 1.0:
+        raise ProfileError("rho", f"must be in [0, 1], got {rho}")
+    if not c2c_gbps > 0:
+        raise ProfileError("c2c_gbps", f"must be > 0, got {c2c_gbps}")
+
+
+def _roofline(
+    tokens: int,
+    rho: float,
+    *,
+    c2c_bytes: float,
+    hbm_bytes: float,
+    flops: float,
+    mig: MigSliceProfile,
+    c2c_gbps: float,
+    overhead_s: float,
+) -> PassCost:
+    return PassCost(
+        tokens=tokens,
+        rho=rho,
+        c2c_bytes=c2c_bytes,
+        hbm_bytes=hbm_bytes,
+        flops=flops,
+        c2c_s=c2c_bytes / (c2c_gbps * GB),
+        hbm_s=hbm_bytes / mig.hbm_bytes_per_s,
+        compute_s=flops / mig.compute_flops_per_s,
+        overhead_s=overhead_s,
+    )
+
+
+def gemm_cost(
+    m: int,
+    k: int,
+    n: int,
+    *,
+    rho: float,
+    mig: MigSliceProfile,
+    c2c_gbps: float,
+    dtype_bytes: int = 2,
+    tiles: GemmTiles = DEFAULT_TILES,
+    overhead_s: float = 0.0,
+) -> PassCost:
+    """One HybridGEMM with W (K x N) CPU-resident, X and Y in HBM."""
+    _check(rho, c2c_gbps)
+    w = float(k) * n * dtype_bytes
+    row_tiles = math.ceil(m / tiles.sym_block_m)
+    c2c = w * (rho * row_tiles + (1.0 - rho))
+    x_reads = float(m) * k * n * dtype_bytes / tiles.block_n
+    y_writes = rho * m * n * dtype_bytes
+    accumulate = (1.0 - rho) * tiles.accum_bytes * float(m) * n * k / tiles.asym_block_k
+    return _roofline(
+        m,
+        rho,
+        c2c_bytes=c2c,
+        hbm_bytes=x_reads + y_writes + accumulate,
+        flops=2.0 * m * k * n,
+        mig=mig,
+        c2c_gbps=c2c_gbps,
+        overhead_s=overhead_s,
+    )
+
+
+def model_pass_cost(
+    model: ModelProfile,
+    tokens: int,
+    *,
+    rho: float,
+    mig: MigSliceProfile,
+    c2c_gbps: float,
+    attended_pairs: float = 0.0,
+    kv_read_tokens: float = 0.0,
+    tiles: GemmTiles = DEFAULT_TILES,
+    overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
+) -> PassCost:
+    """A forward pass of ``tokens`` tokens with every weight CPU-resident.
+
+    ``attended_pairs``: (query, key) pairs of attention (FLOPs);
+    ``kv_read_tokens``: KV tokens read from HBM (per layer, all layers counted
+    by the model's KV bytes per token).
+    """
+    _check(rho, c2c_gbps)
+    if tokens <= 0:
+        raise ProfileError("tokens", f"must be > 0, got {tokens}")
+    if model.param_bytes <= 0 and not model.has_architecture:
+        raise ProfileError("model.param_bytes", "must be > 0 (or give the architecture)")
+    b = model.weight_dtype_bytes
+    w = model.weights_read_bytes(tokens) if model.has_architecture else float(model.param_bytes)
+    p = w / b
+    row_tiles = math.ceil(tokens / tiles.sym_block_m)
+    c2c = w * (rho * row_tiles + (1.0 - rho))
+    x_reads = float(tokens) * b * p / tiles.block_n
+    out_cols = p / model.hidden_size if model.hidden_size > 0 else 0.0
+    y_writes = rho * tokens * out_cols * b
+    accumulate = (1.0 - rho) * tiles.accum_bytes * float(tokens) * p / tiles.asym_block_k
+    kv_bytes = model.kv_bytes_per_token() if model.num_layers > 0 else 0
+    kv_traffic = (kv_read_tokens + tokens) * kv_bytes
+    if model.has_architecture:
+        linear_flops = 2.0 * tokens * model.matmul_params_per_token()
+        attn_flops = attended_pairs * model.attention_flops_per_pair()
+    else:
+        linear_flops = 2.0 * tokens * p
+        attn_flops = 0.0
+    return _roofline(
+        tokens,
+        rho,
+        c2c_bytes=c2c,
+        hbm_bytes=x_reads + y_writes + accumulate + kv_traffic,
+        flops=linear_flops + attn_flops,
+        mig=mig,
+        c2c_gbps=c2c_gbps,
+        overhead_s=overhead_s,
+    )
+
+
+def required_c2c_gbps(weight_bytes: float, tpot_s: float) -> float:
+    """C2C bandwidth a model needs to stream its weights once per decode
+    step within its TPOT target: W / TPOT (GB/s)."""
+    if not tpot_s > 0:
+        raise ProfileError("tpot_s", f"must be > 0, got {tpot_s}")
+    return weight_bytes / tpot_s / GB
+
+
+def decode_step_cost(
+    model: ModelProfile,
+    *,
+    batch: int,
+    context_tokens: int,
+    rho: float,
+    mig: MigSliceProfile,
+    c2c_gbps: float,
+    tiles: GemmTiles = DEFAULT_TILES,
+) -> PassCost:
+    """One decode iteration of ``batch`` requests of ``context_tokens`` each."""
+    return model_pass_cost(
+        model,
+        batch,
+        rho=rho,
+        mig=mig,
+        c2c_gbps=c2c_gbps,
+        attended_pairs=float(batch) * context_tokens,
+        kv_read_tokens=float(batch) * context_tokens,
+        tiles=tiles,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    """One row of the chunk-size profiling table: a prompt prefilled in chunks."""
+
+    chunk_tokens: int
+    chunks: int
+    # Estimated time to first token (all chunks, step overheads included).
+    ttft_s: float
+    # Totals over the prompt.
+    c2c_bytes: float
+    hbm_bytes: float
+    flops: float
+    # The largest chunk alone: its time and its C2C rate (the burst it puts
+    # on the shared link).
+    chunk_time_s: float
+    burst_c2c_gbps: float
+
+
+def prefill_cost(
+    model: ModelProfile,
+    *,
+    prompt_tokens: int,
+    chunk_tokens: int,
+    rho: float,
+    mig: MigSliceProfile,
+    c2c_gbps: float,
+    tiles: GemmTiles = DEFAULT_TILES,
+    overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
+) -> ChunkRow:
+    """Prefill of one prompt in chunks of ``chunk_tokens`` (the last one
+    shorter); each chunk streams the weights again."""
+    if prompt_tokens <= 0:
+        raise ProfileError("prompt_tokens", f"must be > 0, got {prompt_tokens}")
+    if chunk_tokens <= 0:
+        raise ProfileError("chunk_tokens", f"must be > 0, got {chunk_tokens}")
+    ttft = c2c = hbm = flops = 0.0
+    first: PassCost | None = None
+    start = 0
+    chunks = 0
+    while start < prompt_tokens:
+        size = min(chunk_tokens, prompt_tokens - start)
+        cost = model_pass_cost(
+            model,
+            size,
+            rho=rho,
+            mig=mig,
+            c2c_gbps=c2c_gbps,
+            # Each new token attends to the prefix and half of its own chunk.
+            attended_pairs=float(size) * (start + size / 2.0),
+            kv_read_tokens=float(start),
+            tiles=tiles,
+            overhead_s=overhead_s,
+        )
+        first = first or cost
+        ttft += cost.time_s
+        c2c += cost.c2c_bytes
+        hbm += cost.hbm_bytes
+        flops += cost.flops
+        start += size
+        chunks += 1
+    assert first is not None
+    return ChunkRow(
+        chunk_tokens=chunk_tokens,
+        chunks=chunks,
+        ttft_s=ttft,
+        c2c_bytes=c2c,
+        hbm_bytes=hbm,
+        flops=flops,
+        chunk_time_s=first.time_s,
+        burst_c2c_gbps=first.c2c_bytes / first.time_s / GB,
+    )
+
+
+DEFAULT_CHUNK_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+def chunk_table(
+    model: ModelProfile,
+    mig: MigSliceProfile,
+    *,
+    prompt_tokens: int,
+    c2c_gbps: float,
+    rho: float = 0.0,
+    chunk_sizes: tuple[int, ...] = DEFAULT_CHUNK_SIZES,
+    tiles: GemmTiles = DEFAULT_TILES,
+    overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
+) -> tuple[ChunkRow, ...]:
+    """The profiling table for one (model, slice): one row per chunk size,
+    ascending."""
+    return tuple(
+        prefill_cost(
+            model,
+            prompt_tokens=prompt_tokens,
+            chunk_tokens=c,
+            rho=rho,
+            mig=mig,
+            c2c_gbps=c2c_gbps,
+            tiles=tiles,
+            overhead_s=overhead_s,
+        )
+        for c in sorted(set(chunk_sizes))
+    )
+
+
+def best_static_rho(
+    model: ModelProfile,
+    tokens: int,
+    *,
+    mig: MigSliceProfile,
+    c2c_gbps: float,
+    tiles: GemmTiles = DEFAULT_TILES,
+    grid: int = 20,
+) -> float:
+    """The rho on a grid of ``grid`` steps that minimizes one pass's time (the
+    offline optimum the online tuner starts from when asked to)."""
+    candidates = [i / grid for i in range(grid + 1)]
+    times = [
+        model_pass_cost(model, tokens, rho=r, mig=mig, c2c_gbps=c2c_gbps, tiles=tiles).time_s
+        for r in candidates
+    ]
+    return candidates[min(range(len(times)), key=lambda i: (times[i], candidates[i]))]

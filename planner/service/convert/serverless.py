@@ -1,0 +1,455 @@
+"""ServerlessService messages <-> serverless domain types, with validation
+that names the field (INVALID_ARGUMENT)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from planner.domain.serverless import (
+    ChunkChoice,
+    KernelChoice,
+    MigSlice,
+    PlacementParams,
+    PlacementPlan,
+    RouteDecision,
+    ServerlessModel,
+    SliceState,
+)
+from planner.policies.serverless.tuner import KnobDecision, TunerParams, TunerState
+from planner.profiles import MODEL_PROFILES, ModelProfile, find_model
+from planner.profiles.c2c_cost import ChunkRow
+from planner.profiles.mig import GH200_C2C_LINK, MIG_PROFILES, MigSliceProfile, find_mig_profile
+from planner.service.convert.checks import finite, non_negative, positive
+from planner.service.errors import InvalidArgumentError
+from planner.service.limits import MAX_ID_LENGTH
+from planner.v1 import common_pb2, serverless_pb2, solver_pb2
+
+MAX_MODELS = 10_000
+MAX_SLICES = 64
+MAX_CHUNK_ROWS = 1024
+MAX_TOKENS = 1 << 24
+DEFAULT_TIME_LIMIT_S = 0.2
+DEADLINE_MARGIN_S = 0.002
+DEFAULT_UTILIZATION_CAP = 0.9
+
+
+def _id(field: str, value: str) -> str:
+    if not value:
+        raise InvalidArgumentError(field, "must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidArgumentError(field, f"longer than {MAX_ID_LENGTH} characters")
+    return value
+
+
+def mig_from_proto(field: str, msg: serverless_pb2.MigSliceSpec) -> MigSliceProfile:
+    if msg.profile_name:
+        p = find_mig_profile(msg.profile_name)
+        if p is None:
+            raise InvalidArgumentError(
+                f"{field}.profile_name",
+                f"unknown MIG profile {msg.profile_name!r} (known: {', '.join(MIG_PROFILES)})",
+            )
+        return p
+    if msg.sms <= 0:
+        raise InvalidArgumentError(
+            f"{field}.sms", f"must be > 0 (or give profile_name), got {msg.sms}"
+        )
+    if msg.hbm_bytes <= 0:
+        raise InvalidArgumentError(f"{field}.hbm_bytes", f"must be > 0, got {msg.hbm_bytes}")
+    positive(f"{field}.hbm_gbps", msg.hbm_gbps)
+    return MigSliceProfile(
+        name=f"custom-{msg.sms}sm", sms=msg.sms, hbm_bytes=msg.hbm_bytes, hbm_gbps=msg.hbm_gbps
+    )
+
+
+def _slices(field: str, msgs: Sequence[serverless_pb2.MigSliceSpec]) -> list[MigSlice]:
+    if len(msgs) > MAX_SLICES:
+        raise InvalidArgumentError(field, f"at most {MAX_SLICES} slices, got {len(msgs)}")
+    seen: set[str] = set()
+    out = []
+    for i, s in enumerate(msgs):
+        sid = _id(f"{field}[{i}].id", s.id)
+        if sid in seen:
+            raise InvalidArgumentError(f"{field}[{i}].id", f"duplicate slice id {sid!r}")
+        seen.add(sid)
+        out.append(MigSlice(sid, mig_from_proto(f"{field}[{i}]", s)))
+    return out
+
+
+def link_from_proto(field: str, msg: serverless_pb2.C2cLink) -> tuple[float, float]:
+    """(link_gbps, utilization_cap)."""
+    gbps = (
+        positive(f"{field}.link_gbps", msg.link_gbps)
+        if msg.HasField("link_gbps")
+        else GH200_C2C_LINK.sustained_gbps
+    )
+    cap = DEFAULT_UTILIZATION_CAP
+    if msg.HasField("utilization_cap"):
+        cap = finite(f"{field}.utilization_cap", msg.utilization_cap)
+        if not 0.0 < cap <= 1.0:
+            raise InvalidArgumentError(f"{field}.utilization_cap", f"must be in (0, 1], got {cap}")
+    return gbps, cap
+
+
+def builtin_model(field: str, name: str) -> ModelProfile:
+    model = find_model(name)
+    if model is None:
+        known = ", ".join(sorted(MODEL_PROFILES))
+        raise InvalidArgumentError(field, f"unknown model profile {name!r} (known: {known})")
+    return model
+
+
+def model_from_proto(field: str, msg: serverless_pb2.ServerlessModelSpec) -> ServerlessModel:
+    name = _id(f"{field}.name", msg.name)
+    weight_bytes = msg.weight_bytes
+    if weight_bytes < 0:
+        raise InvalidArgumentError(f"{field}.weight_bytes", f"must be >= 0, got {weight_bytes}")
+    if weight_bytes == 0:
+        profile_field = f"{field}.profile_name" if msg.profile_name else f"{field}.weight_bytes"
+        if not msg.profile_name and find_model(name) is None:
+            raise InvalidArgumentError(
+                profile_field, "must be > 0 unless profile_name (or name) is a built-in model"
+            )
+        weight_bytes = builtin_model(profile_field, msg.profile_name or name).param_bytes
+    positive(f"{field}.tpot_s", msg.tpot_s)
+    if msg.hbm_bytes < 0:
+        raise InvalidArgumentError(f"{field}.hbm_bytes", f"must be >= 0, got {msg.hbm_bytes}")
+    non_negative(f"{field}.hbm_gbps", msg.hbm_gbps)
+    if msg.min_sms < 0:
+        raise InvalidArgumentError(f"{field}.min_sms", f"must be >= 0, got {msg.min_sms}")
+    weight = positive(f"{field}.weight", msg.weight) if msg.HasField("weight") else 1.0
+    return ServerlessModel(
+        name=name,
+        weight_bytes=weight_bytes,
+        tpot_s=msg.tpot_s,
+        hbm_bytes=msg.hbm_bytes,
+        hbm_gbps=msg.hbm_gbps,
+        min_sms=msg.min_sms,
+        weight=weight,
+        required=msg.required,
+    )
+
+
+_METHODS = {
+    serverless_pb2.PLACEMENT_METHOD_UNSPECIFIED: "auto",
+    serverless_pb2.PLACEMENT_METHOD_AUTO: "auto",
+    serverless_pb2.PLACEMENT_METHOD_GREEDY: "greedy",
+    serverless_pb2.PLACEMENT_METHOD_SOLVER: "solver",
+}
+_BACKENDS = {
+    common_pb2.SOLVER_BACKEND_UNSPECIFIED: "cpsat",
+    common_pb2.SOLVER_BACKEND_CP_SAT: "cpsat",
+    common_pb2.SOLVER_BACKEND_GUROBI: "gurobi",
+    common_pb2.SOLVER_BACKEND_EXHAUSTIVE: "exhaustive",
+}
+
+
+def placement_request_from_proto(
+    msg: serverless_pb2.PlanModelPlacementRequest, time_remaining_s: float | None
+) -> tuple[list[ServerlessModel], list[MigSlice], PlacementParams]:
+    if len(msg.models) > MAX_MODELS:
+        raise InvalidArgumentError("models", f"at most {MAX_MODELS} models, got {len(msg.models)}")
+    models = [model_from_proto(f"models[{i}]", m) for i, m in enumerate(msg.models)]
+    names: set[str] = set()
+    for i, m in enumerate(models):
+        if m.name in names:
+            raise InvalidArgumentError(f"models[{i}].name", f"duplicate model {m.name!r}")
+        names.add(m.name)
+    slices = _slices("slices", msg.slices)
+    if not slices:
+        raise InvalidArgumentError("slices", "at least one slice is needed")
+    gbps, cap = link_from_proto("link", msg.link)
+    per_slice = msg.max_models_per_slice or 1
+    if per_slice < 0:
+        raise InvalidArgumentError(
+            "max_models_per_slice", f"must be >= 0, got {msg.max_models_per_slice}"
+        )
+    lam = (
+        non_negative("contention_weight", msg.contention_weight)
+        if msg.HasField("contention_weight")
+        else 1e-3
+    )
+    try:
+        method = _METHODS[msg.method]
+    except KeyError:
+        raise InvalidArgumentError("method", f"unknown value {msg.method}") from None
+    solver = msg.solver
+    try:
+        backend = _BACKENDS[solver.backend]
+    except KeyError:
+        raise InvalidArgumentError(
+            "solver.backend", f"{solver.backend} is not a backend of this policy"
+        ) from None
+    limit = (
+        positive("solver.time_limit_s", solver.time_limit_s)
+        if solver.HasField("time_limit_s")
+        else DEFAULT_TIME_LIMIT_S
+    )
+    if time_remaining_s is not None:
+        limit = min(limit, max(time_remaining_s - DEADLINE_MARGIN_S, 1e-4))
+    params = PlacementParams(
+        link_gbps=gbps,
+        utilization_cap=cap,
+        max_models_per_slice=per_slice,
+        contention_weight=lam,
+        method=method,
+        backend=backend,
+        time_limit_s=limit,
+    )
+    return models, slices, params
+
+
+_SOURCES = {
+    "greedy": serverless_pb2.PLACEMENT_SOURCE_GREEDY,
+    "greedy-proven": serverless_pb2.PLACEMENT_SOURCE_GREEDY_PROVEN,
+    "solver": serverless_pb2.PLACEMENT_SOURCE_SOLVER,
+    "greedy-fallback": serverless_pb2.PLACEMENT_SOURCE_GREEDY_FALLBACK,
+    "infeasible": serverless_pb2.PLACEMENT_SOURCE_INFEASIBLE,
+}
+_STATUS = {
+    "OPTIMAL": solver_pb2.SOLVE_STATUS_OPTIMAL,
+    "FEASIBLE": solver_pb2.SOLVE_STATUS_FEASIBLE,
+    "INFEASIBLE": solver_pb2.SOLVE_STATUS_INFEASIBLE,
+    "TIMEOUT_NO_SOLUTION": solver_pb2.SOLVE_STATUS_TIMEOUT_NO_SOLUTION,
+}
+_BACKEND_OUT = {
+    "cpsat": common_pb2.SOLVER_BACKEND_CP_SAT,
+    "gurobi": common_pb2.SOLVER_BACKEND_GUROBI,
+    "exhaustive": common_pb2.SOLVER_BACKEND_EXHAUSTIVE,
+}
+
+
+def placement_plan_to_proto(plan: PlacementPlan) -> serverless_pb2.PlanModelPlacementResponse:
+    out = serverless_pb2.PlanModelPlacementResponse(
+        assignments=[
+            serverless_pb2.ModelOnSlice(model=a.model, slice_id=a.slice_id, c2c_gbps=a.c2c_gbps)
+            for a in plan.assignments
+        ],
+        unplaced=[serverless_pb2.UnplacedModel(model=n, reason=r) for n, r in plan.unplaced],
+        link_demand_gbps=plan.link_demand_gbps,
+        link_budget_gbps=plan.link_budget_gbps,
+        max_slice_hbm_utilization=plan.max_slice_hbm_utilization,
+        served_weight=plan.served_weight,
+        objective=plan.objective,
+        greedy_objective=plan.greedy_objective,
+        source=_SOURCES[plan.source],
+        feasible=plan.feasible,
+        summary=plan.summary,
+    )
+    if plan.solve is not None:
+        s = plan.solve
+        out.solve.CopyFrom(
+            solver_pb2.SolveStats(
+                backend=_BACKEND_OUT.get(s.backend, common_pb2.SOLVER_BACKEND_UNSPECIFIED),
+                status=_STATUS.get(s.status, solver_pb2.SOLVE_STATUS_ERROR),
+                objective=s.objective or 0.0,
+                best_bound=s.best_bound or 0.0,
+                gap=s.gap if s.gap is not None and math.isfinite(s.gap) else 0.0,
+                wall_s=s.wall_s,
+                time_limit_s=s.time_limit_s,
+                note=s.note,
+            )
+        )
+    return out
+
+
+def route_request_from_proto(
+    msg: serverless_pb2.RouteRequest,
+) -> tuple[ServerlessModel, list[SliceState], float, float]:
+    """(model, slices, priority, link budget)."""
+    model = model_from_proto("model", msg.model)
+    finite("priority", msg.priority)
+    if len(msg.slices) > MAX_SLICES:
+        raise InvalidArgumentError("slices", f"at most {MAX_SLICES} slices, got {len(msg.slices)}")
+    if not msg.slices:
+        raise InvalidArgumentError("slices", "at least one slice is needed")
+    seen: set[str] = set()
+    states = []
+    for i, s in enumerate(msg.slices):
+        path = f"slices[{i}]"
+        sid = _id(f"{path}.slice.id", s.slice.id)
+        if sid in seen:
+            raise InvalidArgumentError(f"{path}.slice.id", f"duplicate slice id {sid!r}")
+        seen.add(sid)
+        non_negative(f"{path}.model_c2c_gbps", s.model_c2c_gbps)
+        finite(f"{path}.model_priority", s.model_priority)
+        finite(f"{path}.last_used_s", s.last_used_s)
+        if s.in_flight < 0:
+            raise InvalidArgumentError(f"{path}.in_flight", f"must be >= 0, got {s.in_flight}")
+        if not s.model and s.in_flight:
+            raise InvalidArgumentError(f"{path}.in_flight", "an idle slice has nothing in flight")
+        states.append(
+            SliceState(
+                id=sid,
+                profile=mig_from_proto(f"{path}.slice", s.slice),
+                model=s.model,
+                model_c2c_gbps=s.model_c2c_gbps,
+                model_priority=s.model_priority,
+                in_flight=s.in_flight,
+                last_used_s=s.last_used_s,
+            )
+        )
+    gbps, cap = link_from_proto("link", msg.link)
+    return model, states, msg.priority, gbps * cap
+
+
+_ACTIONS = {
+    "active": serverless_pb2.ROUTE_ACTION_ACTIVE,
+    "idle": serverless_pb2.ROUTE_ACTION_IDLE,
+    "evict": serverless_pb2.ROUTE_ACTION_EVICT,
+    "queue": serverless_pb2.ROUTE_ACTION_QUEUE,
+}
+
+
+def route_decision_to_proto(d: RouteDecision) -> serverless_pb2.RouteResponse:
+    return serverless_pb2.RouteResponse(
+        action=_ACTIONS[d.action],
+        slice_id=d.slice_id,
+        evicted_model=d.evicted_model,
+        link_demand_gbps=d.link_demand_gbps,
+        link_budget_gbps=d.link_budget_gbps,
+        reason=d.reason,
+    )
+
+
+def chunk_rows_from_proto(
+    field: str, rows: Sequence[serverless_pb2.ChunkProfileRow]
+) -> list[ChunkRow]:
+    if len(rows) > MAX_CHUNK_ROWS:
+        raise InvalidArgumentError(field, f"at most {MAX_CHUNK_ROWS} rows, got {len(rows)}")
+    out = []
+    seen: set[int] = set()
+    for i, r in enumerate(rows):
+        path = f"{field}[{i}]"
+        if not 0 < r.chunk_tokens <= MAX_TOKENS:
+            raise InvalidArgumentError(
+                f"{path}.chunk_tokens", f"must be in [1, {MAX_TOKENS}], got {r.chunk_tokens}"
+            )
+        if r.chunk_tokens in seen:
+            raise InvalidArgumentError(f"{path}.chunk_tokens", f"duplicate size {r.chunk_tokens}")
+        seen.add(r.chunk_tokens)
+        positive(f"{path}.ttft_s", r.ttft_s)
+        non_negative(f"{path}.hbm_bytes", r.hbm_bytes)
+        non_negative(f"{path}.flops", r.flops)
+        non_negative(f"{path}.burst_c2c_gbps", r.burst_c2c_gbps)
+        if r.chunks < 0:
+            raise InvalidArgumentError(f"{path}.chunks", f"must be >= 0, got {r.chunks}")
+        out.append(
+            ChunkRow(
+                chunk_tokens=r.chunk_tokens,
+                chunks=r.chunks,
+                ttft_s=r.ttft_s,
+                c2c_bytes=0.0,
+                hbm_bytes=r.hbm_bytes,
+                flops=r.flops,
+                chunk_time_s=0.0,
+                burst_c2c_gbps=r.burst_c2c_gbps,
+            )
+        )
+    return out
+
+
+def chunk_row_to_proto(r: ChunkRow) -> serverless_pb2.ChunkProfileRow:
+    return serverless_pb2.ChunkProfileRow(
+        chunk_tokens=r.chunk_tokens,
+        chunks=r.chunks,
+        ttft_s=r.ttft_s,
+        hbm_bytes=r.hbm_bytes,
+        flops=r.flops,
+        burst_c2c_gbps=r.burst_c2c_gbps,
+    )
+
+
+def chunk_choice_to_proto(
+    c: ChunkChoice, table: Sequence[ChunkRow]
+) -> serverless_pb2.ChooseChunkSizeResponse:
+    return serverless_pb2.ChooseChunkSizeResponse(
+        chunk_tokens=c.chunk_tokens,
+        meets_target=c.meets_target,
+        ttft_s=c.ttft_s,
+        hbm_gbps_needed=c.hbm_gbps_needed,
+        compute_tflops_needed=c.compute_tflops_needed,
+        burst_c2c_gbps=c.burst_c2c_gbps,
+        reason=c.reason,
+        table=[chunk_row_to_proto(r) for r in sorted(table, key=lambda r: r.chunk_tokens)],
+    )
+
+
+def kernel_choice_to_proto(k: KernelChoice) -> serverless_pb2.ChooseKernelResponse:
+    return serverless_pb2.ChooseKernelResponse(
+        family=k.family,
+        precision=k.precision,
+        shape=k.shape,
+        sym_block_m=k.sym_block_m,
+        block_n=k.block_n,
+        asym_block_k=k.asym_block_k,
+        initial_rho=k.initial_rho,
+        model_best_rho=k.model_best_rho,
+        reason=k.reason,
+    )
+
+
+_PARAM_FIELDS = (
+    "ewma_alpha",
+    "theta",
+    "step_small",
+    "step_large",
+    "max_step",
+    "min_step",
+    "rho_min",
+    "rho_max",
+    "recover_after",
+    "min_interval_s",
+)
+
+
+def tuner_params_from_proto(
+    field: str, msg: serverless_pb2.KnobTunerParams, base: TunerParams
+) -> TunerParams | None:
+    """The parameters with the set fields replaced (None: none set)."""
+    given = {f.name: value for f, value in msg.ListFields() if f.name in _PARAM_FIELDS}
+    if not given:
+        return None
+    for name, value in given.items():
+        finite(f"{field}.{name}", float(value))
+    merged = {name: getattr(base, name) for name in _PARAM_FIELDS}
+    merged.update(given)
+    params = TunerParams(**merged)
+    try:
+        params.check()
+    except ValueError as exc:
+        name, _, reason = str(exc).partition(": ")
+        raise InvalidArgumentError(f"{field}.{name}", reason) from None
+    return params
+
+
+def tuner_state_to_proto(s: TunerState) -> serverless_pb2.KnobTunerState:
+    out = serverless_pb2.KnobTunerState(
+        rho=s.rho,
+        latency_s=s.latency_s,
+        hbm_util=s.hbm_util,
+        c2c_util=s.c2c_util,
+        samples=s.samples,
+        updates=s.updates,
+        last_direction=s.last_direction,
+        step_scale=s.step_scale,
+    )
+    if math.isfinite(s.last_update_s):
+        out.last_update_s = s.last_update_s
+    return out
+
+
+def knob_decision_to_proto(
+    d: KnobDecision, state: TunerState
+) -> serverless_pb2.ReportKnobFeedbackResponse:
+    return serverless_pb2.ReportKnobFeedbackResponse(
+        rho=d.rho,
+        changed=d.changed,
+        direction=d.direction,
+        step=d.step,
+        imbalance=d.imbalance,
+        over_budget=d.over_budget,
+        reason=d.reason,
+        state=tuner_state_to_proto(state),
+    )
