@@ -26,7 +26,9 @@ The requests' state lives in numpy columns (planner.replay.state), moves
 between queues and pools in planner.replay.engine_state, and the batch works
 on all running requests at once (planner.replay.batch). A stretch of quiet
 iterations (nobody waiting, everyone decoding, nobody finishing) runs in one
-step with the same results, each iteration still timed on its own.
+step with the same results, each iteration still timed on its own; for a
+scheduler that plans eager copies then (lvf), it is still asked at every
+iteration and its copies made and timed as one iteration would.
 """
 
 from __future__ import annotations
@@ -249,9 +251,12 @@ class Engine:
             len(s.queued.rows)
             or len(s.rotary.rows)
             or len(s.in_transit.rows)
-            or not self.scheduler.idle_unless_waiting
             or len(s.running.rows) > cfg.max_batched_tokens
         ):
+            return False
+        if not self.scheduler.idle_unless_waiting:
+            if self.scheduler.copies_only_unless_waiting:
+                return self._copying_stretch(progress)
             return False
         growth = s.quiet_growth(_QUIET_STRETCH_MAX).tolist()
         if not growth:
@@ -299,6 +304,107 @@ class Engine:
         self._last_iteration_s = compute_s
         self._iterations += len(times_s)
         s.decode_quietly(times_s)
+        return True
+
+    def _copying_stretch(self, progress: Callable[[float], None] | None) -> bool:
+        """A quiet stretch (see _quiet_stretch) for a scheduler that plans at
+        most eager copies while nobody waits: it is asked at every iteration,
+        on the state that iteration would see, and its copies are made and
+        timed as _iteration makes and times them; the decodes (the batch of
+        every running request) grow KV and blocks as form_batch would, and
+        the tokens are recorded at the end."""
+        s = self.state
+        cfg = self.config
+        growth = s.quiet_growth(_QUIET_STRETCH_MAX)
+        if not len(growth):
+            return False
+        r = self.requests
+        rows = s.running.rows
+        decoding = len(rows)
+        kv = r.kv_tokens[rows]
+        context = int(kv.sum())
+        bs = cfg.block_size_tokens
+        arrivals = self._arrivals_s
+        next_arrival_s = (
+            arrivals[self._next_arrival] if self._next_arrival < len(arrivals) else math.inf
+        )
+        scheduler, link, cost = self.scheduler, self.link, self.cost
+        no_rows = s.queued.rows
+        now_s, stalled_s, peak = self.now_s, self._stall_s, self._peak_gpu
+        last_s = self._last_iteration_s
+        bytes_d2h = self._bytes_d2h
+        compute_s = 0.0
+        times_s: list[float] = []
+        eager_order: IntArray | None = None
+        for _ in range(len(growth)):
+            if times_s and (next_arrival_s <= now_s or now_s > self._stop_after_s):
+                break
+            plan = scheduler.plan(
+                EngineView(
+                    now_s=now_s,
+                    requests=r,
+                    queued=no_rows,
+                    running=rows,
+                    rotary=no_rows,
+                    free_gpu_blocks=s.free_gpu,
+                    free_cpu_blocks=s.free_cpu,
+                    block_size_tokens=bs,
+                    last_iteration_s=last_s,
+                )
+            )
+            if len(plan.swap_out) or len(plan.recompute) or len(plan.start):
+                raise RuntimeError(
+                    f"{scheduler.name}: a plan beyond eager copies while nobody waits"
+                )
+            d2h_blocks = 0
+            if plan.eager_blocks:
+                # Nobody starts or stops running in a stretch: one order.
+                if eager_order is None:
+                    eager_order = s.eager_order()
+                d2h_blocks = s.eager(plan.eager_blocks, eager_order)
+            # form_batch's decodes: a request whose KV fills its blocks takes
+            # one more (quiet_growth made sure they are free).
+            gpu = r.gpu_blocks[rows]
+            growing = kv >= gpu * bs
+            grown = int(np.count_nonzero(growing))
+            if grown:
+                r.gpu_blocks[rows] = gpu + growing
+                s.free_gpu -= grown
+            kv = kv + 1
+            r.kv_tokens[rows] = kv
+            context += decoding
+            compute_s = cost.iteration_time_s(0, decoding, context)
+            d2h_bytes = d2h_blocks * cfg.block_bytes
+            transfer_s = link.transfer_time_s(d2h_bytes, 0, cfg.block_bytes) if d2h_bytes else 0.0
+            stall_s = max(transfer_s - compute_s, 0.0)
+            now_s += compute_s + stall_s
+            last_s = compute_s
+            bytes_d2h += d2h_bytes
+            stalled_s += stall_s
+            used = cfg.gpu_kv_blocks - s.free_gpu
+            peak = max(peak, used)
+            times_s.append(now_s)
+            self.timeline.append(
+                TimelineSample(
+                    time_s=now_s,
+                    iteration_s=compute_s + stall_s,
+                    stall_s=stall_s,
+                    gpu_kv_blocks_used=used,
+                    cpu_kv_blocks_used=cfg.cpu_kv_blocks - s.free_cpu,
+                    running=decoding,
+                    waiting=0,
+                    rotary=0,
+                    prefill_tokens=0,
+                    decode_tokens=decoding,
+                )
+            )
+            if progress is not None:
+                progress(now_s)
+        self.now_s, self._stall_s, self._peak_gpu = now_s, stalled_s, peak
+        self._bytes_d2h = bytes_d2h
+        self._last_iteration_s = compute_s
+        self._iterations += len(times_s)
+        s.emit_quietly(times_s)
         return True
 
     # -- carrying out a plan ------------------------------------------------

@@ -160,16 +160,27 @@ class EngineState:
         r.swap_ins[idx] += 1
         return int(cpu.sum())
 
-    def eager(self, budget: int) -> int:
+    def eager(self, budget: int, order: IntArray | None = None) -> int:
         """DuplexKV eager copies: newly full blocks of running requests,
         longest running first, become SYNCED, within budget and the free CPU
-        blocks. Returns blocks copied."""
+        blocks. Returns blocks copied. order: the running rows in that order
+        (eager_order), when the caller has them already."""
         cap = min(budget, self.free_cpu)
         rows = self.running.rows
         if cap <= 0 or not len(rows):
             return 0
         r = self.requests
-        rows = rows[np.lexsort((rows, r.run_start_s[rows]))]
+        full = np.minimum(r.kv_tokens[rows] // self.block_size, r.gpu_blocks[rows])
+        synced = r.synced_blocks[rows]
+        fresh = np.maximum(full - synced, 0)
+        total = int(fresh.sum())
+        if total <= cap:
+            # Every fresh block fits: who goes first does not matter.
+            r.synced_blocks[rows] = synced + fresh
+            r.cpu_blocks[rows] += fresh
+            self.free_cpu -= total
+            return total
+        rows = order if order is not None else self.eager_order()
         full = np.minimum(r.kv_tokens[rows] // self.block_size, r.gpu_blocks[rows])
         fresh = np.maximum(full - r.synced_blocks[rows], 0)
         before = fresh.cumsum() - fresh
@@ -179,6 +190,12 @@ class EngineState:
         copied = int(copy.sum())
         self.free_cpu -= copied
         return copied
+
+    def eager_order(self) -> IntArray:
+        """The running rows, longest running first (then by row)."""
+        rows = self.running.rows
+        ordered: IntArray = rows[np.lexsort((rows, self.requests.run_start_s[rows]))]
+        return ordered
 
     def grow(self, row: int, swaps: bool) -> tuple[bool, int]:
         """One more block for row, preempting the most recently admitted
@@ -225,6 +242,13 @@ class EngineState:
         self.free_gpu -= int((grown - r.gpu_blocks[rows]).sum())
         r.gpu_blocks[rows] = grown
         r.kv_tokens[rows] = kv
+        self.emit_quietly(times_s)
+
+    def emit_quietly(self, times_s: list[float]) -> None:
+        """Every running request emits one token at each of times_s (quiet
+        iterations whose decodes are already in the KV and block columns)."""
+        r = self.requests
+        rows = self.running.rows
         generated = r.generated[rows]
         self.tokens.record_each(rows, generated + 1, times_s)
         r.generated[rows] = generated + len(times_s)

@@ -1,8 +1,9 @@
 """The scheduling policies a replay compares. Each looks at the engine's
 state once per iteration and says who to admit, resume, preempt; the engine
-carries it out. `lvf` calls the rotation policy the service runs
-(planner.policies.rotation.plan_rotation), on a snapshot built exactly as an
-engine adapter would build it.
+carries it out. `lvf` runs the rotation policy the service runs (the
+decision plan_rotation makes, planner.policies.rotation_columns) on the
+columns of the snapshot an engine adapter would build, gathered from the
+engine's own columns (no ids, decisions or summary it would not read).
 
 - fcfs: vLLM V1's default: admit in arrival order while blocks last; when a
   running request needs a block and none is free, preempt the most recently
@@ -21,14 +22,28 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from planner.domain.requests import RequestState, Snapshot, table_from_columns
 from planner.domain.rotation import RotationInputs
 from planner.policies.rotation import plan_rotation
-from planner.replay.state import FloatArray, IntArray, RequestColumns, start_candidates
+from planner.policies.rotation_columns import (
+    KeyRanking,
+    Pools,
+    RankArray,
+    arrival_id_ranks,
+    plan_rows,
+)
+from planner.replay.state import (
+    FloatArray,
+    IntArray,
+    PhaseArray,
+    RequestColumns,
+    start_candidates,
+)
 
 _NO_ROWS: IntArray = np.zeros(0, dtype=np.int64)
 
@@ -73,6 +88,10 @@ class Scheduler(Protocol):
     # Plans nothing while no request is queued or rotary, so the engine may
     # run such iterations without asking.
     idle_unless_waiting: bool
+    # While no request is queued, rotary or being swapped in, plans at most
+    # eager copies (never a preemption or a start), so the engine may run
+    # such iterations in one step, still asking it at each.
+    copies_only_unless_waiting: bool
 
     def plan(self, view: EngineView) -> SchedulePlan: ...
 
@@ -83,6 +102,7 @@ class Fcfs:
     keeps_cpu_copies = False
     in_order = True
     idle_unless_waiting = True
+    copies_only_unless_waiting = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan(start=view.queued)
@@ -94,6 +114,7 @@ class WaitingFirst:
     keeps_cpu_copies = False
     in_order = True
     idle_unless_waiting = True
+    copies_only_unless_waiting = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         """The queue's head that can start, with room made by swapping out
@@ -150,6 +171,7 @@ class SwappedFirst:
     keeps_cpu_copies = False
     in_order = True
     idle_unless_waiting = True
+    copies_only_unless_waiting = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         resumed = int(view.requests.start_blocks[view.rotary].sum())
@@ -163,18 +185,49 @@ _STATES = np.array([RequestState.WAITING, RequestState.RUNNING, RequestState.ROT
 
 @dataclass
 class Lvf:
+    """Largest-VLT-First: the rotation policy's own decision
+    (planner.policies.rotation_columns, which plan_rotation runs for the
+    service) on columns gathered from the engine's state. Snapshots and
+    plan_rotation itself are used where ids repeat (the policy orders ties by
+    id) or where plan_rotation was substituted (a test's spy): the plans are
+    the same."""
+
     inputs: RotationInputs
     name: str = "lvf"
     swaps: bool = True
     keeps_cpu_copies: bool = True
     in_order: bool = False
-    # Its DuplexKV eager copies go on with nobody waiting.
+    # Its DuplexKV eager copies go on with nobody waiting, and are all it
+    # plans then (nothing to admit or resume: no contention).
     idle_unless_waiting: bool = False
+    copies_only_unless_waiting: bool = True
     # Wall seconds spent in the rotation policy itself: what a run cannot go
     # below (planner bench replay reports it).
     policy_s: float = field(default=0.0, init=False)
+    # Per run: each request's place by (arrival, id), the ranking's tie-break.
+    _ranks: RankArray | None = field(default=None, init=False, repr=False)
+    _ranks_of: RequestColumns | None = field(default=None, init=False, repr=False)
 
     def plan(self, view: EngineView) -> SchedulePlan:
+        r = view.requests
+        if r.row_of is None or plan_rotation is not _PLAN_ROTATION:
+            return self._plan_snapshot(view)
+        if self._ranks_of is not r or self._ranks is None:
+            self._ranks = arrival_id_ranks(r.arrival_s, r.ids)
+            self._ranks_of = r
+        cols = ViewColumns(view)
+        rows = cols.rows
+        ranking = KeyRanking(self._ranks, rows)
+        started = time.perf_counter()
+        decision = plan_rows(cols, rotation_pools(view), self.inputs, ranking, cols.grouped)
+        self.policy_s += time.perf_counter() - started
+        return SchedulePlan(
+            swap_out=rows[decision.preempted] if decision.preempted.size else _NO_ROWS,
+            start=rows[decision.prioritized] if decision.prioritized.size else _NO_ROWS,
+            eager_blocks=decision.eager_blocks,
+        )
+
+    def _plan_snapshot(self, view: EngineView) -> SchedulePlan:
         rows, snapshot = rotation_snapshot(view)
         started = time.perf_counter()
         decision = plan_rotation(snapshot, self.inputs)
@@ -188,6 +241,155 @@ class Lvf:
             start=np.array([row_of[d.id] for d in decision.prioritized], dtype=np.int64),
             eager_blocks=decision.explanation.eager_blocks,
         )
+
+
+_PLAN_ROTATION = plan_rotation
+
+
+class ViewColumns:
+    """The columns of the snapshot rotation_snapshot builds (queued, then
+    running, then rotary requests; the same numbers) without ids, each
+    gathered from the engine's columns when the policy first reads it (with
+    nobody waiting, it reads only what the eager copies need) and kept as a
+    plain attribute from then on."""
+
+    state: PhaseArray
+    arrival_s: FloatArray
+    run_start_s: FloatArray
+    last_token_s: FloatArray
+    prompt_blocks: IntArray
+    gpu_blocks: IntArray
+    cpu_blocks: IntArray
+    full_blocks: IntArray
+    synced_blocks: IntArray
+    slo_ttft_s: FloatArray
+    slo_tbt_s: FloatArray
+
+    def __init__(self, view: EngineView) -> None:
+        self._view = view
+        self._gpu: IntArray | None = None
+        q, t = len(view.queued), len(view.queued) + len(view.running)
+        self._q, self._t, self._n = q, t, t + len(view.rotary)
+        # Queued (WAITING) rows first, then running, then rotary.
+        self.grouped = (q, t)
+        # The request row of each row.
+        self.rows: IntArray = (
+            view.running
+            if q == 0 and self._n == t
+            else np.concatenate((view.queued, view.running, view.rotary))
+        )
+
+    def __getattr__(self, name: str) -> npt.NDArray[Any]:
+        """A column not gathered yet: gather it (_gather_<name>) and keep it."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        column: npt.NDArray[Any] = getattr(self, "_gather_" + name)()
+        setattr(self, name, column)
+        return column
+
+    def _by_state(
+        self, queued: IntArray | None, running: IntArray | None, rotary: IntArray | None
+    ) -> IntArray:
+        """An integer column: the given values for each state, zero elsewhere."""
+        q, t, n = self._q, self._t, self._n
+        if running is not None and q == 0 and n == t:
+            return running
+        out = np.zeros(n, dtype=np.int64)
+        if queued is not None:
+            out[:q] = queued
+        if running is not None:
+            out[q:t] = running
+        if rotary is not None:
+            out[t:] = rotary
+        return out
+
+    def _times(self, running: FloatArray | None, rotary: FloatArray | None) -> FloatArray:
+        q, t, n = self._q, self._t, self._n
+        out = np.empty(n)
+        out.fill(math.nan)
+        if running is not None:
+            out[q:t] = running
+        if rotary is not None:
+            out[t:] = rotary
+        return out
+
+    def _running_gpu(self) -> IntArray:
+        if self._gpu is None:
+            self._gpu = self._view.requests.gpu_blocks[self._view.running]
+        return self._gpu
+
+    def _gather_state(self) -> PhaseArray:
+        q, t, n = self._q, self._t, self._n
+        if q == 0 and n == t:
+            return _all_running(n)
+        return np.repeat(_STATES, [q, t - q, n - t])
+
+    def _gather_arrival_s(self) -> FloatArray:
+        arrival: FloatArray = self._view.requests.arrival_s[self.rows]
+        return arrival
+
+    def _gather_run_start_s(self) -> FloatArray:
+        v = self._view
+        return self._times(v.requests.run_start_s[v.running], None)
+
+    def _gather_last_token_s(self) -> FloatArray:
+        v = self._view
+        return self._times(None, last_progress_s(v.requests, v.rotary))
+
+    def _gather_prompt_blocks(self) -> IntArray:
+        v = self._view
+        return self._by_state(v.requests.start_blocks[v.queued], None, None)
+
+    def _gather_gpu_blocks(self) -> IntArray:
+        return self._by_state(None, self._running_gpu(), None)
+
+    def _gather_cpu_blocks(self) -> IntArray:
+        v = self._view
+        return self._by_state(None, None, v.requests.start_blocks[v.rotary])
+
+    def _gather_full_blocks(self) -> IntArray:
+        v = self._view
+        kv = v.requests.kv_tokens[v.running]
+        full: IntArray = np.minimum(kv // v.block_size_tokens, self._running_gpu())
+        return self._by_state(None, full, None)
+
+    def _gather_synced_blocks(self) -> IntArray:
+        v = self._view
+        synced: IntArray = np.minimum(v.requests.synced_blocks[v.running], self._running_gpu())
+        return self._by_state(None, synced, None)
+
+    def _gather_slo_ttft_s(self) -> FloatArray:
+        slo: FloatArray = self._view.requests.slo_ttft_s[self.rows]
+        return slo
+
+    def _gather_slo_tbt_s(self) -> FloatArray:
+        slo: FloatArray = self._view.requests.slo_tbt_s[self.rows]
+        return slo
+
+
+_ALL_RUNNING: dict[int, PhaseArray] = {}
+
+
+def _all_running(n: int) -> PhaseArray:
+    """A read-only state column of n RUNNING rows (one per n, kept)."""
+    column = _ALL_RUNNING.get(n)
+    if column is None:
+        column = np.full(n, _STATES[1])
+        column.flags.writeable = False
+        _ALL_RUNNING[n] = column
+    return column
+
+
+def rotation_pools(view: EngineView) -> Pools:
+    """The snapshot's numbers besides the requests."""
+    return Pools(
+        now_s=view.now_s,
+        free_gpu_blocks=view.free_gpu_blocks,
+        free_cpu_blocks=view.free_cpu_blocks,
+        cpu_room=view.free_cpu_blocks,
+        last_iteration_s=view.last_iteration_s if view.last_iteration_s > 0 else None,
+        block_size_tokens=view.block_size_tokens,
+    )
 
 
 def rotation_snapshot(view: EngineView) -> tuple[IntArray, Snapshot]:

@@ -455,6 +455,7 @@ class NeverStart:
     keeps_cpu_copies = False
     in_order = True
     idle_unless_waiting = True
+    copies_only_unless_waiting = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan()
@@ -484,13 +485,17 @@ def test_trace_order_does_not_matter_only_arrivals_do(policy: str) -> None:
 
 
 def check_same_as_one_by_one(
-    trace: Sequence[TraceRequest], cfg: EngineConfig, policy: str
+    trace: Sequence[TraceRequest], cfg: EngineConfig, policy: str, link: Link | None = None
 ) -> tuple[CheckedEngine, ReplayResult]:
     """Runs trace with quiet stretches and without; returns the first run
     after checking that both give exactly the same."""
-    engine, result = simulate(trace, cfg, policy)
+    engine, result = simulate(trace, cfg, policy, link=link)
     plain = OneByOneEngine(
-        cfg, make_scheduler(policy, rotation_inputs()), AffineCost(), Link(), trace
+        cfg,
+        make_scheduler(policy, rotation_inputs()),
+        AffineCost(),
+        link if link is not None else Link(),
+        trace,
     )
     expected = plain.run()
     assert plain.checks == expected.totals.iterations
@@ -502,7 +507,7 @@ def check_same_as_one_by_one(
     return engine, result
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "waiting-first", "swapped-first"])
+@pytest.mark.parametrize("policy", POLICY_NAMES)
 @pytest.mark.parametrize(("seed", "gpu", "rate"), [(6, 10, 50.0), (7, 64, 5.0), (8, 64, 50.0)])
 def test_quiet_stretches_are_their_iterations_one_by_one(
     policy: str, seed: int, gpu: int, rate: float
@@ -516,7 +521,7 @@ def test_quiet_stretches_are_their_iterations_one_by_one(
     assert engine.stretches > 0
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "waiting-first", "swapped-first"])
+@pytest.mark.parametrize("policy", POLICY_NAMES)
 def test_a_quiet_stretch_ends_before_the_blocks_run_out(policy: str) -> None:
     # Two 20-token prompts take 2 of 10 blocks each and decode 90 tokens:
     # 60 decodes grow them to 5 blocks each, filling the pool; the 61st
@@ -533,3 +538,16 @@ def test_a_quiet_stretch_stops_at_the_drain_limit() -> None:
     engine, result = check_same_as_one_by_one(trace, config(drain_limit_s=0.5), "fcfs")
     assert engine.stretches > 0
     assert 0.5 < result.totals.simulated_s <= 0.5 + 0.012 + 1e-12
+
+
+@pytest.mark.parametrize("bytes_per_s", [1e6, 2e4])
+def test_lvf_quiet_stretches_copy_eagerly_as_iterations_one_by_one(bytes_per_s: float) -> None:
+    # lvf plans eager copies while nobody waits: its stretches ask it at
+    # every iteration and make (and, on a slow link, stall for) the copies
+    # as iteration after iteration does, the CPU pool filling up included.
+    trace = [req(0.0, 40, 120, id="A"), req(0.0, 24, 100, id="B"), req(0.9, 8, 30, id="C")]
+    link = Link(bytes_per_s)
+    engine, result = check_same_as_one_by_one(trace, config(gpu=40, cpu=12), "lvf", link)
+    assert engine.stretches > 0 and result.totals.bytes_d2h > 0
+    assert (result.totals.stall_s > 0) == (bytes_per_s < 1e5)
+    check_all_finished(result, trace)

@@ -138,7 +138,7 @@ def hard_batch() -> tuple[DecodeBatch, OffloadInputs]:
         layer_compute_s=np.full(32, 0.0004),
         link_blocks_per_s=381_000.0,
         gpu_block_budget=int(blocks / 1.05),
-        params=OffloadParams(time_limit_s=0.001),
+        params=OffloadParams(time_limit_s=0.5),
     )
     return batch, inputs
 
