@@ -27,8 +27,8 @@ class CoverCurve:
     """cost(depth, need): least cost for requests order[depth:] to free at
     least `need` blocks (+inf beyond what they can free)."""
 
-    freed: list[FloatArray]  # per depth, cumulative freed at the breakpoints
-    cost: list[FloatArray]  # per depth, cumulative cost at the breakpoints
+    freed: FloatArray  # (R + 1, S + 1) cumulative freed at the breakpoints, per depth
+    cost: FloatArray  # (R + 1, S + 1) cumulative cost at the breakpoints
 
     def at(self, depth: int, need: FloatArray) -> FloatArray:
         xs, ys = self.freed[depth], self.cost[depth]
@@ -40,44 +40,49 @@ class CoverCurve:
 def cover_curve(freed: FloatArray, cost: FloatArray, order: IntArray) -> CoverCurve:
     """freed, cost: (R, C) per request and pattern; order: the search's
     request order."""
-    segments = [_hull_segments(freed[r], cost[r]) for r in range(freed.shape[0])]
-    xs: list[FloatArray] = []
-    ys: list[FloatArray] = []
-    for depth in range(len(order) + 1):
-        parts = [segments[int(r)] for r in order[depth:]]
-        if parts:
-            slope = np.concatenate([s for s, _ in parts])
-            length = np.concatenate([n for _, n in parts])
-        else:
-            slope = length = np.zeros(0)
-        by_slope = np.argsort(slope, kind="stable")
-        xs.append(np.concatenate(([0.0], np.cumsum(length[by_slope]))))
-        ys.append(np.concatenate(([0.0], np.cumsum((slope * length)[by_slope]))))
+    owner, slope, length = hull_segments(freed, cost)
+    by_slope = np.argsort(slope, kind="stable")
+    owner, slope, length = owner[by_slope], slope[by_slope], length[by_slope]
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    # Depth d keeps the segments of requests placed at position >= d.
+    kept = position[owner][None, :] >= np.arange(len(order) + 1)[:, None]
+    zero = np.zeros((len(order) + 1, 1))
+    xs = np.concatenate((zero, np.cumsum(np.where(kept, length, 0.0), axis=1)), axis=1)
+    ys = np.concatenate((zero, np.cumsum(np.where(kept, slope * length, 0.0), axis=1)), axis=1)
     return CoverCurve(xs, ys)
 
 
-def _hull_segments(freed: FloatArray, cost: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """(slopes, lengths) of the lower convex hull of (0, 0) and the patterns
-    that free anything, left to right (slopes ascending)."""
-    useful = freed > 0
-    points = sorted(zip(freed[useful].tolist(), cost[useful].tolist(), strict=True))
-    hull: list[tuple[float, float]] = [(0.0, 0.0)]
-    for x, y in points:
-        if x == hull[-1][0]:
-            if y >= hull[-1][1]:
-                continue
-            hull.pop()
-        while len(hull) >= 2 and _turns_right_or_straight(hull[-2], hull[-1], (x, y)):
-            hull.pop()
-        hull.append((x, y))
-    hx = np.array([h[0] for h in hull])
-    hy = np.array([h[1] for h in hull])
-    length = np.diff(hx)
-    slope = np.diff(hy) / np.where(length > 0, length, 1.0)
-    return slope, length
-
-
-def _turns_right_or_straight(
-    o: tuple[float, float], a: tuple[float, float], b: tuple[float, float]
-) -> bool:
-    return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0]) <= 0
+def hull_segments(freed: FloatArray, cost: FloatArray) -> tuple[IntArray, FloatArray, FloatArray]:
+    """Every request's lower convex hull from (0, 0) through its patterns
+    that free anything, as segments (request, slope, length), found for all
+    requests at once by walking from each hull point to the point of least
+    slope beyond it (the farthest among ties)."""
+    num_r = freed.shape[0]
+    usable = freed > 0
+    x = np.zeros(num_r)
+    y = np.zeros(num_r)
+    owners: list[IntArray] = []
+    slopes: list[FloatArray] = []
+    lengths: list[FloatArray] = []
+    rows = np.arange(num_r)
+    for _ in range(freed.shape[1]):
+        ahead = usable & (freed > x[:, None])
+        active = ahead.any(axis=1)
+        if not active.any():
+            break
+        dx = np.where(ahead, freed - x[:, None], 1.0)
+        slope = np.where(ahead, (cost - y[:, None]) / dx, np.inf)
+        least = slope.min(axis=1, keepdims=True)
+        ties = ahead & (slope <= least + 1e-12 * np.maximum(np.abs(least), 1.0))
+        nxt = np.argmax(np.where(ties, freed, -np.inf), axis=1)
+        step_x = freed[rows, nxt] - x
+        step_y = cost[rows, nxt] - y
+        owners.append(rows[active])
+        slopes.append((step_y / np.where(step_x > 0, step_x, 1.0))[active])
+        lengths.append(step_x[active])
+        x = np.where(active, freed[rows, nxt], x)
+        y = np.where(active, cost[rows, nxt], y)
+    if not owners:
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+    return np.concatenate(owners), np.concatenate(slopes), np.concatenate(lengths)
