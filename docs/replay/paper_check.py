@@ -11,19 +11,28 @@
         (to attribute LVF's behaviour) and prints attainment, queue and KV
         statistics, including why the head of the waiting queue did not start.
 
-What-if variants (combine with "+", e.g. lvf+nanfix+lagonly): fcfs, lvf,
+What-if variants (combine with "+", e.g. lvf+freelink+lagonly): fcfs, lvf,
 waiting-first, swapped-first as shipped; freelink (transfers cost nothing),
 nosit (a swapped-in request runs in the iteration that swaps it in), keepstart
 (RUNNING VLT from the first admission, not the last resume), lagonly (only
 lagging requests, VLT > 0, may trigger preemption; VLT = 0 ones fill free
-blocks), nanfix (a ROTARY request with no token and no prefill progress gets
-its arrival as last_token_s instead of NaN).
+blocks), nanfix (a no-op, kept so that the documented command lines still run:
+the fix is shipped since 14a4c0e, where a request preempted before computing
+anything re-queues and a ROTARY request without a token uses its last prefill
+chunk, else its arrival, as last_token_s; before it, such a request had a NaN
+VLT and LVF never picked it again, and this variant gave it its arrival).
+freelink, nosit and nanfix apply to any base policy; keepstart and lagonly
+change LVF's decision and need lvf as the base.
+
+The variants are subclasses of the replay engine and of the LVF scheduler made
+at run time (make_variant); nothing under planner/ knows them.
+tests/replay/test_paper_check_script.py runs them, so an engine change that
+breaks them fails there.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import re
@@ -121,91 +130,137 @@ def plot(directory: Path, name: str, out: Path, title: str) -> None:
 
 # -- what-if runs -------------------------------------------------------------
 
+# Variant parts after the base policy ("lvf+freelink+lagonly").
+ENGINE_PARTS = ("freelink", "nosit", "nanfix")  # any base policy
+LVF_PARTS = ("keepstart", "lagonly")  # change LVF's decision: lvf only
 
-def whatif(argv: list[str]) -> None:
-    from planner.domain.requests import Slo
-    from planner.domain.rotation import RotationParams
+
+def parse_variant(variant: str) -> tuple[str, list[str]]:
+    """The base policy and the parts of a variant ("lvf+freelink+lagonly").
+    Raises ValueError for an unknown one."""
+    base, *parts = variant.split("+")
+    if base not in POLICIES:
+        raise ValueError(f"unknown base policy {base!r} in {variant!r} (known: {POLICIES})")
+    for part in parts:
+        if part in LVF_PARTS and base != "lvf":
+            raise ValueError(f"{part} changes LVF's decision: lvf+{part}, not {variant!r}")
+        if part not in ENGINE_PARTS and part not in LVF_PARTS:
+            known = ", ".join((*ENGINE_PARTS, *LVF_PARTS))
+            raise ValueError(f"unknown variant part {part!r} in {variant!r} (known: {known})")
+    return base, parts
+
+
+def make_variant(variant: str, setup: Any, trace: Any) -> Any:
+    """An engine (a subclass of planner.replay.engine.Engine that records why
+    the head of the waiting queue did not start) running the variant on
+    trace, ready to run(). Raises ValueError for an unknown variant."""
     from planner.replay.engine import Engine
-    from planner.replay.metrics import summarize
-    from planner.replay.schedulers import Lvf, blocks_needed, make_scheduler
-    from planner.replay.setup import ReplayKnobs, build_setup
-    from planner.replay.state import Phase
-    from planner.trace.io import load_trace
+    from planner.replay.schedulers import EngineView, Lvf, SchedulePlan, make_scheduler
 
     class FreeLink:
         def transfer_time_s(self, d2h: float, h2d: float, seg: float | None = None) -> float:
             return 0.0
 
     class ProbeEngine(Engine):
-        """Records why the head of the waiting queue did not start."""
+        """Records, per iteration, why the head of the waiting queue did not
+        start (after the plan is carried out), weighted by the iteration's
+        duration; nosit: requests swapped in run in the same iteration."""
 
-        blocked: dict[str, float]
-        no_sit = False
+        def __init__(self, *args: Any, no_sit: bool = False) -> None:
+            super().__init__(*args)
+            self.no_sit = no_sit
+            self.blocked: dict[str, float] = {}
+            self._reason = "none"
 
-        def _apply(self, plan: Any) -> tuple[int, int]:
+        def _apply(self, plan: SchedulePlan) -> tuple[int, int]:
             out = super()._apply(plan)
             if self.no_sit:
-                for r in self.in_transit:
-                    r.phase = Phase.RUNNING
-                    r.run_start_s = self.now_s
-                    self.running.append(r)
-                self.in_transit = []
-            self._reason = "none"
-            if self.queued:
-                head = self.queued[0]
-                if len(self.running) + len(self.in_transit) >= self.config.max_running:
-                    self._reason = "max_running"
-                elif self._prefill_room() <= 0:
-                    self._reason = "token budget"
-                elif blocks_needed(head, self.config.block_size_tokens) > self.free_gpu:
-                    self._reason = "kv"
-                else:
-                    self._reason = "token budget"
+                # What start_running does at the next iteration, now: the
+                # swapped-in requests decode in this iteration's batch.
+                self.state.start_running(self.now_s)
+            self._reason = self._head_blocked_by()
             return out
+
+        def _head_blocked_by(self) -> str:
+            s = self.state
+            if not len(s.queued.rows):
+                return "none"
+            head = int(s.queued.rows[0])
+            if len(s.running.rows) + len(s.in_transit.rows) >= self.config.max_running:
+                return "max_running"
+            if self._prefill_room() <= 0:
+                return "token budget"
+            if int(self.requests.start_blocks[head]) > s.free_gpu:
+                return "kv"
+            return "token budget"
+
+        def _count(self, reason: str, seconds: float) -> None:
+            self.blocked[reason] = self.blocked.get(reason, 0.0) + seconds
 
         def _iteration(self) -> None:
             before = self.now_s
             self._reason = "none"
             super()._iteration()
-            self.blocked[self._reason] = self.blocked.get(self._reason, 0.0) + (self.now_s - before)
+            self._count(self._reason, self.now_s - before)
+
+        def _quiet_stretch(self, progress: Any) -> bool:
+            # Quiet iterations (nobody queued) that the engine runs in one
+            # step: the head blocked by nothing.
+            before = self.now_s
+            ran = super()._quiet_stretch(progress)
+            if ran:
+                self._count("none", self.now_s - before)
+            return ran
 
     class KeepStart(Lvf):
-        def plan(self, view: Any) -> Any:
-            saved = [(r, r.run_start_s) for r in view.running]
-            for r in view.running:
-                if not math.isnan(r.admitted_at_s):
-                    r.run_start_s = r.admitted_at_s
-            try:
-                return super().plan(view)
-            finally:
-                for r, start in saved:
-                    r.run_start_s = start
+        """RUNNING VLT from the latest admission from the queue (the first,
+        unless preempted by recompute) instead of the last resume."""
 
-    class NanFix(Lvf):
-        def plan(self, view: Any) -> Any:
-            fixed = [
-                r
-                for r in view.rotary
-                if not r.outcome.token_times_s and math.isnan(r.last_progress_s)
-            ]
-            for r in fixed:
-                r.last_progress_s = r.arrival_s
+        def plan(self, view: EngineView) -> SchedulePlan:
+            r, rows = view.requests, view.running
+            saved = r.run_start_s[rows]
+            admitted = r.admitted_at_s[rows]
+            r.run_start_s[rows] = np.where(np.isnan(admitted), saved, admitted)
             try:
                 return super().plan(view)
             finally:
-                for r in fixed:
-                    r.last_progress_s = math.nan
+                r.run_start_s[rows] = saved
 
     class LagOnly(Lvf):
-        def plan(self, view: Any) -> Any:
+        """Only lagging waiting requests (VLT > 0) take part in the decision
+        (and may trigger preemption); the others follow its list in queue
+        order and start if blocks are free."""
+
+        def plan(self, view: EngineView) -> SchedulePlan:
             p = self.inputs.params
-            lagging = [
-                r for r in view.queued if view.now_s - r.arrival_s - p.beta_ttft * r.slo_ttft_s > 0
-            ]
-            fresh = [r for r in view.queued if r not in lagging]
-            plan = super().plan(dataclasses.replace(view, queued=lagging))
-            plan.start.extend(fresh)
-            return plan
+            r, queued = view.requests, view.queued
+            lagging = view.now_s - r.arrival_s[queued] - p.beta_ttft * r.slo_ttft_s[queued] > 0
+            if lagging.all():
+                return super().plan(view)
+            plan = super().plan(view._replace(queued=queued[lagging]))
+            return plan._replace(start=np.concatenate((plan.start, queued[~lagging])))
+
+    base, parts = parse_variant(variant)
+    link: Any = FreeLink() if "freelink" in parts else setup.link
+    # nanfix: shipped since 14a4c0e, nothing to change (module docstring).
+    lvf_parts = {"keepstart": KeepStart, "lagonly": LagOnly}
+    mixins = [lvf_parts[part] for part in parts if part in lvf_parts]
+    scheduler = (
+        type("Variant", tuple(mixins), {})(setup.rotation)
+        if mixins
+        else make_scheduler(base, setup.rotation)
+    )
+    return ProbeEngine(setup.engine, scheduler, setup.cost, link, trace, no_sit="nosit" in parts)
+
+
+def whatif(argv: list[str]) -> list[dict[str, Any]]:
+    """Runs the variants; prints one line each and returns their rows (the
+    --json-out content)."""
+    from planner.domain.requests import Slo
+    from planner.domain.rotation import RotationParams
+    from planner.replay.metrics import summarize
+    from planner.replay.setup import ReplayKnobs, build_setup
+    from planner.trace.io import load_trace
 
     ap = argparse.ArgumentParser(prog="paper_check.py whatif")
     ap.add_argument("trace")
@@ -234,47 +289,40 @@ def whatif(argv: list[str]) -> None:
     )
     setup = build_setup(a.profile, knobs)
     trace = load_trace(a.trace)
+    variants = a.variant or ["fcfs", "lvf"]
+    for variant in variants:  # every name checked before the first run
+        try:
+            parse_variant(variant)
+        except ValueError as exc:
+            ap.error(str(exc))
     first_arrival = min(t.arrival_s for t in trace)
     last_arrival = max(t.arrival_s for t in trace)
     # Prompt and output tokens arriving per second, each at the compute-bound
     # cost of one token: a lower bound of the compute the trace asks for.
     tokens = sum(t.prompt_tokens + t.output_tokens for t in trace)
-    offered = tokens / (last_arrival - first_arrival) * setup.cost.constants.prefill_s_per_token
+    span = last_arrival - first_arrival
+    offered = tokens / span * setup.cost.constants.prefill_s_per_token if span > 0 else math.nan
     print(f"offered compute >= {offered:.2f} s per s ({len(trace)} requests)")
     rows = []
-    for variant in a.variant or ["fcfs", "lvf"]:
-        parts = variant.split("+")
-        link: Any = setup.link
-        mixins: list[type] = []
-        no_sit = False
-        for part in parts[1:]:
-            if part == "freelink":
-                link = FreeLink()
-            elif part == "nosit":
-                no_sit = True
-            else:
-                mixins.append({"keepstart": KeepStart, "nanfix": NanFix, "lagonly": LagOnly}[part])
-        scheduler = (
-            type("Variant", tuple(mixins), {})(setup.rotation)
-            if mixins
-            else make_scheduler(parts[0], setup.rotation)
-        )
-        engine = ProbeEngine(setup.engine, scheduler, setup.cost, link, trace)
-        engine.blocked = {}
-        engine.no_sit = no_sit
+    for variant in variants:
+        engine = make_variant(variant, setup, trace)
         result = engine.run()
         m = summarize(result)
         tl = [s for s in result.timeline if s.time_s <= last_arrival]
         w = np.array([s.iteration_s for s in tl])
         kv = np.array([s.gpu_kv_blocks_used for s in tl]) / setup.engine.gpu_kv_blocks
+
+        def mean(values: Any, w: Any = w) -> float:
+            return float((values * w).sum() / w.sum()) if w.sum() > 0 else math.nan
+
         total = sum(engine.blocked.values()) or 1.0
         row = {
             "variant": variant,
             **m.to_json(),
-            "kv_mean": float((kv * w).sum() / w.sum()),
-            "kv_full_fraction": float((w * (kv >= 0.98)).sum() / w.sum()),
-            "waiting_mean": float((np.array([s.waiting for s in tl]) * w).sum() / w.sum()),
-            "rotary_mean": float((np.array([s.rotary for s in tl]) * w).sum() / w.sum()),
+            "kv_mean": mean(kv),
+            "kv_full_fraction": mean(kv >= 0.98),
+            "waiting_mean": mean(np.array([s.waiting for s in tl])),
+            "rotary_mean": mean(np.array([s.rotary for s in tl])),
             "head_blocked_by": {k: v / total for k, v in sorted(engine.blocked.items())},
             "offered_compute_s_per_s": offered,
         }
@@ -291,6 +339,7 @@ def whatif(argv: list[str]) -> None:
         )
     if a.json_out is not None:
         a.json_out.write_text(json.dumps(rows, default=str))
+    return rows
 
 
 def main() -> None:
