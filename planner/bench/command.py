@@ -4,6 +4,9 @@
 process and through a real server over gRPC, prints a table, and optionally
 writes JSON (--out), its docs/benchmarks.md section (--markdown) and a
 comparison with an earlier JSON (--baseline; exit status 1 on a regression).
+`planner bench policies --policy buddy` times KunServe's buddy-group
+planning and measures the greedy's gap to the exact optimum
+(planner.bench.buddy; --calls, --seed, --out and --markdown apply).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from planner.bench import replay_speed, rotation, solvers_offload
+from planner.bench import buddy, replay_speed, rotation, solvers_offload
 from planner.bench.baseline import DEFAULT_FACTOR, compare
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
@@ -77,7 +80,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "`planner serve` over gRPC on loopback. Median, p99, mean and max per case. "
         "Exit status 1 when --baseline finds a regression.",
     )
-    q.add_argument("--policy", choices=["rotation"], default="rotation", help="(default rotation)")
+    q.add_argument(
+        "--policy",
+        choices=["rotation", "buddy"],
+        default="rotation",
+        help="(default rotation; buddy: KunServe group planning time for 8, 64 and 1,024 "
+        "instances and the greedy's gap to the exact optimum, in process only)",
+    )
     q.add_argument(
         "--sizes",
         type=_sizes,
@@ -158,7 +167,44 @@ def _progress(message: str) -> None:
     print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
+def run_buddy(args: argparse.Namespace) -> int:
+    """--policy buddy: its own cases (planner.bench.buddy); the rotation
+    options that do not apply are refused."""
+    if args.baseline is not None:
+        print("planner bench: --baseline is not available with --policy buddy", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.sizes != DEFAULTS.sizes or args.block_level_sizes != DEFAULTS.block_level_sizes:
+        print(
+            "planner bench: --sizes and --block-level-sizes apply to --policy rotation",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    config = buddy.BuddyBenchConfig(seed=args.seed)
+    if args.calls is not None:
+        config = buddy.BuddyBenchConfig(
+            calls=args.calls, warmup=args.warmup or max(args.calls // 10, 3), seed=args.seed
+        )
+    parts = ["planner", "bench", "policies", "--policy", "buddy"]
+    if args.calls is not None:
+        parts += ["--calls", str(args.calls)]
+    if args.seed != DEFAULTS.seed:
+        parts += ["--seed", str(args.seed)]
+    for flag, path in (("--out", args.out), ("--markdown", args.markdown)):
+        if path is not None:
+            parts += [flag, str(path)]
+    report = buddy.run(config, " ".join(parts))
+    print(buddy.text_report(report))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.markdown is not None:
+        write_section(args.markdown, buddy.SECTION, buddy.markdown_section(report))
+    return EXIT_OK
+
+
 def run_policies(args: argparse.Namespace) -> int:
+    if args.policy == "buddy":
+        return run_buddy(args)
     baseline_json = None
     if args.baseline is not None:
         try:

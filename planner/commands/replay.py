@@ -14,6 +14,19 @@ from planner.domain.offload import OffloadParams
 from planner.domain.requests import Slo
 from planner.domain.rotation import RotationParams
 from planner.profiles.errors import ProfileError
+from planner.replay.cluster_engine import CLUSTER_POLICY_NAMES, ClusterEngine, ClusterRun
+from planner.replay.cluster_report import (
+    ClusterMetrics,
+    print_cluster_report,
+    summarize_cluster,
+    write_cluster_json,
+)
+from planner.replay.cluster_setup import (
+    DEFAULT_INSTANCES,
+    DEFAULT_LINK_GBPS,
+    ClusterKnobs,
+    cluster_config,
+)
 from planner.replay.engine import Engine
 from planner.replay.longctx_engine import LongctxEngine, LongctxRun
 from planner.replay.longctx_policies import LONGCTX_POLICY_NAMES, make_longctx_policy
@@ -40,15 +53,18 @@ EXIT_BAD_INPUT = 2
 
 ROTATION = "rotation"
 LONG_CONTEXT = "long-context"
+CLUSTER = "cluster"
 TOPOLOGY_POLICIES: dict[str, tuple[str, ...]] = {
     ROTATION: POLICY_NAMES,
     LONG_CONTEXT: LONGCTX_POLICY_NAMES,
+    CLUSTER: CLUSTER_POLICY_NAMES,
 }
 DEFAULT_POLICIES: dict[str, tuple[str, ...]] = {
     ROTATION: ("fcfs", "lvf"),
     LONG_CONTEXT: LONGCTX_POLICY_NAMES,
+    CLUSTER: CLUSTER_POLICY_NAMES,
 }
-DEFAULT_MAX_RUNNING = {ROTATION: 256, LONG_CONTEXT: 8}
+DEFAULT_MAX_RUNNING = {ROTATION: 256, LONG_CONTEXT: 8, CLUSTER: 256}
 OFFLOAD_BACKENDS = ("bnb", "cp-sat", "gurobi", "exhaustive")
 
 
@@ -61,7 +77,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"attainment, latency, throughput and transfers. Topologies: {ROTATION} (default; "
         f"policies {', '.join(POLICY_NAMES)}) and {LONG_CONTEXT} (one engine whose decode "
         f"steps fetch offloaded KV layers, OrbitFlow; policies "
-        f"{', '.join(LONGCTX_POLICY_NAMES)}).",
+        f"{', '.join(LONGCTX_POLICY_NAMES)}) and {CLUSTER} (N instances behind a "
+        f"least-loaded dispatcher, KunServe buddy groups and baselines; policies "
+        f"{', '.join(CLUSTER_POLICY_NAMES)}).",
     )
     p.add_argument("trace", help="JSON-lines trace file")
     p.add_argument(
@@ -80,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--policy",
         action="append",
         help=f"a policy to run (repeat; default: fcfs and lvf for {ROTATION}, all five for "
-        f"{LONG_CONTEXT})",
+        f"{LONG_CONTEXT}, all four for {CLUSTER})",
     )
     p.add_argument("--slo-ttft", type=float, default=5.0, help="TTFT SLO, s (default 5)")
     p.add_argument("--slo-tbt", type=float, default=0.1, help="TBT SLO, s (default 0.1)")
@@ -132,7 +150,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g.add_argument(
         "--gpu-kv-gb",
         type=float,
-        help="GPU memory for KV, GB (default: what the profile leaves at 90%% utilization)",
+        help="GPU memory for KV, GB (default: what the profile leaves at 90%% utilization); "
+        f"with --topology {CLUSTER}: each instance's KV region",
     )
     g.add_argument(
         "--slo-scale",
@@ -151,6 +170,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=OFFLOAD_BACKENDS,
         help="orbitflow: the planner's solver (default "
         f"{OffloadParams().backend}; see planner.domain.offload.OffloadParams)",
+    )
+    c = p.add_argument_group(f"{CLUSTER} topology")
+    c.add_argument(
+        "--instances",
+        type=int,
+        help=f"serving instances, one full replica each (default {DEFAULT_INSTANCES})",
+    )
+    c.add_argument(
+        "--link-gbps",
+        type=float,
+        help="instance-to-instance bandwidth, GB/s: activations, KV exchange and migration "
+        f"(default {DEFAULT_LINK_GBPS:g}, the paper's 200 Gbps RDMA)",
+    )
+    c.add_argument(
+        "--static-group-size",
+        type=int,
+        help="static-pp: instances per fixed pipeline group (default 2)",
+    )
+    c.add_argument(
+        "--restore-hold",
+        type=float,
+        help="kunserve: seconds a group's demand must stay under the low watermark before "
+        f"it restores (default {ClusterKnobs().restore.hold_s:g})",
     )
     p.add_argument("--json-out", type=Path, help="write every number as JSON here")
     p.add_argument("--report-dir", type=Path, help="write PNG plots here")
@@ -203,10 +245,21 @@ def run(args: argparse.Namespace) -> int:
         if value is None:
             continue
         flag = f"--{name.replace('_', '-')}"
-        if topology != LONG_CONTEXT:
+        if topology != LONG_CONTEXT and not (topology == CLUSTER and name == "gpu_kv_gb"):
             return _fail(f"{flag} applies to --topology {LONG_CONTEXT} only")
         if not math.isfinite(value) or value <= 0:
             return _fail(f"{flag} must be a finite number > 0, got {value}")
+    for name in ("instances", "link_gbps", "static_group_size", "restore_hold"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if topology != CLUSTER:
+            return _fail(f"{flag} applies to --topology {CLUSTER} only")
+        low_ok = value >= 0 if name == "restore_hold" else value > 0
+        if not (math.isfinite(value) and low_ok):
+            bound = ">= 0" if name == "restore_hold" else "> 0"
+            return _fail(f"{flag} must be a finite number {bound}, got {value}")
     try:
         trace = load_trace(args.trace)
     except TraceError as exc:
@@ -232,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if topology == LONG_CONTEXT:
         return _run_long_context(args, trace, setup, policies, scales)
+    if topology == CLUSTER:
+        return _run_cluster(args, trace, setup, policies, scales)
 
     sweep: dict[float, list[PolicyMetrics]] = {}
     main_results: list[ReplayResult] = []
@@ -387,5 +442,86 @@ def _run_long_context(
             first = (runs, metrics)
     if args.json_out is not None and first is not None:
         write_longctx_json(args.json_out, *first)
+        print(f"wrote {args.json_out}")
+    return 0
+
+
+def _run_cluster(
+    args: argparse.Namespace,
+    trace: list[TraceRequest],
+    setup: ReplaySetup,
+    policies: list[str],
+    scales: list[float],
+) -> int:
+    """The cluster topology (planner.replay.cluster_engine)."""
+    if args.report_dir is not None:
+        return _fail(f"--report-dir is not available with --topology {CLUSTER} yet")
+    if args.compute_jitter:
+        return _fail(f"--compute-jitter is not available with --topology {CLUSTER} yet")
+    defaults = ClusterKnobs()
+    restore = defaults.restore
+    if args.restore_hold is not None:
+        restore = replace(restore, hold_s=args.restore_hold)
+    knobs = replace(
+        defaults,
+        instances=args.instances if args.instances is not None else defaults.instances,
+        kv_bytes_per_instance=int(args.gpu_kv_gb * 1e9) if args.gpu_kv_gb is not None else None,
+        link_gbps=args.link_gbps if args.link_gbps is not None else defaults.link_gbps,
+        static_group_size=(
+            args.static_group_size
+            if args.static_group_size is not None
+            else min(defaults.static_group_size, args.instances or defaults.instances)
+        ),
+        restore=restore,
+    )
+    try:
+        config = cluster_config(setup, knobs)
+    except ValueError as exc:
+        return _fail(str(exc))
+    first: tuple[list[ClusterRun], list[ClusterMetrics]] | None = None
+    for scale in scales:
+        scaled = scale_rate(trace, scale)
+        runs: list[ClusterRun] = []
+        for name in policies:
+            engine = ClusterEngine(config, name, setup.cost, scaled)
+            last_arrival = max((t.arrival_s for t in scaled), default=0.0)
+            with replay_progress(
+                f"{name} x{scale:g}", last_arrival, requests=len(scaled), quiet=args.quiet
+            ) as bar:
+                run = engine.run(progress=bar.update)
+            run.result.config.update(
+                {
+                    **setup.describe(),
+                    "topology": CLUSTER,
+                    "policy": name,
+                    "rate_scale": scale,
+                    "instances": config.instances,
+                    "kv_blocks_per_instance": config.kv_blocks_per_instance,
+                    "param_bytes": config.param_bytes,
+                    "link_gbps": config.link_gbps,
+                    "reload_gbps": config.reload_gbps,
+                    "static_group_size": config.static_group_size,
+                    "restore_hold_s": config.restore.hold_s,
+                    "restore_low_watermark": config.restore.low_watermark,
+                    "trigger_horizon_s": config.trigger.horizon_s,
+                    "monitor_interval_s": config.monitor_interval_s,
+                    "group_throughput": list(engine.profile.group_throughput),
+                }
+            )
+            runs.append(run)
+        metrics = [summarize_cluster(r) for r in runs]
+        kv_gb = config.kv_blocks_per_instance * config.block_bytes / 1e9
+        print_cluster_report(
+            metrics,
+            title=f"Cluster replay of {args.trace} ({len(trace):,} requests, rate x{scale:g}, "
+            f"{config.instances} x {setup.model.name} on {setup.hardware.name})",
+            caption=f"SLO TTFT {config.slo.ttft_s:g} s, TBT {config.slo.tbt_s * 1e3:g} ms; KV "
+            f"{kv_gb:.3g} GB and parameters {config.param_bytes / 1e9:.3g} GB per instance; "
+            f"link {config.link_gbps:g} GB/s",
+        )
+        if first is None:
+            first = (runs, metrics)
+    if args.json_out is not None and first is not None:
+        write_cluster_json(args.json_out, *first)
         print(f"wrote {args.json_out}")
     return 0

@@ -17,11 +17,12 @@ partitions instead.
 
 from __future__ import annotations
 
-import heapq
+import bisect
+import functools
 import itertools
 import math
+import operator
 import time
-from collections import deque
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -42,6 +43,12 @@ from planner.domain.cluster import (
 # method for heterogeneous clusters; larger ones are refused.
 MAX_ENUMERATED_INSTANCES = 10
 _REL_TOL = 1e-12
+# Field readers in C (map over them instead of a Python loop per instance).
+_ID = operator.attrgetter("id")
+_SCALE = operator.attrgetter("thpt_scale")
+_DEMAND = operator.attrgetter("kv_demand_bytes")
+_LEAD = operator.itemgetter(0)
+_CAPACITY = operator.attrgetter("kv_capacity_bytes")
 
 
 def freed_bytes(sizes: Sequence[int], param_bytes: int) -> int:
@@ -72,21 +79,55 @@ def throughput_greedy_sizes(
     than one group is left and the freed memory is below the demand. A merge
     that would exceed max_group_size is not made (the two smallest cannot
     merge, so no two can): the demand is then left unmet. Sizes largest
-    first."""
+    first.
+
+    Every merge frees one replica, so the demand asks for
+    merges_needed(required, P) merges. Groups are kept as counts per size and
+    the equal smallest ones merge pairwise in one batch: the same merges as a
+    heap popping two at a time, in O(distinct sizes) steps."""
     if n == 0 or param_bytes <= 0:
         return (1,) * n
-    heap = [(1, i) for i in range(n)]
-    freed = 0
-    while len(heap) > 1 and freed < required_bytes:
-        a, i = heapq.heappop(heap)
-        b = heap[0][0]
-        if a + b > max_group_size:
-            heapq.heappush(heap, (a, i))
-            break
-        heapq.heappop(heap)
-        heapq.heappush(heap, (a + b, i))
-        freed += param_bytes
-    return tuple(sorted((g for g, _ in heap), reverse=True))
+    left = min(merges_needed(required_bytes, param_bytes), n - 1)
+    counts: dict[int, int] = {1: n}
+    sizes = [1]  # distinct sizes present, ascending
+    while left > 0:
+        a = sizes[0]
+        if counts[a] >= 2:
+            if 2 * a > max_group_size:
+                break
+            m = min(counts[a] // 2, left)
+            _take(counts, sizes, a, 2 * m)
+            _put(counts, sizes, 2 * a, m)
+        else:
+            if len(sizes) < 2:
+                break
+            b = sizes[1]
+            if a + b > max_group_size:
+                break
+            m = 1
+            _take(counts, sizes, a, 1)
+            _take(counts, sizes, b, 1)
+            _put(counts, sizes, a + b, 1)
+        left -= m
+    out: list[int] = []
+    for g in reversed(sizes):
+        out.extend([g] * counts[g])
+    return tuple(out)
+
+
+def _take(counts: dict[int, int], sizes: list[int], g: int, k: int) -> None:
+    counts[g] -= k
+    if counts[g] == 0:
+        del counts[g]
+        sizes.remove(g)
+
+
+def _put(counts: dict[int, int], sizes: list[int], g: int, k: int) -> None:
+    if g in counts:
+        counts[g] += k
+    else:
+        counts[g] = k
+        bisect.insort(sizes, g)
 
 
 def memory_greedy_sizes(
@@ -214,9 +255,58 @@ def _less(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     return False
 
 
+# From this many instances numpy's stable argsort beats sorted() with a key.
+_NUMPY_ORDER_FROM = 256
+_INT62 = 1 << 62
+
+
+def _demand_and_order(inputs: ClusterInputs) -> tuple[int, list[int]]:
+    """inputs.required and _pressure_order(inputs.instances), in one pass."""
+    inst = inputs.instances
+    n = len(inst)
+    given = inputs.required_bytes
+    if n >= _NUMPY_ORDER_FROM:
+        try:
+            demand = np.fromiter(map(_DEMAND, inst), dtype=np.int64, count=n)
+            capacity = np.fromiter(map(_CAPACITY, inst), dtype=np.int64, count=n)
+        except OverflowError:
+            pass  # byte counts beyond int64: the exact Python path
+        else:
+            # Differences of values below 2**62 fit int64; the demand is
+            # summed as Python ints (exact).
+            if (
+                max(demand.max(), capacity.max()) < _INT62
+                and min(demand.min(), capacity.min()) > -_INT62
+            ):
+                relief = capacity - demand
+                required = given if given is not None else -sum(relief[relief < 0].tolist())
+                # Stable: ties keep input order, as _pressure_order.
+                return required, np.argsort(relief, kind="stable").tolist()
+    relief_list = list(map(operator.sub, map(_CAPACITY, inst), map(_DEMAND, inst)))
+    required = given if given is not None else -sum(filter((0).__gt__, relief_list))
+    return required, sorted(range(n), key=relief_list.__getitem__)
+
+
 def _pressure_order(instances: Sequence[Instance]) -> list[int]:
-    """Most pressure first; ties by input order."""
-    return sorted(range(len(instances)), key=lambda i: (-instances[i].pressure_bytes, i))
+    """Most pressure first; ties by input order (a stable sort on the
+    negated pressure: no per-item key tuples)."""
+    relief = list(map(operator.sub, map(_CAPACITY, instances), map(_DEMAND, instances)))
+    return sorted(range(len(instances)), key=relief.__getitem__)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _member(fields: tuple[str, int, int, int, int, int]) -> GroupMember:
+    """GroupMember(*fields): immutable, shared between plans like
+    _singleton's."""
+    return GroupMember(*fields)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _singleton(instance_id: str, num_layers: int, param_bytes: int, thpt: float) -> BuddyGroup:
+    """A lone instance keeping every layer. Plans are recomputed for the
+    same cluster again and again and these are immutable, so they are
+    shared between plans (most of a large plan's groups are singletons)."""
+    return BuddyGroup((GroupMember(instance_id, 0, 0, num_layers, param_bytes, 0),), thpt)
 
 
 def assign_members(sizes: Sequence[int], instances: Sequence[Instance]) -> list[list[int]]:
@@ -225,13 +315,26 @@ def assign_members(sizes: Sequence[int], instances: Sequence[Instance]) -> list[
     pressured ones; instances in between stay on their own. Members are in
     pipeline order: the lead first (new requests enter at stage 0), partners
     by rising pressure."""
-    order = deque(_pressure_order(instances))
-    merged = sorted((g for g in sizes if g > 1), reverse=True)
-    groups: list[list[int]] = [[order.popleft()] for _ in merged]
-    for group, g in zip(groups, merged, strict=True):
-        group.extend(order.pop() for _ in range(g - 1))
-    groups.extend([i] for i in order)
-    return groups
+    merged, singles = _split(sizes, _pressure_order(instances))
+    merged.extend([i] for i in singles)
+    return merged
+
+
+def _split(sizes: Sequence[int], order: list[int]) -> tuple[list[list[int]], list[int]]:
+    """assign_members on a pressure order: the merged groups, and the
+    instances left on their own (a slice of the order, in its order). The
+    k merged groups' leads are the first k of the order; each group's
+    partners come off the order's end, least pressure first."""
+    merged_sizes = [g for g in sizes if g > 1]
+    merged_sizes.sort(reverse=True)
+    k = len(merged_sizes)
+    tail = len(order)
+    groups = []
+    for lead, g in zip(order, merged_sizes, strict=False):
+        # tail - g >= k - 1 >= 0: the slice never wraps around.
+        groups.append([lead, *order[tail - 1 : tail - g : -1]])
+        tail -= g - 1
+    return groups, order[k:tail]
 
 
 def stage_layer_ranges(num_layers: int, stages: int) -> tuple[tuple[int, int], ...]:
@@ -247,46 +350,127 @@ def stage_layer_ranges(num_layers: int, stages: int) -> tuple[tuple[int, int], .
     return tuple(out)
 
 
-def _build_plan(inputs: ClusterInputs, partition: list[list[int]], note: str = "") -> BuddyPlan:
+def _build_plan(
+    inputs: ClusterInputs,
+    partition: list[list[int]],
+    note: str = "",
+    required: int | None = None,
+) -> BuddyPlan:
+    merged = [b for b in partition if len(b) > 1]
+    singles = [b[0] for b in partition if len(b) == 1]
+    return _assemble(inputs, merged, singles, note, required)
+
+
+# Singleton groups shared between plans, per (layers, P, throughput): a
+# large plan is mostly singletons, and plans are recomputed for the same
+# cluster again and again. Bounded: cleared when it grows past these.
+_SINGLETONS: dict[tuple[int, int, float], dict[str, BuddyGroup]] = {}
+_MAX_SINGLETON_KEYS = 64
+_MAX_SINGLETONS = 1 << 16
+
+
+def _singletons(ids: list[str], num_layers: int, param_bytes: int, thpt: float) -> list[BuddyGroup]:
+    """The singleton groups of these instance ids (all of speed thpt), in
+    the ids' order."""
+    key = (num_layers, param_bytes, thpt)
+    cache = _SINGLETONS.get(key)
+    if cache is None:
+        if len(_SINGLETONS) >= _MAX_SINGLETON_KEYS:
+            _SINGLETONS.clear()
+        cache = _SINGLETONS[key] = {}
+    missing = set(ids).difference(cache)
+    if missing:
+        if len(cache) + len(missing) > _MAX_SINGLETONS:
+            cache.clear()
+            missing = set(ids)
+        for i in missing:
+            cache[i] = BuddyGroup((GroupMember(i, 0, 0, num_layers, param_bytes, 0),), thpt)
+    return list(map(cache.__getitem__, ids))
+
+
+def _assemble(
+    inputs: ClusterInputs,
+    merged: list[list[int]],
+    singles: list[int],
+    note: str = "",
+    required: int | None = None,
+) -> BuddyPlan:
     inst = inputs.instances
     p = inputs.param_bytes
     layers = inputs.num_layers
     t1 = inputs.profile(1)
-    merged = []
-    singles = []
     total = 0.0
-    for block in partition:
-        if len(block) == 1:
-            singles.append(block[0])
-        else:
-            merged.append(block)
-    prefix = [0, *itertools.accumulate(inputs.layer_sizes())] if merged else [0]
-    ranges: dict[int, tuple[tuple[int, int], ...]] = {}
+    ids = list(map(_ID, inst))
+    scales = list(map(_SCALE, inst))
+    uniform = not scales or (
+        scales.count(scales[0]) == len(scales) and scales[0] == scales[0]  # no NaN
+    )
+    # Instances are usually given in id order: then index order is id order
+    # (timsort checks that in one linear pass) and sorts can use the indices.
+    ids_sorted = sorted(ids) == ids
     groups = []
-    for block in merged:
+    if merged:
+        prefix = [0, *itertools.accumulate(inputs.layer_sizes())]
+        # The total sums in the partition's order (the rounding of the
+        # plan's numbers does not depend on the speed work below).
+        if uniform:
+            size_thpt = {g: inputs.profile(g) for g in set(map(len, merged))}
+            thpts = [size_thpt[len(b)] * scales[b[0]] for b in merged]
+        else:
+            thpts = [_group_throughput([inst[i] for i in b], inputs.profile) for b in merged]
+        for thpt in thpts:
+            total += thpt
+        # Largest first, then by the lead's id (the plan's group order).
+        ranked = sorted(
+            (-len(b), b[0] if ids_sorted else ids[b[0]], k) for k, b in enumerate(merged)
+        )
+        merged = [merged[k] for *_, k in ranked]
+        thpts = [thpts[k] for *_, k in ranked]
+        # Per group size: each stage's (stage, first, end, kept, freed), and Thpt_g.
+        templates: dict[int, list[tuple[int, int, int, int, int]]] = {}
+        for size in set(map(len, merged)):
+            templates[size] = [
+                (stage, first, end, prefix[end] - prefix[first], p - prefix[end] + prefix[first])
+                for stage, (first, end) in enumerate(stage_layer_ranges(layers, size))
+            ]
         # Pipeline order within a group: pressure first (assign_members'
         # order for the greedy; re-sorted for enumerated partitions).
-        size = len(block)
-        if size not in ranges:
-            ranges[size] = stage_layer_ranges(layers, size)
-        members = []
-        for stage, ((first, end), i) in enumerate(zip(ranges[size], block, strict=True)):
-            kept = prefix[end] - prefix[first]
-            members.append(GroupMember(inst[i].id, stage, first, end, kept, p - kept))
-        thpt = _group_throughput([inst[i] for i in block], inputs.profile)
-        total += thpt
-        groups.append(BuddyGroup(tuple(members), thpt))
-    groups.sort(key=lambda g: (-g.size, g.members[0].instance_id))
+        members = list(
+            map(
+                _member,
+                [
+                    (ids[i], *t)
+                    for block in merged
+                    for i, t in zip(block, templates[len(block)], strict=True)
+                ],
+            )
+        )
+        at = 0
+        for block, thpt in zip(merged, thpts, strict=True):
+            size = len(block)
+            groups.append(BuddyGroup(tuple(members[at : at + size]), thpt))
+            at += size
     # Singletons keep every layer; listed by id.
-    for i in sorted(singles, key=lambda i: inst[i].id):
-        thpt = t1 * inst[i].thpt_scale
-        total += thpt
-        groups.append(BuddyGroup((GroupMember(inst[i].id, 0, 0, layers, p, 0),), thpt))
+    if uniform and singles:
+        thpt = t1 * scales[singles[0]]
+        for _ in singles:  # one addition each, as the general path (same rounding)
+            total += thpt
+        if ids_sorted:
+            single_ids = list(map(ids.__getitem__, sorted(singles)))
+        else:
+            single_ids = sorted(map(ids.__getitem__, singles))
+        groups.extend(_singletons(single_ids, layers, p, thpt))
+    else:
+        for i in sorted(singles, key=ids.__getitem__):
+            thpt = t1 * scales[i]
+            total += thpt
+            groups.append(_singleton(ids[i], layers, p, thpt))
     freed = (len(inst) - len(groups)) * p
     n = len(inst)
-    required = inputs.required
+    if required is None:
+        required = inputs.required
     unmet = max(required - freed, 0)
-    baseline = t1 * sum(i.thpt_scale for i in inst)
+    baseline = t1 * sum(scales)
     cost = baseline / total if total > 0 else 1.0
     scale_out = 0
     if unmet > 0:
@@ -343,7 +527,11 @@ def plan_buddy_groups(inputs: ClusterInputs, time_limit_s: float | None = None) 
         region = sum(i.kv_capacity_bytes for i in inputs.instances)
         sizes = memory_greedy_sizes(n, region, p, g_max)
     else:
-        sizes = throughput_greedy_sizes(n, inputs.required, p, g_max)
+        # One pass over the instances for both the demand and the order.
+        required, pressure_order = _demand_and_order(inputs)
+        sizes = throughput_greedy_sizes(n, required, p, g_max)
+        merged, singles = _split(sizes, pressure_order)
+        return _assemble(inputs, merged, singles, required=required)
     return _build_plan(inputs, assign_members(sizes, inputs.instances))
 
 

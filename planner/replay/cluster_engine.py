@@ -1,0 +1,858 @@
+"""The cluster replay topology: N instances of one model behind a
+least-loaded dispatcher (DESIGN.md §3.3, §4; KunServe and its baselines).
+
+Model (simulated time; deterministic, no randomness):
+
+- **Instance**: an iteration-level continuous batcher with chunked prefill
+  (``max_batched_tokens`` per iteration), at most ``max_running`` requests,
+  paged KV in blocks of ``block_size`` tokens, a KV capacity of its own (the
+  HBM the full replica leaves). Admission is FCFS without skipping: the head
+  of the queue joins when its prompt (plus one decode token) fits. A decode
+  that needs a new block when none is free preempts the most recently
+  admitted request (recompute, vLLM's default: its KV is freed, it goes back
+  to the queue's head and prefills prompt + generated tokens again). The
+  iteration time is the profile's cost model
+  ``iteration_time_s(prefill, decode, attended context, causal pairs)``.
+- **Unit**: what the dispatcher sees, one instance or a buddy group. A group
+  of g instances holds one replica split into g contiguous layer ranges
+  (planner.policies.buddy's plan); its KV capacity is its members' regions
+  plus the parameters they dropped, (g - 1) * P. It runs a pipeline: the
+  batch is split into min(g, requests) micro-batches, balanced by tokens
+  (prefill chunks largest first, then decodes, each to the micro-batch with
+  the fewest tokens); a stage's time for a micro-batch is the cost model's
+  iteration time of that micro-batch times the stage's layer share, plus the
+  activation transfer (tokens x hidden x 2 bytes) to the next stage over the
+  inter-instance link; a request gets one token per round, round = g x the
+  slowest micro-batch's stage time (each micro-batch passes every stage
+  once, so a lone request pays the whole pipeline: bubbles) + (g - 1)
+  activation hops. The chunked-prefill budget is per micro-batch (a chunk is
+  at most ``max_batched_tokens``; g of them per round).
+- **Dispatcher** (every policy): a new request goes to a unit whose KV
+  demand leaves room for it (demand = allocated blocks + the queued
+  requests' prompt blocks, the paper's "in-processing and head-of-line
+  queuing" count), the one with the fewest queued prompt tokens per
+  instance, then the lowest demand / capacity; when no unit has room, the
+  lowest demand / capacity. (Memory alone would herd a burst onto a freshly
+  merged group, whose capacity jumps while its compute does not.)
+- **KunServe** (policy ``kunserve``): every ``monitor_interval_s`` each
+  lone instance's demand and capacity feed its drop trigger
+  (planner.policies.buddy.InstanceMonitor: drop when exhaustion is predicted
+  within the horizon). When one fires, the lone instances are planned with
+  the throughput-greedy policy (planner.policies.buddy.plan_buddy_groups,
+  required bytes = the trigger's predicted shortfall, Thpt_g from this
+  model's pipeline) and the merged groups form at once: the dropped
+  parameters' memory is usable immediately. The members' running requests
+  (victims) keep decoding in the group; until their KV has moved to the
+  stages that now hold its layers they pay remote attention (an extra
+  activation round trip per round) and the KV moves in chunks of
+  planner.policies.buddy.exchange_chunk_bytes (the largest that fits between
+  two activation transfers): one chunk per link per round. A group restores
+  (planner.policies.buddy.RestoreMonitor hysteresis: demand under the low
+  watermark of the members' full-replica regions for hold_s) by reloading
+  the dropped layers over the host link while its requests keep running;
+  its capacity shrinks to the restored regions at the start, and at the end
+  its requests are packed onto the members (first-fit decreasing by
+  blocks; one that fits nowhere is preempted).
+- **Queue balancing** (every policy, Llumnix-like): at every monitor tick
+  queued requests, which have no KV yet, move from a unit whose queue head
+  is blocked to the least loaded unit with room and an empty queue.
+- **Baselines**: ``replication`` (every instance a full replica, with the
+  dispatcher and queue balancing above); ``kv-migration`` (that plus Llumnix's live KV
+  migration: a blocked instance moves its shortest running request to the
+  instance with the most free blocks, which reserves the blocks for the
+  copy's duration, KV bytes / link; the request keeps decoding at the source
+  meanwhile); ``static-pp`` (fixed groups of ``static_group_size`` from the
+  start, never restored).
+
+Memory is checked after every change (``over_capacity`` counts violations,
+which would be a bug). Requests whose prompt + output tokens cannot fit one
+instance's region are rejected on arrival (every policy alike).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from planner.domain.cluster import ClusterInputs, Instance, Strategy, ThroughputProfile
+from planner.domain.requests import Slo
+from planner.policies.buddy import (
+    InstanceMonitor,
+    RestoreConfig,
+    RestoreMonitor,
+    TriggerConfig,
+    exchange_chunk_bytes,
+    plan_buddy_groups,
+)
+from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
+from planner.trace.records import TraceRequest
+
+KUNSERVE = "kunserve"
+REPLICATION = "replication"
+STATIC_PP = "static-pp"
+KV_MIGRATION = "kv-migration"
+CLUSTER_POLICY_NAMES = (KUNSERVE, REPLICATION, STATIC_PP, KV_MIGRATION)
+ACTIVATION_BYTES = 2  # bf16 hidden state per token
+# A run still going this long after the last arrival is stuck (a bug).
+NO_PROGRESS_S = 1e6
+# kv-migration moves a request only to an instance this much less loaded
+# (KV demand / capacity).
+MIGRATION_MARGIN = 0.1
+
+
+class CostModel(Protocol):
+    """What the engine needs of planner.profiles.IterationCostModel."""
+
+    def iteration_time_s(
+        self,
+        prefill_tokens: int,
+        decode_tokens: int,
+        attended_context_tokens: int,
+        prefill_attention_pairs: int = 0,
+    ) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    instances: int
+    kv_blocks_per_instance: int
+    block_size: int
+    kv_bytes_per_token: int  # all layers
+    param_bytes: int
+    num_layers: int
+    hidden_size: int
+    link_gbps: float  # instance to instance (activations, KV exchange, migration)
+    reload_gbps: float  # host to GPU (parameter restore)
+    max_batched_tokens: int = 2048
+    max_running: int = 256
+    slo: Slo = field(default_factory=Slo)
+    static_group_size: int = 2
+    max_group_size: int = 8
+    monitor_interval_s: float = 0.1
+    trigger: TriggerConfig = field(default_factory=TriggerConfig)
+    restore: RestoreConfig = field(default_factory=RestoreConfig)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "instances",
+            "kv_blocks_per_instance",
+            "block_size",
+            "kv_bytes_per_token",
+            "num_layers",
+            "hidden_size",
+            "max_batched_tokens",
+            "max_running",
+            "static_group_size",
+            "max_group_size",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.param_bytes < 0:
+            raise ValueError(f"param_bytes must be >= 0, got {self.param_bytes}")
+        for name in ("link_gbps", "reload_gbps", "monitor_interval_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {v}")
+        if self.static_group_size > self.instances:
+            raise ValueError(
+                f"static_group_size {self.static_group_size} exceeds {self.instances} instances"
+            )
+
+    @property
+    def block_bytes(self) -> int:
+        return self.kv_bytes_per_token * self.block_size
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        return self.link_gbps * 1e9
+
+
+@dataclass(slots=True)
+class ClusterStats:
+    drops: int = 0
+    restores: int = 0
+    groups_formed: int = 0
+    max_merged_instances: int = 0
+    grouped_instance_s: float = 0.0
+    exchange_bytes: int = 0
+    reload_bytes: int = 0
+    migrations: int = 0
+    migrated_bytes: int = 0
+    queue_moves: int = 0
+    preemptions: int = 0
+    rejected: int = 0
+    over_capacity: int = 0
+    events: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRun:
+    result: ReplayResult
+    stats: ClusterStats
+
+
+@dataclass(slots=True)
+class _Req:
+    out: RequestOutcome
+    prompt: int
+    output: int
+    target: int  # tokens to prefill (prompt, or prompt + generated after a preemption)
+    prefilled: int = 0
+    kv_tokens: int = 0
+    blocks: int = 0
+    admitted_seq: int = 0
+    ready_at: float = 0.0  # time of its last token: no batch may start before it
+    migrating: bool = False
+    victim: bool = False  # decoding by remote attention while its KV moves
+
+    @property
+    def generated(self) -> int:
+        return len(self.out.token_times_s)
+
+
+@dataclass(slots=True)
+class _Unit:
+    uid: int
+    members: tuple[int, ...]  # instance indices, pipeline order
+    shares: tuple[float, ...]  # layer share of each stage
+    capacity: int  # blocks
+    base_capacity: int  # blocks of the members' own regions (full replicas)
+    running: list[_Req] = field(default_factory=list)
+    waiting: deque[_Req] = field(default_factory=deque)
+    used: int = 0
+    reserved: int = 0  # blocks held for incoming migrations
+    busy_until: float = 0.0
+    scheduled: bool = False
+    alive: bool = True
+    formed_at: float = 0.0
+    exchange_left: float = 0.0  # bytes still to move on the busiest link
+    exchange_chunk: int = 0
+    restoring_until: float | None = None
+    restore_monitor: RestoreMonitor = field(default_factory=RestoreMonitor)
+    last_used: int = 0
+    last_tick: float = 0.0
+    migrating_out: bool = False
+    dynamic: bool = False  # formed by a drop (restorable)
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def free(self) -> int:
+        return self.capacity - self.used - self.reserved
+
+    def queued_blocks(self, block_size: int) -> int:
+        return sum(-(-(r.target + 1) // block_size) for r in self.waiting)
+
+    def demand(self, block_size: int) -> int:
+        return self.used + self.reserved + self.queued_blocks(block_size)
+
+
+def throughput_profile(cost: CostModel, config: ClusterConfig, max_g: int) -> ThroughputProfile:
+    """Thpt_g(g) of this model's pipeline: decode tokens per second of a
+    group of g serving g x 32 requests of 1,024 context tokens (one
+    instance: 32)."""
+    per_instance = 32
+    context = 1024
+    out = []
+    for g in range(1, max_g + 1):
+        batch = per_instance * g
+        t = _round_time(cost, config, g, [(0, batch, batch * context, 0, batch)])
+        out.append(batch / t if t > 0 else 1.0)
+    return ThroughputProfile(tuple(out))
+
+
+def _round_time(
+    cost: CostModel,
+    config: ClusterConfig,
+    g: int,
+    micro: Sequence[tuple[int, int, int, int, int]],
+    shares: Sequence[float] | None = None,
+) -> float:
+    """micro: (prefill, decode, context, pairs, tokens) of each micro-batch.
+    g == 1: one iteration of everything."""
+    if g == 1:
+        p = sum(m[0] for m in micro)
+        d = sum(m[1] for m in micro)
+        c = sum(m[2] for m in micro)
+        x = sum(m[3] for m in micro)
+        return cost.iteration_time_s(p, d, c, x)
+    share = max(shares) if shares else 1.0 / g
+    slowest = 0.0
+    hop = 0.0
+    for p, d, c, x, tokens in micro:
+        slowest = max(slowest, cost.iteration_time_s(p, d, c, x) * share)
+        hop = max(hop, tokens * config.hidden_size * ACTIVATION_BYTES / config.link_bytes_per_s)
+    return g * slowest + (g - 1) * hop
+
+
+class ClusterEngine:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        policy: str,
+        cost: CostModel,
+        trace: Sequence[TraceRequest],
+    ) -> None:
+        if policy not in CLUSTER_POLICY_NAMES:
+            raise ValueError(f"unknown cluster policy {policy!r}")
+        self.c = config
+        self.policy = policy
+        self.cost = cost
+        self.trace = sorted(trace, key=lambda t: t.arrival_s)
+        self.stats = ClusterStats()
+        self.units: list[_Unit] = []
+        self.unit_of: list[_Unit] = []  # instance index -> its unit
+        self.monitors: dict[int, InstanceMonitor] = {}
+        self._heap: list[tuple[float, int, int, int]] = []  # time, kind, seq, payload
+        self._seq = 0
+        self._admit_seq = 0
+        self._uid = 0
+        self._pending = 0
+        self._iterations = 0
+        self._timeline: list[TimelineSample] = []
+        self._reqs: list[_Req] = []
+        self.profile = throughput_profile(cost, config, min(config.max_group_size, 64))
+        self._last_arrival = self.trace[-1].arrival_s if self.trace else 0.0
+        self._mig_state: dict[int, tuple[_Req, _Unit, _Unit, int]] = {}
+
+    # --- setup -------------------------------------------------------------------
+
+    def _new_unit(self, members: Sequence[int], now: float, dynamic: bool = False) -> _Unit:
+        c = self.c
+        g = len(members)
+        shares = tuple(1.0 / g for _ in members)
+        if g > 1:
+            base, extra = divmod(c.num_layers, g)
+            shares = tuple((base + (1 if s < extra else 0)) / c.num_layers for s in range(g))
+        freed_blocks = (g - 1) * c.param_bytes // c.block_bytes
+        base_cap = g * c.kv_blocks_per_instance
+        unit = _Unit(
+            uid=self._uid,
+            members=tuple(members),
+            shares=shares,
+            capacity=base_cap + freed_blocks,
+            base_capacity=base_cap,
+            formed_at=now,
+            last_tick=now,
+            dynamic=dynamic,
+        )
+        self._uid += 1
+        self.units.append(unit)
+        for i in members:
+            self.unit_of[i] = unit
+        return unit
+
+    def _initial_units(self) -> None:
+        n = self.c.instances
+        self.unit_of = [None] * n  # type: ignore[list-item]
+        if self.policy == STATIC_PP:
+            g = self.c.static_group_size
+            for start in range(0, n, g):
+                self._new_unit(tuple(range(start, min(start + g, n))), 0.0)
+        else:
+            for i in range(n):
+                self._new_unit((i,), 0.0)
+
+    # --- events ------------------------------------------------------------------
+
+    _ARRIVAL, _STEP, _TICK, _RESTORE, _MIGRATE = range(5)
+
+    def _push(self, t: float, kind: int, payload: int) -> None:
+        heapq.heappush(self._heap, (t, kind, self._seq, payload))
+        self._seq += 1
+
+    def _wake(self, unit: _Unit, now: float) -> None:
+        if unit.alive and not unit.scheduled:
+            unit.scheduled = True
+            self._push(max(now, unit.busy_until), self._STEP, unit.uid)
+
+    def run(self, progress: Callable[[float], None] | None = None) -> ClusterRun:
+        started = time.perf_counter()
+        c = self.c
+        self._initial_units()
+        limit_tokens = c.kv_blocks_per_instance * c.block_size
+        for idx, t in enumerate(self.trace):
+            out = RequestOutcome(
+                id=t.id if t.id is not None else str(idx),
+                arrival_s=t.arrival_s,
+                prompt_tokens=t.prompt_tokens,
+                output_tokens=t.output_tokens,
+                slo_ttft_s=t.slo_ttft_s if t.slo_ttft_s is not None else c.slo.ttft_s,
+                slo_tbt_s=t.slo_tbt_s if t.slo_tbt_s is not None else c.slo.tbt_s,
+            )
+            req = _Req(out=out, prompt=t.prompt_tokens, output=t.output_tokens, target=0)
+            req.target = max(t.prompt_tokens, 1)
+            self._reqs.append(req)
+            if t.output_tokens < 1 or t.prompt_tokens + t.output_tokens + 1 > limit_tokens:
+                self.stats.rejected += 1
+                continue
+            self._pending += 1
+            self._push(t.arrival_s, self._ARRIVAL, idx)
+        if self._pending:
+            first = self.trace[0].arrival_s if self.trace else 0.0
+            self._push(first, self._TICK, 0)
+        units_by_uid: dict[int, _Unit] = {}
+        now = 0.0
+        while self._heap and self._pending > 0:
+            now, kind, _, payload = heapq.heappop(self._heap)
+            if kind == self._ARRIVAL:
+                self._dispatch(self._reqs[payload], now)
+            elif kind == self._STEP:
+                units_by_uid = {u.uid: u for u in self.units if u.alive}
+                unit = units_by_uid.get(payload)
+                if unit is not None:
+                    unit.scheduled = False
+                    self._step(unit, now)
+            elif kind == self._TICK:
+                self._tick(now)
+                if progress is not None:
+                    progress(now)
+                self._push(now + c.monitor_interval_s, self._TICK, 0)
+            elif kind == self._RESTORE:
+                self._finish_restore(payload, now)
+            elif kind == self._MIGRATE:
+                self._finish_migration(payload, now)
+        end = max((r.out.finish_s or 0.0) for r in self._reqs) if self._reqs else 0.0
+        for u in self.units:
+            if u.alive and u.size > 1 and u.dynamic:
+                self.stats.grouped_instance_s += u.size * max(end - u.formed_at, 0.0)
+        total_blocks = c.instances * c.kv_blocks_per_instance
+        totals = ReplayTotals(
+            iterations=self._iterations,
+            simulated_s=end,
+            wall_s=time.perf_counter() - started,
+            bytes_d2h=0,
+            bytes_h2d=0,
+            stall_s=0.0,
+            preemptions=self.stats.preemptions,
+            swap_outs=0,
+            swap_ins=0,
+            peak_gpu_kv_blocks=max((s.gpu_kv_blocks_used for s in self._timeline), default=0),
+            gpu_kv_blocks_total=total_blocks,
+        )
+        result = ReplayResult(
+            policy=self.policy,
+            requests=[r.out for r in self._reqs],
+            timeline=self._timeline,
+            totals=totals,
+        )
+        return ClusterRun(result, self.stats)
+
+    # --- dispatch ----------------------------------------------------------------
+
+    def _load(self, unit: _Unit) -> float:
+        return unit.demand(self.c.block_size) / unit.capacity
+
+    def _dispatch(self, req: _Req, now: float) -> None:
+        """Least loaded: among the units whose KV demand leaves room for the
+        request, the one with the fewest queued prompt tokens per instance
+        (its compute), then the lowest KV demand / capacity; when none has
+        room, the lowest KV demand / capacity."""
+        bs = self.c.block_size
+        need = -(-(req.target + 1) // bs)
+
+        def key(u: _Unit) -> tuple[int, float, float, int]:
+            demand = u.demand(bs)
+            if demand + need <= u.capacity:
+                queued = sum(r.target for r in u.waiting)
+                return (0, queued / u.size, demand / u.capacity, u.uid)
+            return (1, 0.0, demand / u.capacity, u.uid)
+
+        best = min((u for u in self.units if u.alive), key=key)
+        best.waiting.append(req)
+        self._wake(best, now)
+
+    # --- one iteration (a round for a group) -------------------------------------
+
+    def _check(self, unit: _Unit) -> None:
+        if unit.used + unit.reserved > unit.capacity or unit.used < 0:
+            self.stats.over_capacity += 1
+
+    def _preempt(self, unit: _Unit, victim: _Req) -> None:
+        unit.running.remove(victim)
+        unit.used -= victim.blocks
+        victim.blocks = 0
+        victim.kv_tokens = 0
+        victim.prefilled = 0
+        victim.target = victim.prompt + victim.generated
+        victim.out.preemptions += 1
+        victim.out.recomputed_tokens += victim.target
+        victim.victim = False
+        unit.waiting.appendleft(victim)
+        self.stats.preemptions += 1
+
+    def _step(self, unit: _Unit, now: float) -> None:
+        c = self.c
+        bs = c.block_size
+        # Admission: FCFS, no skipping.
+        while unit.waiting and len(unit.running) < c.max_running:
+            head = unit.waiting[0]
+            need = -(-(head.target + 1) // bs)
+            if need > unit.free():
+                break
+            unit.waiting.popleft()
+            head.blocks = need
+            unit.used += need
+            self._admit_seq += 1
+            head.admitted_seq = self._admit_seq
+            unit.running.append(head)
+        self._check(unit)
+        ready = [r for r in unit.running if r.ready_at <= now + 1e-12]
+        if not ready:
+            if unit.running:  # a request still finishing elsewhere in time
+                unit.busy_until = min(r.ready_at for r in unit.running)
+                self._wake(unit, now)
+            return
+        g = unit.size
+        budget = c.max_batched_tokens * g
+        decode = [r for r in ready if r.prefilled >= r.target]
+        # KV growth of the decodes: preempt the newest when a block is missing.
+        grown: list[_Req] = []
+        for r in sorted(decode, key=lambda r: r.admitted_seq):
+            if r.blocks == 0:  # preempted by an earlier one's growth
+                continue
+            while r.kv_tokens + 1 > r.blocks * bs and unit.free() < 1:
+                newest = max(
+                    (x for x in unit.running if x is not r and not x.migrating),
+                    key=lambda x: x.admitted_seq,
+                    default=None,
+                )
+                if newest is None:
+                    break
+                self._preempt(unit, newest)
+            if r.kv_tokens + 1 > r.blocks * bs:
+                if unit.free() < 1:
+                    continue  # cannot grow (alone and full): waits
+                r.blocks += 1
+                unit.used += 1
+            grown.append(r)
+        decode = [r for r in grown if r.blocks > 0]
+        budget -= len(decode)
+        prefill: list[tuple[_Req, int]] = []
+        for r in ready:
+            if budget <= 0:
+                break
+            if r.blocks > 0 and r.prefilled < r.target:
+                # A chunk fits one micro-batch's budget.
+                chunk = min(r.target - r.prefilled, budget, c.max_batched_tokens)
+                prefill.append((r, chunk))
+                budget -= chunk
+        if not decode and not prefill:
+            unit.busy_until = now
+            return
+        # Micro-batches, each [prefill, decode, context, pairs, tokens]:
+        # prefill chunks first, then decodes, each to the micro-batch with
+        # the fewest tokens so far (ties: the lowest index), so that stages
+        # are balanced.
+        m = max(1, min(g, len(decode) + len(prefill)))
+        micro = [[0, 0, 0, 0, 0] for _ in range(m)]
+        if m == 1:
+            mb = micro[0]
+            for r, chunk in prefill:
+                mb[0] += chunk
+                mb[2] += r.prefilled + chunk
+                mb[3] += chunk * r.prefilled + chunk * (chunk + 1) // 2
+            mb[1] = len(decode)
+            mb[2] += sum(r.kv_tokens for r in decode) + len(decode)
+            mb[4] = mb[0] + mb[1]
+        else:
+            loads = [(0, k) for k in range(m)]
+            for r, chunk in sorted(prefill, key=lambda x: -x[1]):
+                tokens, k = heapq.heappop(loads)
+                mb = micro[k]
+                mb[0] += chunk
+                mb[2] += r.prefilled + chunk
+                mb[3] += chunk * r.prefilled + chunk * (chunk + 1) // 2
+                mb[4] += chunk
+                heapq.heappush(loads, (tokens + chunk, k))
+            for r in decode:
+                tokens, k = heapq.heappop(loads)
+                mb = micro[k]
+                mb[1] += 1
+                mb[2] += r.kv_tokens + 1
+                mb[4] += 1
+                heapq.heappush(loads, (tokens + 1, k))
+        batches = [(x[0], x[1], x[2], x[3], x[4]) for x in micro]
+        dt = _round_time(self.cost, c, g, batches, unit.shares)
+        if g > 1 and unit.exchange_left > 0:
+            # Remote attention: victims' activations go to the GPU that still
+            # holds their KV and back; the KV moves in the link's idle gap.
+            victims = sum(1 for r in decode if r.victim)
+            ra = 2 * victims * c.hidden_size * ACTIVATION_BYTES / c.link_bytes_per_s
+            hops = (g - 1) * max(mb[4] for mb in micro) * c.hidden_size * ACTIVATION_BYTES
+            gap = max(dt - hops / c.link_bytes_per_s, 0.0)
+            dt += ra
+            chunk_bytes = exchange_chunk_bytes(c.link_gbps, gap, c.block_bytes)
+            moved = min(float(chunk_bytes), unit.exchange_left)
+            unit.exchange_left -= moved
+            self.stats.exchange_bytes += int(moved)
+            if unit.exchange_left <= 0:
+                unit.exchange_left = 0.0
+                for r in unit.running:
+                    r.victim = False
+        end = now + dt
+        self._iterations += 1
+        for r in decode:
+            r.kv_tokens += 1
+            self._emit(unit, r, end)
+        for r, chunk in prefill:
+            r.prefilled += chunk
+            r.kv_tokens = r.prefilled
+            if r.prefilled >= r.target:
+                self._emit(unit, r, end)
+        unit.busy_until = end
+        self._check(unit)
+        if unit.running or unit.waiting:
+            self._wake(unit, end)
+
+    def _emit(self, unit: _Unit, r: _Req, t: float) -> None:
+        r.out.token_times_s.append(t)
+        r.ready_at = t
+        if r.generated >= r.output:
+            r.out.finish_s = t
+            unit.running.remove(r)
+            unit.used -= r.blocks
+            r.blocks = 0
+            r.victim = False
+            self._pending -= 1
+
+    # --- monitor tick: policies' control -----------------------------------------
+
+    def _tick(self, now: float) -> None:
+        alive = [u for u in self.units if u.alive]
+        self._timeline.append(
+            TimelineSample(
+                time_s=now,
+                iteration_s=0.0,
+                stall_s=0.0,
+                gpu_kv_blocks_used=sum(u.used for u in alive),
+                cpu_kv_blocks_used=0,
+                running=sum(len(u.running) for u in alive),
+                waiting=sum(len(u.waiting) for u in alive),
+                rotary=0,
+                prefill_tokens=0,
+                decode_tokens=0,
+            )
+        )
+        if now > self._last_arrival + NO_PROGRESS_S:
+            raise RuntimeError(f"cluster replay made no progress by {now:.0f} s (a bug)")
+        for u in alive:
+            if u.waiting or u.running:
+                self._wake(u, now)
+        if self.policy == KUNSERVE:
+            self._kunserve_tick(now)
+        self._balance_queues(now)
+        if self.policy == KV_MIGRATION:
+            self._start_migrations(now)
+
+    def _blocked(self, u: _Unit) -> bool:
+        if not u.waiting:
+            return False
+        need = -(-(u.waiting[0].target + 1) // self.c.block_size)
+        return need > u.free()
+
+    def _balance_queues(self, now: float) -> None:
+        bs = self.c.block_size
+        for src in [u for u in self.units if u.alive]:
+            while self._blocked(src) and len(src.waiting) > 0:
+                req = src.waiting[-1]  # the tail: the head keeps its place
+                need = -(-(req.target + 1) // bs)
+                dsts = [
+                    u
+                    for u in self.units
+                    if u.alive and u is not src and not u.waiting and u.free() >= need
+                ]
+                if not dsts:
+                    break
+                dst = min(dsts, key=lambda u: (self._load(u), u.uid))
+                src.waiting.pop()
+                dst.waiting.append(req)
+                self.stats.queue_moves += 1
+                self._wake(dst, now)
+                if len(src.waiting) == 1:
+                    break
+
+    def _start_migrations(self, now: float) -> None:
+        c = self.c
+        for src in [u for u in self.units if u.alive]:
+            if src.migrating_out or not self._blocked(src):
+                continue
+            cands = [r for r in src.running if not r.migrating and r.prefilled >= r.target]
+            if not cands:
+                continue
+            req = min(cands, key=lambda r: (r.blocks, r.admitted_seq))
+            # Llumnix moves to a clearly less loaded instance (no ping-pong).
+            dsts = [
+                u
+                for u in self.units
+                if u.alive
+                and u is not src
+                and u.free() >= req.blocks + 1
+                and not self._blocked(u)
+                and self._load(u) + MIGRATION_MARGIN < self._load(src)
+            ]
+            if not dsts:
+                continue
+            dst = max(dsts, key=lambda u: (u.free(), -u.uid))
+            nbytes = req.blocks * c.block_bytes
+            dst.reserved += req.blocks + 1
+            req.migrating = True
+            src.migrating_out = True
+            self._check(dst)
+            self._mig_state[self._seq] = (req, src, dst, req.blocks + 1)
+            self._push(now + nbytes / c.link_bytes_per_s, self._MIGRATE, self._seq)
+
+    def _finish_migration(self, key: int, now: float) -> None:
+        req, src, dst, reserved = self._mig_state.pop(key)
+        src.migrating_out = False
+        dst.reserved -= reserved
+        req.migrating = False
+        if req.out.finish_s is not None or req not in src.running:
+            return
+        if dst.free() < req.blocks:
+            return  # it grew past the reservation: stays
+        src.running.remove(req)
+        src.used -= req.blocks
+        dst.running.append(req)
+        dst.used += req.blocks
+        self.stats.migrations += 1
+        self.stats.migrated_bytes += req.blocks * self.c.block_bytes
+        self._check(src)
+        self._check(dst)
+        self._wake(dst, now)
+        self._wake(src, now)
+
+    # --- KunServe: drop and restore ------------------------------------------------
+
+    def _kunserve_tick(self, now: float) -> None:
+        c = self.c
+        bs = c.block_size
+        singles = [u for u in self.units if u.alive and u.size == 1]
+        decisions = []
+        for u in singles:
+            i = u.members[0]
+            mon = self.monitors.setdefault(i, InstanceMonitor(str(i)))
+            demand = u.demand(bs) * c.block_bytes
+            capacity = u.capacity * c.block_bytes
+            decisions.append((u, mon.observe(now, demand, capacity, c.trigger), demand))
+        if any(d.drop for _, d, _ in decisions) and len(singles) > 1:
+            required = sum(d.shortfall_bytes for _, d, _ in decisions if d.drop)
+            required = max(required, 1)
+            inputs = ClusterInputs(
+                instances=tuple(
+                    Instance(
+                        id=str(u.members[0]),
+                        kv_capacity_bytes=u.capacity * c.block_bytes,
+                        kv_demand_bytes=demand,
+                    )
+                    for u, _, demand in decisions
+                ),
+                param_bytes=c.param_bytes,
+                num_layers=c.num_layers,
+                profile=self.profile,
+                required_bytes=required,
+                strategy=Strategy.THROUGHPUT_GREEDY,
+            )
+            plan = plan_buddy_groups(inputs)
+            merged = [g for g in plan.groups if g.size > 1]
+            if merged:
+                self.stats.drops += 1
+                self.stats.events.append(
+                    f"{now:.2f}s drop: groups of "
+                    + ",".join(str(g.size) for g in merged)
+                    + f" for {required / 1e9:.1f} GB"
+                )
+                for g in merged:
+                    self._merge([int(m.instance_id) for m in g.members], now)
+        for u in [u for u in self.units if u.alive and u.size > 1 and u.dynamic]:
+            if u.restoring_until is not None or u.exchange_left > 0:
+                continue
+            used_bytes = u.demand(bs) * c.block_bytes
+            dt = now - u.last_tick
+            rate = (u.used - u.last_used) * c.block_bytes / dt if dt > 0 else 0.0
+            u.last_used, u.last_tick = u.used, now
+            decision = u.restore_monitor.observe(
+                now, used_bytes, u.base_capacity * c.block_bytes, c.restore, rate
+            )
+            if decision.restore:
+                self._start_restore(u, now)
+
+    def _merge(self, members: list[int], now: float) -> None:
+        c = self.c
+        old = [self.unit_of[i] for i in members]
+        unit = self._new_unit(members, now, dynamic=True)
+        unit.busy_until = max(u.busy_until for u in old)
+        for o, i in zip(old, members, strict=True):
+            o.alive = False
+            self.monitors.pop(i, None)
+            unit.running.extend(o.running)
+            unit.used += o.used
+            unit.waiting.extend(o.waiting)
+        # KV of the layers each member dropped moves to the stage holding them.
+        moves = []
+        for o, share in zip(old, unit.shares, strict=True):
+            tokens = sum(r.kv_tokens for r in o.running)
+            moves.append(tokens * c.kv_bytes_per_token * (1 - share))
+            for r in o.running:
+                r.victim = True
+        unit.exchange_left = max(moves, default=0.0)
+        unit.waiting = deque(sorted(unit.waiting, key=lambda r: (r.out.arrival_s, r.out.id)))
+        self.stats.groups_formed += 1
+        self.stats.max_merged_instances = max(self.stats.max_merged_instances, len(members))
+        self._check(unit)
+        self._wake(unit, now)
+
+    def _start_restore(self, u: _Unit, now: float) -> None:
+        c = self.c
+        if u.used + u.reserved > u.base_capacity:
+            return
+        u.capacity = u.base_capacity
+        reload_bytes = (u.size - 1) * c.param_bytes  # spread over the members' links
+        per_member = reload_bytes / u.size
+        kv_bytes = sum(r.kv_tokens for r in u.running) * c.kv_bytes_per_token
+        duration = max(per_member / (c.reload_gbps * 1e9), kv_bytes / u.size / c.link_bytes_per_s)
+        u.restoring_until = now + duration
+        self.stats.reload_bytes += int(reload_bytes)
+        self._check(u)
+        self._push(now + duration, self._RESTORE, u.uid)
+
+    def _finish_restore(self, uid: int, now: float) -> None:
+        u = next((x for x in self.units if x.uid == uid and x.alive), None)
+        if u is None:
+            return
+        u.alive = False
+        self.stats.restores += 1
+        self.stats.grouped_instance_s += u.size * (now - u.formed_at)
+        self.stats.events.append(f"{now:.2f}s restore: group of {u.size}")
+        singles = [self._new_unit((i,), now) for i in u.members]
+        for s in singles:
+            s.busy_until = u.busy_until
+        # First-fit decreasing by blocks onto the member with the most room.
+        for r in sorted(u.running, key=lambda r: (-r.blocks, r.admitted_seq)):
+            dst = max(singles, key=lambda s: (s.free(), -s.uid))
+            if dst.free() >= r.blocks:
+                dst.running.append(r)
+                dst.used += r.blocks
+            else:
+                r.blocks = 0
+                r.kv_tokens = 0
+                r.prefilled = 0
+                r.target = r.prompt + r.generated
+                r.out.preemptions += 1
+                r.out.recomputed_tokens += r.target
+                self.stats.preemptions += 1
+                dst.waiting.appendleft(r)
+        for s in singles:
+            s.running.sort(key=lambda r: r.admitted_seq)
+        for r in u.waiting:
+            dst = min(singles, key=lambda s: (self._load(s), s.uid))
+            dst.waiting.append(r)
+        for s in singles:
+            self._check(s)
+            self._wake(s, now)
