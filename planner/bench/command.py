@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from planner.bench import buddy, replay_speed, rotation, solvers_offload
+from planner.bench import buddy, kernels, replay_speed, rotation, solvers_offload
 from planner.bench.baseline import DEFAULT_FACTOR, compare
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
@@ -124,6 +124,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     q.set_defaults(func=run_policies)
     replay_speed.register(benches)
     solvers_offload.register(benches)
+    kernels.register(benches)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
