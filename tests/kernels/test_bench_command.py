@@ -1,4 +1,6 @@
-"""`planner bench kernels` in its smoke mode: the GPU benchmark's code path,
+"""`planner bench kernels` in its smoke mode (here, under tests/kernels, so
+that its conftest sets up the Triton interpreter before anything imports
+triton): the GPU benchmark's code path,
 run at tiny sizes on whatever device is here, writes its report and a
 profile replay can load."""
 
@@ -10,9 +12,6 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-
-pytest.importorskip("torch")
-pytest.importorskip("triton")
 
 
 def test_smoke_writes_report_and_profile(
