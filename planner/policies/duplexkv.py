@@ -99,46 +99,17 @@ def plan_transfers(
     preempted: IntArray,
     budget_blocks: int,
 ) -> TransferPlan:
-    """Copies for one iteration; block ids when the snapshot has pools."""
-    if snapshot.pools is not None:
-        return _plan_blocks(snapshot, inputs, prioritized, preempted, budget_blocks)
-    return _plan_counts(snapshot, inputs, prioritized, preempted, budget_blocks)
+    """Copies for one iteration at block level (the snapshot has pools). The
+    count-level plan, for snapshots without block ids, is
+    rotation_columns.count_transfers."""
+    if snapshot.pools is None:
+        raise ValueError("block-level transfers need snapshot.pools")
+    return _plan_blocks(snapshot, inputs, prioritized, preempted, budget_blocks)
 
 
 def _eager_budget(inputs: RotationInputs, budget_blocks: int, swap_out: int) -> int:
     given = inputs.params.eager_budget_blocks
     return given if given is not None else max(budget_blocks - swap_out, 0)
-
-
-def _plan_counts(
-    snapshot: Snapshot,
-    inputs: RotationInputs,
-    prioritized: IntArray,
-    preempted: IntArray,
-    budget_blocks: int,
-) -> TransferPlan:
-    t = snapshot.requests
-    released = int(t.synced_blocks[preempted].sum())
-    swap_out = int(t.gpu_blocks[preempted].sum()) - released
-    swap_in_rows = _swap_in_rows(t, prioritized)
-    room = snapshot.free_gpu_blocks + released
-    fits, _ = _fit_in_order(t.cpu_blocks[swap_in_rows].tolist(), room)
-    fit_mask = np.array(fits, dtype=np.bool_)
-    swap_in = int(t.cpu_blocks[swap_in_rows][fit_mask].sum()) if fits else 0
-    eager_room = _eager_budget(inputs, budget_blocks, swap_out)
-    if snapshot.free_cpu_blocks is not None:
-        eager_room = min(eager_room, snapshot.free_cpu_blocks - swap_out)
-    running = t.state == np.int8(RequestState.RUNNING)
-    running[preempted] = False
-    fresh = int(np.maximum(t.full_blocks[running] - t.synced_blocks[running], 0).sum())
-    return TransferPlan(
-        swap_in_blocks=swap_in,
-        swap_out_blocks=swap_out,
-        eager_blocks=max(min(fresh, eager_room), 0),
-        blocks_released_now=released,
-        blocks_freed_after_d2h=swap_out,
-        deferred_rows=swap_in_rows[~fit_mask] if fits else swap_in_rows,
-    )
 
 
 def _plan_blocks(

@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.replay.cluster_engine import ClusterRun, ClusterStats
-from planner.replay.console import report_console
+from planner.replay.console import print_table
 from planner.replay.metrics import PolicyMetrics, summarize
 from planner.replay.report import DASH, fmt_pct, fmt_rate, fmt_seconds, to_json
 
@@ -132,8 +132,7 @@ def print_cluster_report(
     title: str | None = None,
     caption: str | None = None,
 ) -> None:
-    out = console if console is not None else report_console()
-    out.print(cluster_table(metrics, title=title, caption=caption))
+    print_table(cluster_table(metrics, title=title, caption=caption), console)
 
 
 def cluster_json(runs: Sequence[ClusterRun], metrics: Sequence[ClusterMetrics]) -> dict[str, Any]:

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
-from planner.replay.console import report_console
+from planner.replay.console import print_table
 from planner.replay.longctx_engine import LongctxRun, LongctxStats
+from planner.replay.metric_table import MetricRow, add_sections
 from planner.replay.metrics import PolicyMetrics, latency_samples, summarize
 from planner.replay.report import DASH, fmt_pct, fmt_rate, fmt_seconds, to_json
 
@@ -73,12 +73,7 @@ def _int(value: float | None) -> str:
     return DASH if value is None else f"{value:,.0f}"
 
 
-@dataclass(frozen=True, slots=True)
-class _Row:
-    label: str
-    get: Any
-    fmt: Any
-    better: int = 0
+_Row = MetricRow[LongctxMetrics]
 
 
 def _rows() -> list[tuple[str, list[_Row]]]:
@@ -168,16 +163,6 @@ def _peak_fraction(stats: LongctxStats) -> float | None:
     return stats.peak_gpu_blocks / stats.gpu_block_budget
 
 
-def _best(values: Sequence[float | None], better: int) -> set[int]:
-    present = [(i, v) for i, v in enumerate(values) if v is not None]
-    if better == 0 or len(present) < 2:
-        return set()
-    pick = max if better > 0 else min
-    target = pick(v for _, v in present)
-    winners = {i for i, v in present if math.isclose(v, target, rel_tol=1e-9, abs_tol=1e-12)}
-    return set() if len(winners) == len(present) else winners
-
-
 def longctx_table(
     metrics: Sequence[LongctxMetrics], *, title: str | None = None, caption: str | None = None
 ) -> Table:
@@ -186,20 +171,7 @@ def longctx_table(
     table.add_column("Metric", no_wrap=True)
     for m in metrics:
         table.add_column(m.policy, justify="right", no_wrap=True, min_width=len(m.policy))
-    sections = _rows()
-    for index, (section, rows) in enumerate(sections):
-        table.add_row(Text(section, style="bold cyan"), *([""] * len(metrics)))
-        for row in rows:
-            values = [row.get(m) for m in metrics]
-            best = _best(values, row.better)
-            cells = [
-                Text(row.fmt(v), style="bold green" if i in best else "")
-                for i, v in enumerate(values)
-            ]
-            table.add_row(Text("  " + row.label), *cells)
-        if index < len(sections) - 1:
-            table.add_section()
-    return table
+    return add_sections(table, _rows(), metrics)
 
 
 def print_longctx_report(
@@ -209,8 +181,7 @@ def print_longctx_report(
     title: str | None = None,
     caption: str | None = None,
 ) -> None:
-    out = console if console is not None else report_console()
-    out.print(longctx_table(metrics, title=title, caption=caption))
+    print_table(longctx_table(metrics, title=title, caption=caption), console)
 
 
 def longctx_json(runs: Sequence[LongctxRun], metrics: Sequence[LongctxMetrics]) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
-from planner.replay.console import report_console
+from planner.replay.console import print_table
+from planner.replay.metric_table import MetricRow, add_sections
 from planner.replay.metrics import Distribution, PolicyMetrics, Sweep
 from planner.replay.records import ReplayResult
 
@@ -68,13 +68,7 @@ def fmt_rate(value: float | None, unit: str) -> str:
 Getter = Callable[[PolicyMetrics], float | None]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Row:
-    label: str
-    get: Getter
-    fmt: Callable[[float | None], str]
-    # Which way is better: +1 higher, -1 lower, 0 not ranked.
-    better: int = 0
+_Row = MetricRow[PolicyMetrics]
 
 
 def _dist_rows(name: str, attr: str) -> list[_Row]:
@@ -150,17 +144,6 @@ def _sections() -> list[tuple[str, list[_Row]]]:
     ]
 
 
-def _best(values: Sequence[float | None], better: int) -> set[int]:
-    """Indices of the best values; none when all equal or no ranking."""
-    present = [(i, v) for i, v in enumerate(values) if v is not None]
-    if better == 0 or len(present) < 2:
-        return set()
-    pick = max if better > 0 else min
-    target = pick(v for _, v in present)
-    winners = {i for i, v in present if math.isclose(v, target, rel_tol=1e-9, abs_tol=1e-12)}
-    return set() if len(winners) == len(present) else winners
-
-
 def comparison_table(
     metrics: Sequence[PolicyMetrics], *, title: str | None = None, caption: str | None = None
 ) -> Table:
@@ -177,20 +160,7 @@ def comparison_table(
     table.add_column("Metric", no_wrap=True)
     for m in metrics:
         table.add_column(m.policy, justify="right", no_wrap=True)
-    sections = _sections()
-    for index, (section, rows) in enumerate(sections):
-        table.add_row(Text(section, style="bold cyan"), *([""] * len(metrics)))
-        for row in rows:
-            values = [row.get(m) for m in metrics]
-            best = _best(values, row.better)
-            cells = [
-                Text(row.fmt(v), style="bold green" if i in best else "")
-                for i, v in enumerate(values)
-            ]
-            table.add_row(Text("  " + row.label), *cells)
-        if index < len(sections) - 1:
-            table.add_section()
-    return table
+    return add_sections(table, _sections(), metrics)
 
 
 def sweep_table(sweep: Sweep, *, title: str | None = None) -> Table:
@@ -234,10 +204,9 @@ def print_report(
     sweep: Sweep | None = None,
 ) -> None:
     """The comparison table (and the sweep's, when given) on the terminal."""
-    out = console if console is not None else report_console()
-    out.print(comparison_table(metrics, title=title, caption=caption))
+    print_table(comparison_table(metrics, title=title, caption=caption), console)
     if sweep:
-        out.print(sweep_table(sweep))
+        print_table(sweep_table(sweep), console)
 
 
 # ---------------------------------------------------------------- JSON
