@@ -78,7 +78,8 @@ def branch_and_bound(
     started = time.perf_counter()
     deadline = started + time_limit_s
     search = _Search(problem, relative_gap)
-    for start in [*(starts or []), stall_greedy(problem, deadline)]:
+    greedy_start = stall_greedy(problem, deadline)
+    for start in [*(starts or []), greedy_start]:
         search.offer(np.asarray(start, dtype=np.int64))
     if search.best_choice is not None:
         search.offer(_local_search(problem, search.best_choice, deadline))
@@ -300,6 +301,7 @@ class _Moves:
     choice: IntArray  # (M, R)
     objective: FloatArray  # (M,) +inf when infeasible
     mem_excess: IntArray  # (M,) window 0's memory row minus its cap
+    stall: IntArray  # (M,) total stall
 
 
 def _moves(p: OffloadProblem, base: IntArray, changes: IntArray) -> _Moves:
@@ -326,7 +328,7 @@ def _moves(p: OffloadProblem, base: IntArray, changes: IntArray) -> _Moves:
     objective[held == 0] = np.inf
     choice = np.repeat(base[None, :], len(changes), axis=0)
     choice[np.arange(len(changes))[:, None], r] = c
-    return _Moves(choice, objective, mem[0] - p.mem_cap[0])
+    return _Moves(choice, objective, mem[0] - p.mem_cap[0], stall)
 
 
 def _single_changes(p: OffloadProblem) -> IntArray:
@@ -335,32 +337,46 @@ def _single_changes(p: OffloadProblem) -> IntArray:
 
 
 def stall_greedy(problem: OffloadProblem, deadline: float = math.inf) -> IntArray:
-    """A start that minds the stall: from nothing offloaded, while no single
-    move reaches a feasible assignment, take the move that frees the most
-    window-0 memory per block fetched (any pattern, not only the next one);
-    then the best feasible single move."""
+    """A start that minds the stall: from nothing offloaded, while window 0's
+    memory row does not hold, take the single move (to any pattern) that adds
+    the least stall per block it frees (fewer fetched blocks breaking ties);
+    the first feasible single move ends it at once."""
     p = problem
     choice = np.zeros(p.num_requests, dtype=np.int64)
     if math.isfinite(float(p.evaluate(choice).objective[0])):
         return choice
     changes = _single_changes(p)
-    cost = p.fetched[changes[:, 0, 0], changes[:, 0, 1]].astype(np.float64)
+    fetched = p.fetched[changes[:, 0, 0], changes[:, 0, 1]].astype(np.float64)
     for _ in range(p.num_requests * p.num_choices):
         m = _moves(p, choice, changes)
+        stay = np.array([[[0, choice[0]]]], dtype=np.int64)  # choice itself
         if np.isfinite(m.objective).any():
             found: IntArray = m.choice[int(np.argmin(m.objective))]
             return found
-        if time.perf_counter() > deadline:
+        here = _moves(p, choice, stay)
+        if here.mem_excess[0] <= 0 or time.perf_counter() > deadline:
             break
-        rows = np.arange(p.num_requests)
-        buffer = p.fetch[rows, choice].sum(axis=0).max(initial=0)
-        excess = int(p.mem_coef[0, rows, choice].sum() + buffer - p.mem_cap[0])
-        freed = excess - m.mem_excess
-        score = np.where(freed > 0, cost / np.maximum(freed, 1), np.inf)
+        freed = here.mem_excess[0] - m.mem_excess
+        added = (m.stall - here.stall[0]).astype(np.float64)
+        own = fetched - p.fetched[changes[:, 0, 0], choice[changes[:, 0, 0]]]
+        score = np.where(freed > 0, (added + 1e-6 * own) / np.maximum(freed, 1), np.inf)
         if not np.isfinite(score).any():
             break
         choice = m.choice[int(np.argmin(score))]
     return choice
+
+
+def _pair_changes(current: IntArray, num_choices: int) -> IntArray:
+    """Moves of two requests at once: r one pattern up, s one pattern down."""
+    up = np.flatnonzero(current < num_choices - 1)
+    down = np.flatnonzero(current > 0)
+    r, s = np.meshgrid(up, down, indexing="ij")
+    keep = (r != s).ravel()
+    r, s = r.ravel()[keep], s.ravel()[keep]
+    changes: IntArray = np.stack(
+        (np.stack((r, current[r] + 1), axis=1), np.stack((s, current[s] - 1), axis=1)), axis=1
+    ).astype(np.int64)
+    return changes
 
 
 def _local_search(
@@ -382,17 +398,9 @@ def _local_search(
             current, value = m.choice[i], float(m.objective[i])
             continue
         # Pair moves: r one pattern up, s one pattern down (r != s).
-        up = np.flatnonzero(current < p.num_choices - 1)
-        down = np.flatnonzero(current > 0)
-        r, s = np.meshgrid(up, down, indexing="ij")
-        keep = (r != s).ravel()
-        r, s = r.ravel()[keep], s.ravel()[keep]
-        if not len(r):
+        pairs = _pair_changes(current, p.num_choices)
+        if not len(pairs):
             break
-        pairs = np.stack(
-            (np.stack((r, current[r] + 1), axis=1), np.stack((s, current[s] - 1), axis=1)),
-            axis=1,
-        ).astype(np.int64)
         m = _moves(p, current, pairs)
         i = int(np.argmin(m.objective))
         if not m.objective[i] < value:
