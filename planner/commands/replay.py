@@ -44,6 +44,24 @@ from planner.replay.progress import replay_progress
 from planner.replay.records import ReplayResult
 from planner.replay.report import print_report, write_json
 from planner.replay.schedulers import POLICY_NAMES, make_scheduler
+from planner.replay.serverless_engine import (
+    SERVERLESS_POLICY_NAMES,
+    ServerlessEngine,
+    ServerlessRun,
+)
+from planner.replay.serverless_report import (
+    ServerlessMetrics,
+    print_serverless_report,
+    summarize_serverless,
+    write_serverless_json,
+)
+from planner.replay.serverless_setup import (
+    DEFAULT_MIG,
+    DEFAULT_SWITCH_SETUP_S,
+    LOAD_LINKS,
+    ServerlessKnobs,
+    serverless_config,
+)
 from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, ReplaySetup, build_setup, scale_rate
 from planner.trace.errors import TraceError
 from planner.trace.io import load_trace
@@ -54,17 +72,20 @@ EXIT_BAD_INPUT = 2
 ROTATION = "rotation"
 LONG_CONTEXT = "long-context"
 CLUSTER = "cluster"
+SERVERLESS = "serverless"
 TOPOLOGY_POLICIES: dict[str, tuple[str, ...]] = {
     ROTATION: POLICY_NAMES,
     LONG_CONTEXT: LONGCTX_POLICY_NAMES,
     CLUSTER: CLUSTER_POLICY_NAMES,
+    SERVERLESS: SERVERLESS_POLICY_NAMES,
 }
 DEFAULT_POLICIES: dict[str, tuple[str, ...]] = {
     ROTATION: ("fcfs", "lvf"),
     LONG_CONTEXT: LONGCTX_POLICY_NAMES,
     CLUSTER: CLUSTER_POLICY_NAMES,
+    SERVERLESS: SERVERLESS_POLICY_NAMES,
 }
-DEFAULT_MAX_RUNNING = {ROTATION: 256, LONG_CONTEXT: 8, CLUSTER: 256}
+DEFAULT_MAX_RUNNING = {ROTATION: 256, LONG_CONTEXT: 8, CLUSTER: 256, SERVERLESS: 64}
 OFFLOAD_BACKENDS = ("bnb", "cp-sat", "gurobi", "exhaustive")
 
 
@@ -79,7 +100,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"steps fetch offloaded KV layers, OrbitFlow; policies "
         f"{', '.join(LONGCTX_POLICY_NAMES)}) and {CLUSTER} (N instances behind a "
         f"least-loaded dispatcher, KunServe buddy groups and baselines; policies "
-        f"{', '.join(CLUSTER_POLICY_NAMES)}).",
+        f"{', '.join(CLUSTER_POLICY_NAMES)}) and {SERVERLESS} (one GH200 split into MIG "
+        f"slices sharing one C2C link, many models, C2CServe and baselines; policies "
+        f"{', '.join(SERVERLESS_POLICY_NAMES)}).",
     )
     p.add_argument("trace", help="JSON-lines trace file")
     p.add_argument(
@@ -98,7 +121,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--policy",
         action="append",
         help=f"a policy to run (repeat; default: fcfs and lvf for {ROTATION}, all five for "
-        f"{LONG_CONTEXT}, all four for {CLUSTER})",
+        f"{LONG_CONTEXT}, all four for {CLUSTER}, all five for {SERVERLESS})",
     )
     p.add_argument("--slo-ttft", type=float, default=5.0, help="TTFT SLO, s (default 5)")
     p.add_argument("--slo-tbt", type=float, default=0.1, help="TBT SLO, s (default 0.1)")
@@ -194,6 +217,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="kunserve: seconds a group's demand must stay under the low watermark before "
         f"it restores (default {ClusterKnobs().restore.hold_s:g})",
     )
+    v = p.add_argument_group(f"{SERVERLESS} topology")
+    v.add_argument(
+        "--mig",
+        help="the GH200 MIG configuration: 1, 2, 3, 4 or 7 slices (C2CServe Table 1; "
+        f"default {DEFAULT_MIG})",
+    )
+    v.add_argument(
+        "--c2c-gbps",
+        type=float,
+        help="sustained host-to-device C2C bandwidth the slices share, GB/s (default 405)",
+    )
+    v.add_argument(
+        "--load-link",
+        choices=LOAD_LINKS,
+        help="dedicated: the link weights load over on a model switch (default pcie, 55 GB/s)",
+    )
+    v.add_argument(
+        "--switch-setup",
+        type=float,
+        help="c2cserve and the streaming baselines: engine setup on a model switch, s "
+        f"(default {DEFAULT_SWITCH_SETUP_S:g})",
+    )
     p.add_argument("--json-out", type=Path, help="write every number as JSON here")
     p.add_argument("--report-dir", type=Path, help="write PNG plots here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -260,8 +305,20 @@ def run(args: argparse.Namespace) -> int:
         if not (math.isfinite(value) and low_ok):
             bound = ">= 0" if name == "restore_hold" else "> 0"
             return _fail(f"{flag} must be a finite number {bound}, got {value}")
+    for name in ("mig", "c2c_gbps", "load_link", "switch_setup"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if topology != SERVERLESS:
+            return _fail(f"{flag} applies to --topology {SERVERLESS} only")
+        if name == "c2c_gbps" and not (math.isfinite(value) and value > 0):
+            return _fail(f"{flag} must be a finite number > 0, got {value}")
+        if name == "switch_setup" and not (math.isfinite(value) and value >= 0):
+            return _fail(f"{flag} must be a finite number >= 0, got {value}")
     try:
-        trace = load_trace(args.trace)
+        # The serverless topology takes merged per-model traces: sorted here.
+        trace = load_trace(args.trace, sort=topology == SERVERLESS)
     except TraceError as exc:
         return _fail(str(exc))
     except OSError as exc:
@@ -287,6 +344,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_long_context(args, trace, setup, policies, scales)
     if topology == CLUSTER:
         return _run_cluster(args, trace, setup, policies, scales)
+    if topology == SERVERLESS:
+        return _run_serverless(args, trace, setup, policies, scales)
 
     sweep: dict[float, list[PolicyMetrics]] = {}
     main_results: list[ReplayResult] = []
@@ -523,5 +582,81 @@ def _run_cluster(
             first = (runs, metrics)
     if args.json_out is not None and first is not None:
         write_cluster_json(args.json_out, *first)
+        print(f"wrote {args.json_out}")
+    return 0
+
+
+def _run_serverless(
+    args: argparse.Namespace,
+    trace: list[TraceRequest],
+    setup: ReplaySetup,
+    policies: list[str],
+    scales: list[float],
+) -> int:
+    """The serverless topology (planner.replay.serverless_engine)."""
+    if args.report_dir is not None:
+        return _fail(f"--report-dir is not available with --topology {SERVERLESS} yet")
+    if args.compute_jitter:
+        return _fail(f"--compute-jitter is not available with --topology {SERVERLESS} yet")
+    defaults = ServerlessKnobs()
+    knobs = replace(
+        defaults,
+        mig=args.mig if args.mig is not None else defaults.mig,
+        c2c_gbps=args.c2c_gbps if args.c2c_gbps is not None else defaults.c2c_gbps,
+        load_link=args.load_link if args.load_link is not None else defaults.load_link,
+        switch_setup_s=(
+            args.switch_setup if args.switch_setup is not None else defaults.switch_setup_s
+        ),
+        seed=args.seed,
+    )
+    try:
+        config = serverless_config(setup, knobs)
+    except ValueError as exc:
+        return _fail(str(exc))
+    first: tuple[list[ServerlessRun], list[ServerlessMetrics]] | None = None
+    for scale in scales:
+        scaled = scale_rate(trace, scale)
+        runs: list[ServerlessRun] = []
+        for name in policies:
+            engine = ServerlessEngine(config, name, scaled)
+            last_arrival = max((t.arrival_s for t in scaled), default=0.0)
+            with replay_progress(
+                f"{name} x{scale:g}", last_arrival, requests=len(scaled), quiet=args.quiet
+            ) as bar:
+                run = engine.run(progress=bar.update)
+            run.result.config.update(
+                {
+                    "topology": SERVERLESS,
+                    "policy": name,
+                    "model": setup.model.name,
+                    "rate_scale": scale,
+                    "seed": args.seed,
+                    "slo_ttft_s": config.slo.ttft_s,
+                    "slo_tbt_s": config.slo.tbt_s,
+                    "mig": [p.name for p in config.slices],
+                    "c2c_gbps": config.link_gbps,
+                    "load_link": config.load_link,
+                    "load_gbps": config.load_gbps,
+                    "switch_setup_s": config.switch_setup_s,
+                    "static_chunk": config.static_chunk,
+                    "max_running": config.max_running,
+                    "replan_s": config.replan_s,
+                }
+            )
+            runs.append(run)
+        metrics = [summarize_serverless(r) for r in runs]
+        models = len({t.model for t in trace})
+        print_serverless_report(
+            metrics,
+            title=f"Serverless replay of {args.trace} ({len(trace):,} requests, {models} "
+            f"models, rate x{scale:g}, {setup.model.name} architecture)",
+            caption=f"SLO TTFT {config.slo.ttft_s:g} s, TPOT {config.slo.tbt_s * 1e3:g} ms; "
+            f"{len(config.slices)} x {config.slices[0].name}; C2C {config.link_gbps:g} GB/s; "
+            f"dedicated loads over {config.load_link} at {config.load_gbps:g} GB/s",
+        )
+        if first is None:
+            first = (runs, metrics)
+    if args.json_out is not None and first is not None:
+        write_serverless_json(args.json_out, *first)
         print(f"wrote {args.json_out}")
     return 0

@@ -1,0 +1,148 @@
+"""`planner replay --topology serverless`: the table and JSON on a tiny
+multi-model trace (unsorted: the topology sorts merged per-model traces),
+bad input as exit 2 with one line on stderr, and the Alibaba GenTD26 trace
+when ../shared/traces is present."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.cli import main
+from planner.replay.serverless_engine import SERVERLESS_POLICY_NAMES
+
+TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+ALIBABA = TRACES / "alibaba_GenTD26_lora_request_trace.csv"
+SHAREGPT = TRACES / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+
+ROWS: list[dict[str, Any]] = [
+    {
+        "arrival_s": 0.2 * (i % 6) + 0.01 * i,
+        "prompt_tokens": 150 + 10 * i,
+        "output_tokens": 4 + i % 3,
+        "id": f"r{i}",
+        "model": f"m{i % 4}",
+    }
+    for i in range(12)
+]
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    return path
+
+
+def replay(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["replay", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_table_and_json(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_json = tmp_path / "o.json"
+    code, out, err = replay(
+        capsys, str(trace), "--topology", "serverless", "--quiet", "--json-out", str(out_json)
+    )
+    assert code == 0, err
+    for policy in SERVERLESS_POLICY_NAMES:
+        assert policy in out
+    assert "Switch latency p50" in out
+    data = json.loads(out_json.read_text())
+    assert data["topology"] == "serverless"
+    assert [p["policy"] for p in data["policies"]] == list(SERVERLESS_POLICY_NAMES)
+    for p in data["policies"]:
+        assert p["metrics"]["finished"] == len(ROWS)
+        assert p["serverless"]["models"] == 4
+        assert p["config"]["mig"] == ["gh200-3x24gb"] * 3
+    dedicated = next(p for p in data["policies"] if p["policy"] == "dedicated")
+    assert dedicated["serverless"]["switch_latency_s"]["p50"] == pytest.approx(16.06e9 / 55e9, 1e-3)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "fcfs"], "unknown policy 'fcfs' for --topology serverless"),
+        (["--mig", "5"], "--mig: "),
+        (["--c2c-gbps", "0"], "--c2c-gbps must be a finite number > 0"),
+        (["--c2c-gbps", "nan"], "--c2c-gbps must be a finite number > 0"),
+        (["--switch-setup", "-1"], "--switch-setup must be a finite number >= 0"),
+        (["--report-dir", "x"], "--report-dir is not available with --topology serverless"),
+        (["--compute-jitter", "0.1"], "--compute-jitter is not available"),
+    ],
+)
+def test_bad_input_exits_2(
+    trace: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, _, err = replay(capsys, str(trace), "--topology", "serverless", "--quiet", *args)
+    assert code == 2
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_serverless_flags_need_the_topology(
+    trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = replay(capsys, str(trace), "--mig", "7", "--quiet")
+    assert code == 2
+    assert "--mig applies to --topology serverless only" in err
+
+
+def test_bad_load_link_is_an_argparse_error(
+    trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", str(trace), "--topology", "serverless", "--load-link", "nvme"])
+    assert exc.value.code == 2
+    assert "--load-link" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    not (ALIBABA.is_file() and SHAREGPT.is_file()), reason="../shared/traces absent"
+)
+def test_alibaba_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ali.jsonl"
+    code = main(
+        [
+            "trace",
+            "import",
+            "--format",
+            "alibaba",
+            str(ALIBABA),
+            "--lengths-file",
+            str(SHAREGPT),
+            "--max-output-tokens",
+            "16",
+            "--limit",
+            "60",
+            "-o",
+            str(out),
+        ]
+    )
+    assert code == 0
+    capsys.readouterr()
+    out_json = tmp_path / "o.json"
+    code, _, err = replay(
+        capsys,
+        str(out),
+        "--topology",
+        "serverless",
+        "--rate-scale",
+        "1000",
+        "--policy",
+        "c2cserve",
+        "--policy",
+        "dedicated",
+        "--quiet",
+        "--json-out",
+        str(out_json),
+    )
+    assert code == 0, err
+    data = json.loads(out_json.read_text())
+    for p in data["policies"]:
+        assert p["metrics"]["finished"] == 60
+        assert p["serverless"]["models"] > 1
