@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/planner bench policies --policy rotation --out docs/bench/rotation.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench replay --out docs/bench/replay.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench solvers --problem offload --out docs/bench/solvers_offload.json --markdown docs/benchmarks.md
+	$(BIN)/planner bench solvers --problem placement --out docs/bench/solvers_placement.json --markdown docs/benchmarks.md
 
 $(BUF):
 	mkdir -p .tools

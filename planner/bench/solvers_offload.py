@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.bench import solvers_placement
 from planner.bench.baseline import DEFAULT_FACTOR
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
@@ -605,9 +606,17 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "solve time per backend and size (p50/p99/max, status counts, calls over the time "
         "limit), plan quality against exhaustive enumeration or the best plan any backend "
         "found, and what the pruned search space costs. Exit status 1 when --baseline finds "
-        "a regression, 2 on bad input.",
+        "a regression, 2 on bad input. --problem placement: AQUA's placer on 16 to 1,024 "
+        "GPUs (--gpus, --limits): objective, bound and gap per time limit, time to 1% and "
+        "to proven optimality, the anchor and targets MET/MISSED.",
     )
-    p.add_argument("--problem", choices=["offload"], default="offload", help="(default offload)")
+    p.add_argument(
+        "--problem",
+        choices=["offload", "placement"],
+        default="offload",
+        help="offload: the layer-offload ILP; placement: AQUA's placer "
+        "(solvers_placement.py) (default offload)",
+    )
     p.add_argument(
         "--sizes",
         type=_size_list,
@@ -625,9 +634,9 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument(
         "--instances",
         type=_count(1),
-        default=DEFAULT_INSTANCES,
+        default=None,
         help=f"instances per size, spread over the {len(PRESSURES)} pressure classes "
-        f"(default {DEFAULT_INSTANCES})",
+        f"(default {DEFAULT_INSTANCES}; placement: 3, one per producer/consumer mix)",
     )
     p.add_argument(
         "--time-limit",
@@ -644,10 +653,11 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument(
         "--max-enumeration",
         type=_count(1),
-        default=DEFAULT_MAX_ENUMERATION,
+        default=None,
         help=f"exhaustive only where at most this many assignments (default "
-        f"{DEFAULT_MAX_ENUMERATION:,})",
+        f"{DEFAULT_MAX_ENUMERATION:,}; placement: 200,000)",
     )
+    solvers_placement.add_arguments(p)
     p.add_argument(
         "--pruning-instances",
         type=_count(0),
@@ -678,10 +688,10 @@ def config_from(args: argparse.Namespace) -> Config:
     return Config(
         sizes=args.sizes,
         backends=tuple(dict.fromkeys(args.backend or BACKENDS)),
-        instances=args.instances,
+        instances=args.instances or DEFAULT_INSTANCES,
         time_limit_s=args.time_limit,
         slack_ms=args.slack_ms,
-        max_enumeration=args.max_enumeration,
+        max_enumeration=args.max_enumeration or DEFAULT_MAX_ENUMERATION,
         pruning_instances=args.pruning_instances,
         pruning_time_limit_s=args.pruning_time_limit,
         seed=args.seed,
@@ -725,6 +735,14 @@ def _progress(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from planner.bench.solvers_offload_report import markdown_section, text_report
 
+    if args.problem == "placement":
+        return solvers_placement.run(args)
+    if args.gpus is not None or args.limits is not None:
+        print(
+            "planner bench solvers: --gpus and --limits are for --problem placement",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     if args.slack_ms < 0 or not math.isfinite(args.slack_ms):
         print("planner bench solvers: --slack-ms must be >= 0", file=sys.stderr)
         return EXIT_BAD_INPUT

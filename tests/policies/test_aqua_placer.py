@@ -146,3 +146,39 @@ def test_greedy_and_impossible_inputs():
         place_models(inputs)
     ok = PlacementInputs(tuple(PlacedModel(f"m{i}", GB) for i in range(4)), 2, 2, GB)
     assert sorted(greedy_placement(ok) or []) == [0, 0, 1, 1]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-30, 30), st.sampled_from([1, 2])), min_size=1, max_size=7),
+    st.integers(2, 3),
+)
+def test_bounds_counts_and_polish_against_brute_force(spec, servers):
+    from planner.policies.aqua.placer import (
+        eq_lower_bound,
+        lower_bound_bytes,
+        paired_placement,
+        polish,
+    )
+    from planner.policies.aqua.placer_counts import deal, min_eq_counts
+
+    assume(sum(k for _, k in spec) <= servers * 4)
+    models = tuple(PlacedModel(f"m{i}", r * GB, k) for i, (r, k) in enumerate(spec))
+    inputs = PlacementInputs(models, servers, 4, 80 * GB)
+    feasible = [a for a in itertools.product(range(servers), repeat=len(models)) if fits(inputs, a)]
+    assume(feasible)
+    best = min(evaluate(inputs, a)[0] for a in feasible)
+    least_e = min(max(abs(v) for v in evaluate(inputs, a)[2]) for a in feasible)
+    bound = lower_bound_bytes(inputs)
+    assert bound is not None and bound <= best
+    assert eq_lower_bound(inputs) <= least_e
+    counts = min_eq_counts(inputs, eq_lower_bound(inputs), 5.0)
+    assert counts is not None and counts.proved and counts.e == least_e
+    dealt = deal(inputs, counts)
+    assert fits(inputs, dealt) and max(abs(v) for v in evaluate(inputs, dealt)[2]) == least_e
+    polished = polish(inputs, dealt)
+    assert fits(inputs, polished)
+    assert evaluate(inputs, polished)[0] <= evaluate(inputs, dealt)[0]
+    paired = paired_placement(inputs)
+    if paired is not None:
+        assert fits(inputs, paired)

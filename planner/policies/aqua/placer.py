@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner.domain.placement import Placement, PlacementInputs, PlacerObjective
+from planner.policies.aqua.placer_counts import deal, min_eq_counts
 from planner.solvers import AUTO, Backend, Model, SolveOptions, Status, solve
 
 MB = 10**6
@@ -37,6 +38,10 @@ DEFAULT_MOVE_COST_FRACTION = 0.01
 # not called (translating the model alone would take longer; measured with
 # CP-SAT: 1.8 s for 64k variables).
 SOLVER_SETUP_S_PER_VAR = 30e-6
+# The eq phase on counts (placer_counts.py) runs only with at least this much
+# time per server left (measured: CP-SAT took 0.6 s on a 0.3 s limit at 128
+# servers).
+COUNTS_MIN_S_PER_SERVER = 2e-3
 
 
 def _sign(r: int) -> int:
@@ -111,7 +116,13 @@ def fits(inputs: PlacementInputs, servers: Sequence[int]) -> bool:
 
 def greedy_placement(inputs: PlacementInputs) -> list[int] | None:
     """Placed models stay; the others, largest |R| first, go where the
-    server's |mem| + G_mem |eq| grows least. None when they do not fit."""
+    server's |mem| + G_mem |eq| grows least; when that order strands a
+    multi-shard model (no server with room left), again with the most shards
+    first. None when they do not fit either way."""
+    return _greedy(inputs, shards_first=False) or _greedy(inputs, shards_first=True)
+
+
+def _greedy(inputs: PlacementInputs, shards_first: bool) -> list[int] | None:
     s_count, g = inputs.num_servers, inputs.gpus_per_server
     g_mem = inputs.gpu_memory_bytes
     servers: list[int | None] = [None] * len(inputs.models)
@@ -126,7 +137,11 @@ def greedy_placement(inputs: PlacementInputs) -> list[int] | None:
             eq[m.current_server] += m.shards * _sign(m.r_bytes)
     order = sorted(
         (i for i in range(len(inputs.models)) if servers[i] is None),
-        key=lambda i: (-abs(inputs.models[i].r_bytes), -inputs.models[i].shards, i),
+        key=lambda i: (
+            (-inputs.models[i].shards, -abs(inputs.models[i].r_bytes), i)
+            if shards_first
+            else (-abs(inputs.models[i].r_bytes), -inputs.models[i].shards, i)
+        ),
     )
     for i in order:
         m = inputs.models[i]
@@ -155,6 +170,72 @@ def greedy_placement(inputs: PlacementInputs) -> list[int] | None:
         eq[s] += w
     out = [s for s in servers if s is not None]
     return out if len(out) == len(servers) else None
+
+
+def paired_placement(inputs: PlacementInputs) -> list[int] | None:
+    """A fresh placement built from producer/consumer pairs: each producer
+    goes with a consumer of the same shard count (largest |R| with largest
+    |R|), a pair has eq 0; pairs and the models left over go, largest first,
+    where the cluster's max |eq| and then max |mem| grow least (ties: the
+    server's own |eq|, |mem|). With shard counts that are powers of two
+    dividing the GPUs per server, largest-first never strands a model. None
+    when models are already placed or they do not fit."""
+    if any(m.current_server is not None for m in inputs.models):
+        return None
+    s_count, g = inputs.num_servers, inputs.gpus_per_server
+    g_mem = round(inputs.gpu_memory_bytes / MB)
+    r = [round(m.r_bytes / MB) for m in inputs.models]
+    by_shards: dict[tuple[int, int], list[int]] = {}
+    for i, m in enumerate(inputs.models):
+        by_shards.setdefault((m.shards, _sign(r[i])), []).append(i)
+    units: list[list[int]] = []
+    for (k, sign), ids in by_shards.items():
+        if sign < 0:
+            continue
+        producers = sorted(ids, key=lambda i: -abs(r[i]))
+        consumers = sorted(by_shards.get((k, -1), []), key=lambda i: -abs(r[i])) if sign else []
+        units += [[p, c] for p, c in zip(producers, consumers, strict=False)]
+        units += [[i] for i in producers[len(consumers) :]]
+        units += [[i] for i in consumers[len(producers) :]]
+    for (shards, sign), ids in by_shards.items():
+        if sign < 0 and not by_shards.get((shards, 1)):
+            units += [[i] for i in ids]
+
+    def size(u: list[int]) -> int:
+        return sum(inputs.models[i].shards for i in u)
+
+    def weq(u: list[int]) -> int:
+        return sum(inputs.models[i].shards * _sign(r[i]) for i in u)
+
+    def wmem(u: list[int]) -> int:
+        return sum(r[i] for i in u)
+
+    units.sort(key=lambda u: (-size(u), -abs(weq(u)), -abs(wmem(u))))
+    servers = [-1] * len(inputs.models)
+    used = [0] * s_count
+    mem = [0] * s_count
+    eq = [0] * s_count
+    top_e = top_m = 0
+    for u in units:
+        k, e, um = size(u), weq(u), wmem(u)
+        best: tuple[tuple[int, int, int], int] | None = None
+        for s in range(s_count):
+            if used[s] + k > g:
+                continue
+            ne, nm = abs(eq[s] + e), abs(mem[s] + um)
+            key = (max(top_m, nm) + g_mem * max(top_e, ne), g_mem * ne + nm, used[s])
+            if best is None or key < best[0]:
+                best = (key, s)
+        if best is None:
+            return None
+        s = best[1]
+        used[s] += k
+        mem[s] += um
+        eq[s] += e
+        top_e, top_m = max(top_e, abs(eq[s])), max(top_m, abs(mem[s]))
+        for i in u:
+            servers[i] = s
+    return servers
 
 
 def improve(
@@ -240,6 +321,153 @@ def improve(
     return best
 
 
+def eq_lower_bound(inputs: PlacementInputs) -> int:
+    """A lower bound on max_s |eq_s| (default objective), tighter than the
+    mean ceil(|sum w| / S) by parity: when every model is a producer or a
+    consumer, eq_s = p_s - c_s has the parity of the server's used GPUs
+    p_s + c_s, so a full server cannot reach an |eq| of the other parity than
+    its GPU count; only servers with a free GPU can, and there are at most as
+    many as there are free GPUs."""
+    s_count, g = inputs.num_servers, inputs.gpus_per_server
+    w = [m.shards * _sign(round(m.r_bytes / MB)) for m in inputs.models]
+    d = abs(sum(w))
+    e = math.ceil(d / s_count)
+    if any(v == 0 for v in w):
+        return e
+    free = s_count * g - sum(m.shards for m in inputs.models)
+    while True:
+        # The most sum_s eq_s can be with every |eq_s| <= e.
+        most = s_count * e if (e - g) % 2 == 0 else s_count * (e - 1) + min(s_count, free)
+        if d <= most:
+            return e
+        e += 1
+
+
+def lower_bound_bytes(inputs: PlacementInputs) -> float | None:
+    """A valid lower bound on the objective of a fresh placement (no model
+    placed yet) under the default objective: a max is at least the mean, so
+    max_s |mem_s| >= |sum R| / S and max_s |eq_s| >= |sum w| / S (rounded up,
+    the model's values are integers). None where it does not apply."""
+    if inputs.objective is not PlacerObjective.BALANCED_ABS or any(
+        m.current_server is not None for m in inputs.models
+    ):
+        return None
+    s_count = inputs.num_servers
+    r = sum(round(m.r_bytes / MB) for m in inputs.models)
+    g_mem = round(inputs.gpu_memory_bytes / MB)
+    return float((math.ceil(abs(r) / s_count) + g_mem * eq_lower_bound(inputs)) * MB)
+
+
+def polish(
+    inputs: PlacementInputs,
+    servers: Sequence[int],
+    passes: int = 50,
+    deadline: float | None = None,
+) -> list[int]:
+    """Local search on the real objective of a fresh placement (default
+    objective, no model placed yet; otherwise `servers` comes back as is):
+    relocate one model or swap two when that lowers max_s |mem_s| +
+    G_mem max_s |eq_s|, or keeps it and lowers sum_s mem_s^2 + (G_mem eq_s)^2
+    (moves along plateaus of the max). Never worse than `servers`; stops
+    within a few models' work after `deadline` (perf_counter seconds).
+
+    `improve`'s smooth surrogate alone stalls far from the optimum on large
+    clusters (a move that helps the max servers can raise the sum of
+    squares); this one works on the max itself. Exact integer arithmetic
+    (whole MB)."""
+    if lower_bound_bytes(inputs) is None:
+        return list(servers)
+    models = inputs.models
+    s_count, g = inputs.num_servers, inputs.gpus_per_server
+    g_mem = round(inputs.gpu_memory_bytes / MB)
+    r = [round(m.r_bytes / MB) for m in models]
+    w = [m.shards * _sign(m.r_bytes) for m in models]
+    sh = [m.shards for m in models]
+    cur = list(servers)
+    used = [0] * s_count
+    mem = [0] * s_count
+    eq = [0] * s_count
+    for i, s in enumerate(cur):
+        used[s] += sh[i]
+        mem[s] += r[i]
+        eq[s] += w[i]
+    n = len(models)
+
+    def sq(m: int, e: int) -> int:
+        return m * m + (g_mem * e) ** 2
+
+    def top(values: list[int]) -> list[tuple[int, int]]:
+        return sorted(((abs(v), k) for k, v in enumerate(values)), reverse=True)[:3]
+
+    def other(tp: list[tuple[int, int]], a: int, b: int) -> int:
+        return next((v for v, k in tp if k not in (a, b)), 0)
+
+    def state() -> tuple[list[tuple[int, int]], list[tuple[int, int]], int]:
+        tm, te = top(mem), top(eq)
+        return tm, te, tm[0][0] + g_mem * te[0][0]
+
+    def late() -> bool:
+        return deadline is not None and time.perf_counter() > deadline
+
+    for _ in range(passes):
+        changed = False
+        tm, te, obj = state()
+        for i in range(n):
+            if i % 32 == 0 and late():
+                return cur
+            a = cur[i]
+            best: tuple[tuple[int, int], int] | None = None
+            for t in range(s_count):
+                if t == a or used[t] + sh[i] > g:
+                    continue
+                ma, mt, ea, et = mem[a] - r[i], mem[t] + r[i], eq[a] - w[i], eq[t] + w[i]
+                new = max(other(tm, a, t), abs(ma), abs(mt)) + g_mem * max(
+                    other(te, a, t), abs(ea), abs(et)
+                )
+                if new > obj:
+                    continue
+                dsq = sq(ma, ea) + sq(mt, et) - sq(mem[a], eq[a]) - sq(mem[t], eq[t])
+                if (new < obj or dsq < 0) and (best is None or (new, dsq) < best[0]):
+                    best = ((new, dsq), t)
+            if best is not None:
+                t = best[1]
+                cur[i] = t
+                used[a] -= sh[i]
+                used[t] += sh[i]
+                mem[a] -= r[i]
+                mem[t] += r[i]
+                eq[a] -= w[i]
+                eq[t] += w[i]
+                tm, te, obj = state()
+                changed = True
+        for i in range(n):
+            if i % 16 == 0 and late():
+                return cur
+            for j in range(i + 1, n):
+                a, b = cur[i], cur[j]
+                if a == b or (r[i] == r[j] and w[i] == w[j]):
+                    continue
+                if used[a] - sh[i] + sh[j] > g or used[b] - sh[j] + sh[i] > g:
+                    continue
+                dm, de = r[j] - r[i], w[j] - w[i]
+                ma, mb, ea, eb = mem[a] + dm, mem[b] - dm, eq[a] + de, eq[b] - de
+                new = max(other(tm, a, b), abs(ma), abs(mb)) + g_mem * max(
+                    other(te, a, b), abs(ea), abs(eb)
+                )
+                if new > obj:
+                    continue
+                if new < obj or sq(ma, ea) + sq(mb, eb) < sq(mem[a], eq[a]) + sq(mem[b], eq[b]):
+                    cur[i], cur[j] = b, a
+                    used[a] += sh[j] - sh[i]
+                    used[b] += sh[i] - sh[j]
+                    mem[a], mem[b], eq[a], eq[b] = ma, mb, ea, eb
+                    tm, te, obj = state()
+                    changed = True
+        if not changed or late():
+            break
+    return cur
+
+
 def first_appearance_order(servers: Sequence[int]) -> list[int]:
     """The same placement with servers renumbered in the order models first
     use them (what the symmetry breaking of build_model admits)."""
@@ -249,8 +477,22 @@ def first_appearance_order(servers: Sequence[int]) -> list[int]:
     return [label[s] for s in servers]
 
 
-def build_model(inputs: PlacementInputs) -> tuple[Model, np.ndarray, int, int]:
-    """The ILP; returns it, x (models x servers ids), and the ids of M and E."""
+def _gap(value: float, bound: float) -> float:
+    return 0.0 if value <= bound else (value - bound) / abs(value)
+
+
+def _bound_with(inputs: PlacementInputs, e_low: int) -> float:
+    s_count = inputs.num_servers
+    r = sum(round(m.r_bytes / MB) for m in inputs.models)
+    g_mem = round(inputs.gpu_memory_bytes / MB)
+    return float((math.ceil(abs(r) / s_count) + g_mem * e_low) * MB)
+
+
+def build_model(
+    inputs: PlacementInputs, e_low: int | None = None
+) -> tuple[Model, np.ndarray, int, int]:
+    """The ILP; returns it, x (models x servers ids), and the ids of M and E.
+    e_low: a known lower bound on E (default eq_lower_bound)."""
     n, s_count = len(inputs.models), inputs.num_servers
     r = np.array([round(m.r_bytes / MB) for m in inputs.models], dtype=np.float64)
     shards = np.array([m.shards for m in inputs.models], dtype=np.float64)
@@ -280,9 +522,10 @@ def build_model(inputs: PlacementInputs) -> tuple[Model, np.ndarray, int, int]:
     # Continuous on an integer grid (resolution 1): exact in CP-SAT, and the
     # exhaustive backend sets them from the enumerated x.
     # Valid lower bounds (a max is at least the mean) that tighten the
-    # solver's bound: M >= |sum R| / S, E >= |sum w| / S, rounded up.
+    # solver's bound: M >= |sum R| / S rounded up, E >= eq_lower_bound (the
+    # mean, rounded up, then raised by parity).
     m_low = math.ceil(abs(r.sum()) / s_count)
-    e_low = math.ceil(abs(w.sum()) / s_count)
+    e_low = eq_lower_bound(inputs) if e_low is None else e_low
     if paper:
         m_low, e_low = math.ceil(r.sum() / s_count), math.ceil(w.sum() / s_count)
     big_m = model.add_continuous(1, m_low, max(mem_bound, m_low), resolution=1.0)[0]
@@ -325,8 +568,12 @@ def place_models(
     n, s_count = len(inputs.models), inputs.num_servers
     if n == 0:
         return Placement((), 0.0, (0,) * s_count, (0,) * s_count, 0, "OPTIMAL", "none")
-    model, x, big_m, big_e = build_model(inputs)
     current = [m.current_server for m in inputs.models]
+    # The warm start's share of the budget: half, or nearly all where the
+    # solver could not even be set up in the rest (1,024 GPUs under 5 s).
+    share = 0.5
+    if SOLVER_SETUP_S_PER_VAR * n * s_count > 0.3 * time_limit_s:
+        share = 0.75
     start: list[int] | None
     if all(c is not None for c in current) and fits(
         inputs, [int(c) for c in current if c is not None]
@@ -338,9 +585,56 @@ def place_models(
             start = None
         if start is not None:
             # Local search gets at most half of the budget.
-            start = improve(inputs, start, deadline=started + time_limit_s / 2)
+            start = improve(inputs, start, deadline=started + share * time_limit_s * 0.5)
+            start = polish(inputs, start, deadline=started + share * time_limit_s * 0.75)
+        paired = paired_placement(inputs)
+        if paired is not None:
+            paired = polish(inputs, paired, deadline=started + share * time_limit_s)
+            if start is None or evaluate(inputs, paired)[0] < evaluate(inputs, start)[0]:
+                start = paired
+    e_low: int | None = None
+    bound = lower_bound_bytes(inputs)
+    if bound is not None:
+        # The eq phase on aggregated counts (placer_counts.py): a placement
+        # with the least max |eq| and, when proved, a tighter bound on E.
+        e_low = eq_lower_bound(inputs)
+        start_e = None if start is None else max(abs(v) for v in evaluate(inputs, start)[2])
+        budget = time_limit_s * (share + 0.1) - (time.perf_counter() - started)
+        # CP-SAT overruns limits much below ~2 ms per server on this model.
+        if (start_e is None or start_e > e_low) and budget > COUNTS_MIN_S_PER_SERVER * s_count:
+            counts = min_eq_counts(inputs, e_low, min(budget, time_limit_s * share / 2), start)
+            if counts is not None:
+                if counts.proved:
+                    e_low = max(e_low, counts.e)
+                dealt = deal(inputs, counts)
+                dealt = polish(inputs, dealt, deadline=started + time_limit_s * (share + 0.2))
+                if fits(inputs, dealt) and (
+                    start is None or evaluate(inputs, dealt)[0] < evaluate(inputs, start)[0]
+                ):
+                    start = dealt
+        bound = _bound_with(inputs, e_low)
     if start is not None and all(m.current_server is None for m in inputs.models):
         start = first_appearance_order(start)
+    if start is not None and bound is not None:
+        value = evaluate(inputs, start)[0]
+        if value - bound <= relative_gap * value:
+            # The warm start is within the gap asked of a lower bound: no solve needed.
+            value, mem, eq, moves = evaluate(inputs, start)
+            return Placement(
+                servers=tuple(start),
+                objective_bytes=value,
+                mem_bytes=tuple(mem),
+                eq=tuple(eq),
+                moves=moves,
+                status="OPTIMAL" if value <= bound else "FEASIBLE",
+                backend=str(backend),
+                best_bound_bytes=bound,
+                gap=_gap(value, bound),
+                wall_time_s=time.perf_counter() - started,
+                note="the warm start meets the lower bound (mean |R| + G_mem x the least max "
+                "|eq|)" + ("" if value <= bound else f" within relative_gap {relative_gap:g}"),
+            )
+    model, x, big_m, big_e = build_model(inputs, e_low)
     hint = None
     if start is not None:
         xs = np.zeros((n, s_count))
@@ -369,6 +663,8 @@ def place_models(
             status="FEASIBLE",
             backend=str(backend),
             wall_time_s=time.perf_counter() - started,
+            best_bound_bytes=bound,
+            gap=None if bound is None else _gap(value, bound),
             fallback=True,
             note=f"{left:.3f} s left is too little to set up the solver for "
             f"{model.num_vars} variables; warm start (greedy + local search)",
@@ -403,8 +699,13 @@ def place_models(
     else:
         raise ValueError(f"no placement found in time ({result.status})")
     value, mem, eq, moves = evaluate(inputs, servers)
-    bound = None if result.best_bound is None or fallback_used else result.best_bound * MB
+    solver_bound = None if result.best_bound is None or fallback_used else result.best_bound * MB
     gap = None if fallback_used else result.gap
+    if bound is not None and (solver_bound is None or bound > solver_bound):
+        # Our bound (the proved least max |eq|) is tighter than the solver's.
+        gap = _gap(value, bound)
+    elif solver_bound is not None:
+        bound = solver_bound
     return Placement(
         servers=tuple(servers),
         objective_bytes=value,
