@@ -5,6 +5,7 @@ lease ledger's handlers are in placement_ledger.py."""
 from __future__ import annotations
 
 from planner.policies.aqua import classify, match_server, partition_batch, place_models
+from planner.policies.aqua.roles import classify_by_replay
 from planner.service.convert.placement import (
     cfs_plan_to_proto,
     cfs_request_from_proto,
@@ -12,6 +13,7 @@ from planner.service.convert.placement import (
     matching_to_proto,
     place_request_from_proto,
     placement_to_proto,
+    replay_roles_from_proto,
     role_to_proto,
     roles_request_from_proto,
 )
@@ -24,9 +26,24 @@ def classify_roles_rpc(
     msg: placement_pb2.ClassifyRolesRequest,
 ) -> placement_pb2.ClassifyRolesResponse:
     profiles, config = roles_request_from_proto(msg)
-    return placement_pb2.ClassifyRolesResponse(
-        decisions=[role_to_proto(classify(p, config)) for p in profiles]
-    )
+    replay = replay_roles_from_proto(msg)
+    decisions = []
+    for p in profiles:
+        name = replay.profiles.get(p.id)
+        if name is None:
+            decisions.append(classify(p, config))
+        else:
+            decisions.append(
+                classify_by_replay(
+                    p,
+                    name,
+                    config,
+                    attainment=replay.attainment,
+                    duration_s=replay.duration_s,
+                    seed=replay.seed,
+                )
+            )
+    return placement_pb2.ClassifyRolesResponse(decisions=[role_to_proto(d) for d in decisions])
 
 
 def place_models_rpc(

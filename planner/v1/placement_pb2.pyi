@@ -161,6 +161,7 @@ class DeploymentProfile(_message.Message):
     SLO_TTFT_S_FIELD_NUMBER: _builtins.int
     SLO_TBT_S_FIELD_NUMBER: _builtins.int
     SWAP_DEMAND_BYTES_FIELD_NUMBER: _builtins.int
+    REPLAY_PROFILE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Unique within the request."""
     gpu_memory_bytes: _builtins.int
@@ -171,6 +172,12 @@ class DeploymentProfile(_message.Message):
     swap_demand_bytes: _builtins.int
     """Swap space it needs (profiled under bursts): > 0 makes a deployment that
     is not a producer a consumer with R = -swap_demand_bytes.
+    """
+    replay_profile: _builtins.str
+    """An LLM with no measured curve: a built-in MODEL@HARDWARE profile name
+    (e.g. "llama-3-8b@h200-sxm-141gb"); the replay simulator (fcfs, sharegpt
+    request lengths, Poisson arrivals) is then the load -> (TTFT, TBT,
+    memory) oracle. Exactly one of batch_curve, rate_curve and replay_profile.
     """
     @_builtins.property
     def batch_curve(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchProfilePoint]:
@@ -190,15 +197,20 @@ class DeploymentProfile(_message.Message):
         slo_ttft_s: _builtins.float | None = ...,
         slo_tbt_s: _builtins.float | None = ...,
         swap_demand_bytes: _builtins.int = ...,
+        replay_profile: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_slo_tbt_s", b"_slo_tbt_s", "_slo_ttft_s", b"_slo_ttft_s", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_replay_profile", b"_replay_profile", "_slo_tbt_s", b"_slo_tbt_s", "_slo_ttft_s", b"_slo_ttft_s", "replay_profile", b"replay_profile", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slo_tbt_s", b"_slo_tbt_s", "_slo_ttft_s", b"_slo_ttft_s", "batch_curve", b"batch_curve", "gpu_memory_bytes", b"gpu_memory_bytes", "id", b"id", "rate_curve", b"rate_curve", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "swap_demand_bytes", b"swap_demand_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_replay_profile", b"_replay_profile", "_slo_tbt_s", b"_slo_tbt_s", "_slo_ttft_s", b"_slo_ttft_s", "batch_curve", b"batch_curve", "gpu_memory_bytes", b"gpu_memory_bytes", "id", b"id", "rate_curve", b"rate_curve", "replay_profile", b"replay_profile", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "swap_demand_bytes", b"swap_demand_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__replay_profile: _TypeAlias = _typing.Literal["replay_profile"]  # noqa: Y015
+    _WhichOneofArgType__replay_profile: _TypeAlias = _typing.Literal["_replay_profile", b"_replay_profile"]  # noqa: Y015
     _WhichOneofReturnType__slo_tbt_s: _TypeAlias = _typing.Literal["slo_tbt_s"]  # noqa: Y015
     _WhichOneofArgType__slo_tbt_s: _TypeAlias = _typing.Literal["_slo_tbt_s", b"_slo_tbt_s"]  # noqa: Y015
     _WhichOneofReturnType__slo_ttft_s: _TypeAlias = _typing.Literal["slo_ttft_s"]  # noqa: Y015
     _WhichOneofArgType__slo_ttft_s: _TypeAlias = _typing.Literal["_slo_ttft_s", b"_slo_ttft_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replay_profile) -> _WhichOneofReturnType__replay_profile | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__slo_tbt_s) -> _WhichOneofReturnType__slo_tbt_s | None: ...
     @_typing.overload
@@ -215,6 +227,9 @@ class RoleParams(_message.Message):
     RATE_LOW_RPS_FIELD_NUMBER: _builtins.int
     RATE_HIGH_RPS_FIELD_NUMBER: _builtins.int
     RATE_STEP_RPS_FIELD_NUMBER: _builtins.int
+    ATTAINMENT_FIELD_NUMBER: _builtins.int
+    REPLAY_DURATION_S_FIELD_NUMBER: _builtins.int
+    REPLAY_SEED_FIELD_NUMBER: _builtins.int
     threshold_bytes: _builtins.int
     """Producer when free memory at the operating point >= this (default 10 GB)."""
     saturation_tolerance: _builtins.float
@@ -227,6 +242,15 @@ class RoleParams(_message.Message):
     """
     rate_high_rps: _builtins.float
     rate_step_rps: _builtins.float
+    attainment: _builtins.float
+    """Replay oracle (deployments with replay_profile): a rate is sustainable
+    when TTFT and TBT attainment are both >= attainment (default 0.9, in
+    (0, 1]); each probe simulates replay_duration_s seconds of arrivals
+    (default 20, at most 600) with seed replay_seed (default 0). The search
+    range defaults to [0.5, 64.5] RPS.
+    """
+    replay_duration_s: _builtins.float
+    replay_seed: _builtins.int
     def __init__(
         self,
         *,
@@ -235,27 +259,42 @@ class RoleParams(_message.Message):
         rate_low_rps: _builtins.float | None = ...,
         rate_high_rps: _builtins.float | None = ...,
         rate_step_rps: _builtins.float | None = ...,
+        attainment: _builtins.float | None = ...,
+        replay_duration_s: _builtins.float | None = ...,
+        replay_seed: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_rate_high_rps", b"_rate_high_rps", "_rate_low_rps", b"_rate_low_rps", "_rate_step_rps", b"_rate_step_rps", "_saturation_tolerance", b"_saturation_tolerance", "_threshold_bytes", b"_threshold_bytes", "rate_high_rps", b"rate_high_rps", "rate_low_rps", b"rate_low_rps", "rate_step_rps", b"rate_step_rps", "saturation_tolerance", b"saturation_tolerance", "threshold_bytes", b"threshold_bytes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_attainment", b"_attainment", "_rate_high_rps", b"_rate_high_rps", "_rate_low_rps", b"_rate_low_rps", "_rate_step_rps", b"_rate_step_rps", "_replay_duration_s", b"_replay_duration_s", "_replay_seed", b"_replay_seed", "_saturation_tolerance", b"_saturation_tolerance", "_threshold_bytes", b"_threshold_bytes", "attainment", b"attainment", "rate_high_rps", b"rate_high_rps", "rate_low_rps", b"rate_low_rps", "rate_step_rps", b"rate_step_rps", "replay_duration_s", b"replay_duration_s", "replay_seed", b"replay_seed", "saturation_tolerance", b"saturation_tolerance", "threshold_bytes", b"threshold_bytes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rate_high_rps", b"_rate_high_rps", "_rate_low_rps", b"_rate_low_rps", "_rate_step_rps", b"_rate_step_rps", "_saturation_tolerance", b"_saturation_tolerance", "_threshold_bytes", b"_threshold_bytes", "rate_high_rps", b"rate_high_rps", "rate_low_rps", b"rate_low_rps", "rate_step_rps", b"rate_step_rps", "saturation_tolerance", b"saturation_tolerance", "threshold_bytes", b"threshold_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attainment", b"_attainment", "_rate_high_rps", b"_rate_high_rps", "_rate_low_rps", b"_rate_low_rps", "_rate_step_rps", b"_rate_step_rps", "_replay_duration_s", b"_replay_duration_s", "_replay_seed", b"_replay_seed", "_saturation_tolerance", b"_saturation_tolerance", "_threshold_bytes", b"_threshold_bytes", "attainment", b"attainment", "rate_high_rps", b"rate_high_rps", "rate_low_rps", b"rate_low_rps", "rate_step_rps", b"rate_step_rps", "replay_duration_s", b"replay_duration_s", "replay_seed", b"replay_seed", "saturation_tolerance", b"saturation_tolerance", "threshold_bytes", b"threshold_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__attainment: _TypeAlias = _typing.Literal["attainment"]  # noqa: Y015
+    _WhichOneofArgType__attainment: _TypeAlias = _typing.Literal["_attainment", b"_attainment"]  # noqa: Y015
     _WhichOneofReturnType__rate_high_rps: _TypeAlias = _typing.Literal["rate_high_rps"]  # noqa: Y015
     _WhichOneofArgType__rate_high_rps: _TypeAlias = _typing.Literal["_rate_high_rps", b"_rate_high_rps"]  # noqa: Y015
     _WhichOneofReturnType__rate_low_rps: _TypeAlias = _typing.Literal["rate_low_rps"]  # noqa: Y015
     _WhichOneofArgType__rate_low_rps: _TypeAlias = _typing.Literal["_rate_low_rps", b"_rate_low_rps"]  # noqa: Y015
     _WhichOneofReturnType__rate_step_rps: _TypeAlias = _typing.Literal["rate_step_rps"]  # noqa: Y015
     _WhichOneofArgType__rate_step_rps: _TypeAlias = _typing.Literal["_rate_step_rps", b"_rate_step_rps"]  # noqa: Y015
+    _WhichOneofReturnType__replay_duration_s: _TypeAlias = _typing.Literal["replay_duration_s"]  # noqa: Y015
+    _WhichOneofArgType__replay_duration_s: _TypeAlias = _typing.Literal["_replay_duration_s", b"_replay_duration_s"]  # noqa: Y015
+    _WhichOneofReturnType__replay_seed: _TypeAlias = _typing.Literal["replay_seed"]  # noqa: Y015
+    _WhichOneofArgType__replay_seed: _TypeAlias = _typing.Literal["_replay_seed", b"_replay_seed"]  # noqa: Y015
     _WhichOneofReturnType__saturation_tolerance: _TypeAlias = _typing.Literal["saturation_tolerance"]  # noqa: Y015
     _WhichOneofArgType__saturation_tolerance: _TypeAlias = _typing.Literal["_saturation_tolerance", b"_saturation_tolerance"]  # noqa: Y015
     _WhichOneofReturnType__threshold_bytes: _TypeAlias = _typing.Literal["threshold_bytes"]  # noqa: Y015
     _WhichOneofArgType__threshold_bytes: _TypeAlias = _typing.Literal["_threshold_bytes", b"_threshold_bytes"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__attainment) -> _WhichOneofReturnType__attainment | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rate_high_rps) -> _WhichOneofReturnType__rate_high_rps | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rate_low_rps) -> _WhichOneofReturnType__rate_low_rps | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rate_step_rps) -> _WhichOneofReturnType__rate_step_rps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replay_duration_s) -> _WhichOneofReturnType__replay_duration_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replay_seed) -> _WhichOneofReturnType__replay_seed | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__saturation_tolerance) -> _WhichOneofReturnType__saturation_tolerance | None: ...
     @_typing.overload

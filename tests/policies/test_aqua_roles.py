@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import pytest
+
 from planner.domain.placement import (
     BatchPoint,
     DeploymentProfile,
@@ -9,7 +13,7 @@ from planner.domain.placement import (
     Role,
     RoleConfig,
 )
-from planner.policies.aqua.roles import classify, sustainable_rate
+from planner.policies.aqua.roles import classify, classify_by_replay, oracle_rate, sustainable_rate
 
 GB = 10**9
 
@@ -70,3 +74,71 @@ def test_consumer_and_neutral():
     assert classify(DeploymentProfile("s", 80 * GB, batch_curve=small)).role is Role.NEUTRAL
     low = RoleConfig(threshold_bytes=5 * GB)
     assert classify(DeploymentProfile("s", 80 * GB, batch_curve=small), low).role is Role.PRODUCER
+
+
+# --- The replay simulator as the oracle (no measured curve) -----------------
+
+
+@dataclass(frozen=True)
+class _Point:
+    ttft_attainment: float
+    tbt_attainment: float
+    peak_kv_bytes: int
+    weight_bytes: int = 16 * GB
+    hbm_bytes: int = 80 * GB
+
+
+def test_binary_then_linear_search_finds_the_documented_rate_on_a_fake_oracle():
+    # Monotone: sustainable up to 7.3 RPS; KV grows 2 GB per RPS.
+    calls: list[float] = []
+
+    def oracle(rate: float) -> _Point:
+        calls.append(rate)
+        a = 1.0 if rate <= 7.3 else 0.5
+        return _Point(a, 1.0, round(2 * GB * rate))
+
+    d = classify(DeploymentProfile("fake", 80 * GB), oracle=oracle)
+    # Default range [0.5, 64.5]: probes on the 0.5 grid, the answer is the
+    # largest multiple of 0.5 <= 7.3.
+    assert d.sustainable_rate_rps == 7.0
+    assert d.probes_rps[:3] == (0.5, 64.5, 32.5)
+    assert d.free_bytes == 80 * GB - 16 * GB - 14 * GB
+    assert d.role is Role.PRODUCER and d.r_bytes == d.free_bytes
+    assert len(set(calls)) == len(calls)  # each rate evaluated once
+    rate, _, _ = oracle_rate(oracle, RoleConfig(rate_low_rps=1.0, rate_high_rps=9.0))
+    assert rate == 7.0
+
+
+def test_fake_oracle_never_sustainable_is_starved():
+    d = classify(
+        DeploymentProfile("fake", 80 * GB, swap_demand_bytes=5 * GB),
+        oracle=lambda rate: _Point(0.0, 0.0, 0),
+    )
+    assert d.sustainable_rate_rps == 0.0
+    assert d.role is Role.CONSUMER and d.r_bytes == -5 * GB
+
+
+def test_attainment_threshold_is_checked():
+    with pytest.raises(ValueError, match="attainment"):
+        classify(DeploymentProfile("x", 80 * GB), oracle=lambda r: _Point(1, 1, 0), attainment=0)
+
+
+def test_replay_oracle_memory_rich_is_producer():
+    # An 8B model on a 141 GB H200 at SLOs 1 s / 100 ms.
+    d = classify_by_replay(
+        DeploymentProfile("small", 141 * GB), "llama-3-8b@h200-sxm-141gb", duration_s=10
+    )
+    assert d.role is Role.PRODUCER
+    assert d.sustainable_rate_rps > 4
+    assert d.free_bytes > 50 * GB
+
+
+def test_replay_oracle_starved_is_consumer():
+    # A 32B model (65.5 GB of weights) on an 80 GB H100: little room for KV.
+    d = classify_by_replay(
+        DeploymentProfile("big", 80 * GB, swap_demand_bytes=20 * GB),
+        "qwen2.5-32b@h100-sxm-80gb",
+        duration_s=10,
+    )
+    assert d.role is Role.CONSUMER and d.r_bytes == -20 * GB
+    assert d.free_bytes < 10 * GB

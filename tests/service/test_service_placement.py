@@ -61,6 +61,71 @@ def test_classify_roles(stub):
     assert 1 <= yi.sustainable_rate_rps < 3 and yi.probes_rps
 
 
+def test_classify_roles_with_the_replay_oracle(stub):
+    answer = stub.ClassifyRoles(
+        pb.ClassifyRolesRequest(
+            deployments=[
+                pb.DeploymentProfile(
+                    id="llama8b",
+                    gpu_memory_bytes=141 * GB,
+                    replay_profile="llama-3-8b@h200-sxm-141gb",
+                ),
+                pb.DeploymentProfile(
+                    id="qwen32b",
+                    gpu_memory_bytes=80 * GB,
+                    replay_profile="qwen2.5-32b@h100-sxm-80gb",
+                    swap_demand_bytes=20 * GB,
+                ),
+            ],
+            params=pb.RoleParams(replay_duration_s=10),
+        ),
+        timeout=30,
+    )
+    small, big = answer.decisions
+    assert small.role == pb.DEPLOYMENT_ROLE_PRODUCER and small.free_bytes > 50 * GB
+    assert small.sustainable_rate_rps > 4 and small.probes_rps[0] == 0.5
+    assert big.role == pb.DEPLOYMENT_ROLE_CONSUMER and big.r_bytes == -20 * GB
+
+
+def _replay(name: str = "llama-3-8b@h100", **params) -> pb.ClassifyRolesRequest:
+    return pb.ClassifyRolesRequest(
+        deployments=[pb.DeploymentProfile(id="d", gpu_memory_bytes=GB, replay_profile=name)],
+        params=pb.RoleParams(**params),
+    )
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (_replay("llama-3-8b"), "deployments[0].replay_profile"),
+        (_replay("nope@h100"), "deployments[0].replay_profile"),
+        (_replay("llama-3-8b@/etc/passwd"), "deployments[0].replay_profile"),
+        (_replay("llama-3-70b@h100-sxm-80gb"), "deployments[0].replay_profile"),
+        (_replay(attainment=0), "params.attainment"),
+        (_replay(attainment=1.5), "params.attainment"),
+        (_replay(replay_duration_s=0), "params.replay_duration_s"),
+        (_replay(replay_duration_s=1e6), "params.replay_duration_s"),
+        (_replay(replay_seed=-1), "params.replay_seed"),
+        (
+            pb.ClassifyRolesRequest(
+                deployments=[
+                    pb.DeploymentProfile(
+                        id="d",
+                        gpu_memory_bytes=GB,
+                        replay_profile="llama-3-8b@h100",
+                        rate_curve=[pb.RateProfilePoint(rate_rps=1, ttft_s=0.1, tbt_s=0.01)],
+                    )
+                ]
+            ),
+            "deployments[0]",
+        ),
+    ],
+)
+def test_bad_replay_roles_input_names_the_field(stub, request_, field):
+    code, detail = code_of(stub.ClassifyRoles, request_)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and detail.startswith(f"{field}:")
+
+
 def test_place_then_match(stub):
     request = pb.PlaceModelsRequest(
         models=[

@@ -9,8 +9,16 @@ deployment's measured profile.
   `rate_step_rps`, then a linear search in steps of `rate_step_rps` up (while
   sustainable) and, if the binary search's answer is not sustainable, down.
   The measured curve is the load -> (TTFT, TBT, memory) oracle, linear
-  between points. (The replay simulator as the oracle when no curve is given
-  is not wired in.)
+  between points.
+- LLMs without a measured curve (:func:`classify` with ``oracle=``, or
+  :func:`classify_by_replay`): the replay simulator is the oracle
+  (:func:`planner.replay.oracle.evaluate`, a pure seeded function). A rate is
+  SLA-sustainable when TTFT and token-level TBT attainment are both >=
+  ``attainment`` (default 0.9) against the deployment's SLOs. The search
+  range defaults to [0.5, 64.5] RPS (width 64, so the binary search's probes
+  land on the 0.5 RPS grid); the same binary + linear search then finds the
+  largest multiple of 0.5 RPS that is sustainable (for a monotone oracle).
+  Free memory = HBM - weights - peak GPU KV bytes at that rate (per GPU).
 
 Producer when the free memory >= threshold (default 10 GB): R = free bytes.
 Otherwise consumer with R = -swap_demand_bytes when it needs swap space, else
@@ -21,7 +29,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from planner.domain.placement import (
     DeploymentProfile,
@@ -30,6 +39,7 @@ from planner.domain.placement import (
     RoleConfig,
     RoleDecision,
 )
+from planner.trace.records import TraceRequest
 
 
 def _interp(points: Sequence[RatePoint], rate: float) -> tuple[float, float, float]:
@@ -51,18 +61,54 @@ def _interp(points: Sequence[RatePoint], rate: float) -> tuple[float, float, flo
     return math.inf, math.inf, float(pts[-1].used_bytes)
 
 
+DEFAULT_ATTAINMENT = 0.9
+# The oracle's default search range (RPS) when RoleConfig gives 0, 0.
+ORACLE_RATE_LOW_RPS = 0.5
+ORACLE_RATE_HIGH_RPS = 64.5
+
+
+class OraclePoint(Protocol):
+    """What an oracle returns at one rate (planner.replay.oracle.LoadPoint)."""
+
+    @property
+    def ttft_attainment(self) -> float: ...
+    @property
+    def tbt_attainment(self) -> float: ...
+    @property
+    def peak_kv_bytes(self) -> int: ...
+    @property
+    def weight_bytes(self) -> int: ...
+    @property
+    def hbm_bytes(self) -> int: ...
+
+
+Oracle = Callable[[float], OraclePoint]
+
+
 def sustainable_rate(profile: DeploymentProfile, config: RoleConfig) -> tuple[float, list[float]]:
     """The highest rate meeting the SLA (0.0 when none) and the probes."""
     pts = profile.rate_curve
     low = config.rate_low_rps or min(p.rate_rps for p in pts)
     high = config.rate_high_rps or max(p.rate_rps for p in pts)
-    step = config.rate_step_rps
+
+    def ok(rate: float) -> bool:
+        ttft, tbt, _ = _interp(pts, rate)
+        return ttft <= profile.slo_ttft_s and tbt <= profile.slo_tbt_s
+
+    return search_rate(ok, low, high, config.rate_step_rps)
+
+
+def search_rate(
+    sustainable: Callable[[float], bool], low: float, high: float, step: float
+) -> tuple[float, list[float]]:
+    """Binary search over [low, high] to within step, then +step while
+    sustainable: the highest sustainable rate (0.0 when low is not) and the
+    probes in order."""
     probes: list[float] = []
 
     def ok(rate: float) -> bool:
         probes.append(rate)
-        ttft, tbt, _ = _interp(pts, rate)
-        return ttft <= profile.slo_ttft_s and tbt <= profile.slo_tbt_s
+        return sustainable(rate)
 
     if not ok(low):
         return 0.0, probes
@@ -84,12 +130,86 @@ def sustainable_rate(profile: DeploymentProfile, config: RoleConfig) -> tuple[fl
     return best, probes
 
 
-def classify(profile: DeploymentProfile, config: RoleConfig | None = None) -> RoleDecision:
+def oracle_rate(
+    oracle: Oracle, config: RoleConfig, attainment: float = DEFAULT_ATTAINMENT
+) -> tuple[float, list[float], OraclePoint | None]:
+    """The highest rate whose oracle point meets `attainment` for both TTFT
+    and TBT, the probes, and the point there (None when no rate is)."""
+    if not 0 < attainment <= 1:
+        raise ValueError(f"attainment: must be in (0, 1], got {attainment}")
+    low = config.rate_low_rps or ORACLE_RATE_LOW_RPS
+    high = config.rate_high_rps or ORACLE_RATE_HIGH_RPS
+    seen: dict[float, OraclePoint] = {}
+
+    def point(rate: float) -> OraclePoint:
+        if rate not in seen:
+            seen[rate] = oracle(rate)
+        return seen[rate]
+
+    def ok(rate: float) -> bool:
+        p = point(rate)
+        return p.ttft_attainment >= attainment and p.tbt_attainment >= attainment
+
+    rate, probes = search_rate(ok, low, high, config.rate_step_rps)
+    return rate, probes, (point(rate) if rate > 0 else None)
+
+
+def classify_by_replay(
+    profile: DeploymentProfile,
+    replay_profile: str,
+    config: RoleConfig | None = None,
+    *,
+    attainment: float = DEFAULT_ATTAINMENT,
+    duration_s: float | None = None,
+    seed: int = 0,
+    requests: Sequence[TraceRequest] | None = None,
+) -> RoleDecision:
+    """classify() with the replay simulator of `replay_profile`
+    (MODEL@HARDWARE) as the oracle, at the deployment's SLOs; `requests`
+    (already read from a trace) give the length distribution, else the
+    sharegpt preset."""
+    from planner.domain.requests import Slo
+    from planner.replay import oracle as replay_oracle
+    from planner.replay.setup import ReplayKnobs, build_setup
+
+    slo = Slo(ttft_s=profile.slo_ttft_s, tbt_s=profile.slo_tbt_s)
+    setup = build_setup(replay_profile, ReplayKnobs(slo=slo))
+    duration = duration_s or replay_oracle.DEFAULT_DURATION_S
+
+    def run(rate: float) -> OraclePoint:
+        return replay_oracle.evaluate(
+            setup, rate, slo, duration_s=duration, seed=seed, requests=requests
+        )
+
+    return classify(profile, config, oracle=run, attainment=attainment)
+
+
+def classify(
+    profile: DeploymentProfile,
+    config: RoleConfig | None = None,
+    *,
+    oracle: Oracle | None = None,
+    attainment: float = DEFAULT_ATTAINMENT,
+) -> RoleDecision:
+    """`oracle` (rate -> point) stands for the LLM's curve when the profile
+    has neither a rate nor a batch curve."""
     config = config or RoleConfig()
     batch_size = 0
     rate = 0.0
     probes: list[float] = []
-    if profile.is_llm:
+    if oracle is not None and not profile.is_llm and not profile.batch_curve:
+        rate, probes, at = oracle_rate(oracle, config, attainment)
+        if at is not None:
+            free = max(0, at.hbm_bytes - at.weight_bytes - at.peak_kv_bytes)
+            used = float(profile.gpu_memory_bytes - free)
+            why = (
+                f"replay sustains {rate:g} RPS at >= {attainment:g} TTFT/TBT attainment "
+                f"(peak KV {at.peak_kv_bytes} bytes, weights {at.weight_bytes})"
+            )
+        else:
+            used = float(profile.gpu_memory_bytes)
+            why = f"replay meets {attainment:g} attainment at no rate"
+    elif profile.is_llm:
         rate, probes = sustainable_rate(profile, config)
         if rate > 0:
             used = _interp(profile.rate_curve, rate)[2]

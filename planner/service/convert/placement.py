@@ -4,6 +4,7 @@ field) and conversions to and from the AQUA policies' inputs and outputs."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from planner.domain.placement import (
     BatchPoint,
@@ -23,6 +24,11 @@ from planner.domain.placement import (
     ServerMatching,
 )
 from planner.policies.aqua.placer import DEFAULT_TIME_LIMIT_S
+from planner.policies.aqua.roles import DEFAULT_ATTAINMENT
+from planner.profiles import find_hardware, find_model
+from planner.profiles.errors import ProfileError
+from planner.replay.oracle import DEFAULT_DURATION_S
+from planner.replay.setup import ReplayKnobs, build_setup
 from planner.service.convert.checks import finite, non_negative, positive
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import MAX_ID_LENGTH
@@ -110,6 +116,57 @@ MAX_DEPLOYMENTS = 65_536
 MAX_CURVE_POINTS = 10_000
 
 
+MAX_REPLAY_DURATION_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRoleParams:
+    """The replay oracle's knobs of a ClassifyRoles request."""
+
+    # Deployment id -> MODEL@HARDWARE, for those with replay_profile.
+    profiles: dict[str, str]
+    attainment: float = DEFAULT_ATTAINMENT
+    duration_s: float = DEFAULT_DURATION_S
+    seed: int = 0
+
+
+def _replay_profile(field: str, name: str) -> str:
+    """A built-in MODEL@HARDWARE name (no files: the service reads none)."""
+    model, sep, hardware = name.partition("@")
+    if not sep or find_model(model) is None or find_hardware(hardware) is None:
+        raise InvalidArgumentError(
+            field, f"expected a built-in MODEL@HARDWARE profile name, got {name[:200]!r}"
+        )
+    try:
+        build_setup(name, ReplayKnobs())
+    except ProfileError as exc:
+        raise InvalidArgumentError(field, str(exc)) from None
+    return name
+
+
+def replay_roles_from_proto(msg: placement_pb2.ClassifyRolesRequest) -> ReplayRoleParams:
+    """The replay oracle's knobs; call after roles_request_from_proto (which
+    checks each replay_profile)."""
+    p = msg.params
+    attainment = p.attainment if p.HasField("attainment") else DEFAULT_ATTAINMENT
+    if not 0 < attainment <= 1:
+        raise InvalidArgumentError("params.attainment", f"must be in (0, 1], got {attainment}")
+    duration = p.replay_duration_s if p.HasField("replay_duration_s") else DEFAULT_DURATION_S
+    if not 0 < duration <= MAX_REPLAY_DURATION_S:
+        raise InvalidArgumentError(
+            "params.replay_duration_s",
+            f"must be in (0, {MAX_REPLAY_DURATION_S:g}], got {duration}",
+        )
+    if p.replay_seed < 0:
+        raise InvalidArgumentError("params.replay_seed", f"must be >= 0, got {p.replay_seed}")
+    return ReplayRoleParams(
+        profiles={d.id: d.replay_profile for d in msg.deployments if d.HasField("replay_profile")},
+        attainment=attainment,
+        duration_s=duration,
+        seed=p.replay_seed,
+    )
+
+
 def roles_request_from_proto(
     msg: placement_pb2.ClassifyRolesRequest,
 ) -> tuple[list[DeploymentProfile], RoleConfig]:
@@ -139,8 +196,13 @@ def roles_request_from_proto(
         seen.add(d.id)
         _bytes(f"{f}.gpu_memory_bytes", d.gpu_memory_bytes, positive=True)
         _bytes(f"{f}.swap_demand_bytes", d.swap_demand_bytes)
-        if bool(d.batch_curve) == bool(d.rate_curve):
-            raise InvalidArgumentError(f"{f}", "needs exactly one of batch_curve and rate_curve")
+        has_replay = d.HasField("replay_profile")
+        if bool(d.batch_curve) + bool(d.rate_curve) + has_replay != 1:
+            raise InvalidArgumentError(
+                f"{f}", "needs exactly one of batch_curve, rate_curve and replay_profile"
+            )
+        if has_replay:
+            _replay_profile(f"{f}.replay_profile", d.replay_profile)
         if len(d.batch_curve) + len(d.rate_curve) > MAX_CURVE_POINTS:
             raise InvalidArgumentError(f"{f}", f"more than {MAX_CURVE_POINTS} curve points")
         batch = []
