@@ -35,6 +35,7 @@ simulated time never depends on it.
 
 from __future__ import annotations
 
+import abc
 import math
 import time
 from dataclasses import dataclass, field
@@ -111,7 +112,7 @@ class OffloadSetup:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
 
 
-class LongctxPolicy:
+class LongctxPolicy(abc.ABC):
     """Base: counters and the admission check."""
 
     name = "base"
@@ -149,8 +150,9 @@ class LongctxPolicy:
             self.setup.gpu_block_budget
         )
 
+    @abc.abstractmethod
     def decide(self, view: StepView) -> Decision:
-        raise NotImplementedError
+        """The placements (and pauses) for this decode step."""
 
     def observe(
         self,
@@ -160,10 +162,14 @@ class LongctxPolicy:
         comp_ratio: FloatArray,
     ) -> None:
         """After the step: its latency, the model's re-evaluated prediction
-        and the observed / profiled compute ratio per layer."""
+        and the observed / profiled compute ratio per layer. The baselines
+        learn nothing from it (OrbitFlow's controller does)."""
+        return None
 
     def finish_request(self, request_id: str) -> None:
-        """The request left the batch."""
+        """The request left the batch (only OrbitFlow keeps per-request
+        state)."""
+        return None
 
     def _count(self, reasons: tuple[str, ...]) -> None:
         self.replans += 1
