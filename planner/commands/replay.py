@@ -14,6 +14,13 @@ from planner.domain.offload import OffloadParams
 from planner.domain.requests import Slo
 from planner.domain.rotation import RotationParams
 from planner.profiles.errors import ProfileError
+from planner.replay.cfs_paging import DEFAULT_PEER_KV_GB, paging_target
+from planner.replay.cfs_scheduler import (
+    CFS_PEER,
+    CFS_POLICY_NAMES,
+    DEFAULT_RESCHEDULE_EVERY,
+    CfsKnobs,
+)
 from planner.replay.cluster_engine import CLUSTER_POLICY_NAMES, ClusterEngine, ClusterRun
 from planner.replay.cluster_report import (
     ClusterMetrics,
@@ -169,6 +176,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="seed of every random draw of a run (--compute-jitter); the same seed gives the "
         "same numbers (default 0)",
     )
+    a = p.add_argument_group(
+        "cfs policies (AQUA)",
+        "cfs pages KV to host DRAM over the engine's PCIe link (the --cpu-kv-gb pool); "
+        "cfs-peer pages it to memory a peer GPU lends over NVLink",
+    )
+    a.add_argument(
+        "--peer-kv-gb",
+        type=float,
+        default=DEFAULT_PEER_KV_GB,
+        help=f"cfs-peer: GPU memory the peer lends, GB (default {DEFAULT_PEER_KV_GB:g})",
+    )
+    a.add_argument(
+        "--cfs-every",
+        type=int,
+        default=DEFAULT_RESCHEDULE_EVERY,
+        metavar="K",
+        help="cfs, cfs-peer: re-partition the batch every K iterations or when a request "
+        f"completes (default {DEFAULT_RESCHEDULE_EVERY})",
+    )
+    a.add_argument(
+        "--dram-copy-kib",
+        type=float,
+        help="cfs: page to DRAM in copies of this many KiB (vLLM swaps each layer's K and V "
+        "of a block apart: 32 for llama-3-8b; default: one copy per block)",
+    )
     g = p.add_argument_group(f"{LONG_CONTEXT} topology")
     g.add_argument(
         "--gpu-kv-gb",
@@ -275,6 +307,14 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--compute-jitter must be a finite number >= 0, got {args.compute_jitter}")
     if args.transfer_budget_blocks is not None and args.transfer_budget_blocks < 0:
         return _fail("--transfer-budget-blocks must be >= 0")
+    if not (math.isfinite(args.peer_kv_gb) and args.peer_kv_gb >= 0):
+        return _fail(f"--peer-kv-gb must be a finite number >= 0, got {args.peer_kv_gb}")
+    if args.cfs_every < 1:
+        return _fail(f"--cfs-every must be >= 1, got {args.cfs_every}")
+    if args.dram_copy_kib is not None and not (
+        math.isfinite(args.dram_copy_kib) and args.dram_copy_kib * 1024 >= 1
+    ):
+        return _fail(f"--dram-copy-kib must be a finite number > 0, got {args.dram_copy_kib}")
     known = TOPOLOGY_POLICIES[topology]
     policies = list(dict.fromkeys(args.policy or DEFAULT_POLICIES[topology]))
     for policy in policies:
@@ -347,6 +387,8 @@ def run(args: argparse.Namespace) -> int:
     if topology == SERVERLESS:
         return _run_serverless(args, trace, setup, policies, scales)
 
+    if CFS_PEER in policies and not setup.hardware.nvlink_gbps > 0:
+        return _fail(f"--policy {CFS_PEER}: {setup.hardware.name} has no NVLink bandwidth")
     sweep: dict[float, list[PolicyMetrics]] = {}
     main_results: list[ReplayResult] = []
     for scale in scales:
@@ -360,6 +402,11 @@ def run(args: argparse.Namespace) -> int:
                 quiet=args.quiet,
                 jitter_cv=args.compute_jitter,
                 seed=args.seed,
+                cfs=CfsKnobs(setup.engine.max_batched_tokens, args.cfs_every),
+                peer_kv_bytes=int(args.peer_kv_gb * 1e9),
+                dram_copy_bytes=(
+                    int(args.dram_copy_kib * 1024) if args.dram_copy_kib is not None else None
+                ),
             )
             for policy in policies
         ]
@@ -395,14 +442,25 @@ def _run_one(
     quiet: bool,
     jitter_cv: float,
     seed: int,
+    cfs: CfsKnobs,
+    peer_kv_bytes: int,
+    dram_copy_bytes: int | None,
 ) -> ReplayResult:
     # Every policy gets a generator seeded alike: the same noise sequence.
     cost = JitteredCost(setup.cost, jitter_cv, seed) if jitter_cv > 0 else setup.cost
-    engine = Engine(
+    engine_config, link = paging_target(
+        policy,
         setup.engine,
-        make_scheduler(policy, setup.rotation),
-        cost,
         setup.link,
+        setup.hardware,
+        peer_kv_bytes=peer_kv_bytes,
+        dram_copy_bytes=dram_copy_bytes,
+    )
+    engine = Engine(
+        engine_config,
+        make_scheduler(policy, setup.rotation, cfs),
+        cost,
+        link,
         trace,
     )
     last_arrival = trace[-1].arrival_s if trace else 0.0
@@ -413,6 +471,11 @@ def _run_one(
     config = {
         **setup.describe(),
         "policy": policy,
+        **(
+            {"cpu_kv_blocks": engine_config.cpu_kv_blocks, "paging_link": link.name}
+            if policy in CFS_POLICY_NAMES
+            else {}
+        ),
         "rate_scale": scale,
         "compute_jitter_cv": jitter_cv,
         "seed": seed,

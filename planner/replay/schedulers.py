@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,9 @@ from planner.replay.state import (
     RequestColumns,
     start_candidates,
 )
+
+if TYPE_CHECKING:
+    from planner.replay.cfs_scheduler import CfsKnobs
 
 _NO_ROWS: IntArray = np.zeros(0, dtype=np.int64)
 
@@ -450,10 +453,15 @@ def last_progress_s(requests: RequestColumns, rows: IntArray) -> FloatArray:
     return when
 
 
-POLICY_NAMES = ("fcfs", "lvf", "waiting-first", "swapped-first")
+POLICY_NAMES = ("fcfs", "lvf", "waiting-first", "swapped-first", "cfs", "cfs-peer")
 
 
-def make_scheduler(name: str, inputs: RotationInputs) -> Scheduler:
+def make_scheduler(name: str, inputs: RotationInputs, cfs: CfsKnobs | None = None) -> Scheduler:
+    """cfs: AQUA's CFS knobs for the cfs policies (default CfsKnobs())."""
+    from planner.replay.cfs_scheduler import CFS_POLICY_NAMES, Cfs, CfsKnobs
+
+    if name in CFS_POLICY_NAMES:
+        return Cfs(name, cfs if cfs is not None else CfsKnobs())
     if name == "fcfs":
         return Fcfs()
     if name == "lvf":

@@ -228,6 +228,8 @@ def test_make_scheduler_names_and_flags() -> None:
         "lvf": (True, True),
         "waiting-first": (True, False),
         "swapped-first": (True, False),
+        "cfs": (True, False),
+        "cfs-peer": (True, False),
     }
     with pytest.raises(ValueError, match="unknown policy 'sjf'"):
         make_scheduler("sjf", RotationInputs())
