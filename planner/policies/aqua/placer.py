@@ -13,9 +13,12 @@ that changes server, and at most max_moves of them may move.
 
 Memory is counted in whole MB (1e6 bytes) inside the model, so every
 coefficient and the objective are integers and CP-SAT's optimum is exact.
-The solve is warm-started from the current placement (models without one are
-placed greedily); with no solution in time the warm start is returned, and
-failing that the greedy placement, marked fallback.
+A fresh placement under the default objective starts from the two phases of
+placer_phases.py (least max |eq|, proved; then memory under that cap) and is
+answered without a solve when it meets their bound. Otherwise the solve is
+warm-started from the current placement (models without one are placed
+greedily); with no solution in time the warm start is returned, and failing
+that the greedy placement, marked fallback.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner.domain.placement import Placement, PlacementInputs, PlacerObjective
+from planner.policies.aqua.placer_balance import mem_floor_mb
 from planner.policies.aqua.placer_counts import deal, min_eq_counts
+from planner.policies.aqua.placer_phases import eq_then_memory
 from planner.solvers import AUTO, Backend, Model, SolveOptions, Status, solve
 
 MB = 10**6
@@ -42,6 +47,13 @@ SOLVER_SETUP_S_PER_VAR = 30e-6
 # time per server left (measured: CP-SAT took 0.6 s on a 0.3 s limit at 128
 # servers).
 COUNTS_MIN_S_PER_SERVER = 2e-3
+# Fresh placements (default objective): the eq phase may run until this
+# share of the time limit, the memory phase until the next; the solver gets
+# the rest unless the placement already meets the bound.
+PATTERNS_SHARE = 0.4
+BALANCE_SHARE = 0.7
+# ... or this share where the solver could not be set up in the rest.
+NO_SOLVER_BALANCE_SHARE = 0.95
 
 
 def _sign(r: int) -> int:
@@ -346,16 +358,13 @@ def eq_lower_bound(inputs: PlacementInputs) -> int:
 def lower_bound_bytes(inputs: PlacementInputs) -> float | None:
     """A valid lower bound on the objective of a fresh placement (no model
     placed yet) under the default objective: a max is at least the mean, so
-    max_s |mem_s| >= |sum R| / S and max_s |eq_s| >= |sum w| / S (rounded up,
-    the model's values are integers). None where it does not apply."""
+    max_s |mem_s| >= |sum R| / S (rounded up to the gcd of the R, in MB) and
+    max_s |eq_s| >= eq_lower_bound. None where it does not apply."""
     if inputs.objective is not PlacerObjective.BALANCED_ABS or any(
         m.current_server is not None for m in inputs.models
     ):
         return None
-    s_count = inputs.num_servers
-    r = sum(round(m.r_bytes / MB) for m in inputs.models)
-    g_mem = round(inputs.gpu_memory_bytes / MB)
-    return float((math.ceil(abs(r) / s_count) + g_mem * eq_lower_bound(inputs)) * MB)
+    return _bound_with(inputs, eq_lower_bound(inputs))
 
 
 def polish(
@@ -482,10 +491,8 @@ def _gap(value: float, bound: float) -> float:
 
 
 def _bound_with(inputs: PlacementInputs, e_low: int) -> float:
-    s_count = inputs.num_servers
-    r = sum(round(m.r_bytes / MB) for m in inputs.models)
     g_mem = round(inputs.gpu_memory_bytes / MB)
-    return float((math.ceil(abs(r) / s_count) + g_mem * e_low) * MB)
+    return float((mem_floor_mb(inputs) + g_mem * e_low) * MB)
 
 
 def build_model(
@@ -569,32 +576,50 @@ def place_models(
     if n == 0:
         return Placement((), 0.0, (0,) * s_count, (0,) * s_count, 0, "OPTIMAL", "none")
     current = [m.current_server for m in inputs.models]
+    proved_e: int | None = None
     # The warm start's share of the budget: half, or nearly all where the
     # solver could not even be set up in the rest (1,024 GPUs under 5 s).
-    share = 0.5
+    share, balance_share = 0.5, BALANCE_SHARE
     if SOLVER_SETUP_S_PER_VAR * n * s_count > 0.3 * time_limit_s:
-        share = 0.75
+        share, balance_share = 0.75, NO_SOLVER_BALANCE_SHARE
     start: list[int] | None
     if all(c is not None for c in current) and fits(
         inputs, [int(c) for c in current if c is not None]
     ):
         start = [int(c) for c in current if c is not None]
     else:
-        start = greedy_placement(inputs)
-        if start is not None and not fits(inputs, start):
-            start = None
-        if start is not None:
+        phased = None
+        if lower_bound_bytes(inputs) is not None:
+            # Fresh, default objective: the two phases (placer_phases.py);
+            # the greedy path below only where they give no answer in time.
+            phased = eq_then_memory(
+                inputs,
+                None,
+                eq_lower_bound(inputs),
+                eq_deadline=started + PATTERNS_SHARE * time_limit_s,
+                memory_deadline=started + balance_share * time_limit_s,
+            )
+        if phased is not None:
+            start, proved_e = phased.servers, phased.e_star
+        else:
+            start = greedy_placement(inputs)
+            if start is not None and not fits(inputs, start):
+                start = None
+        if phased is None and start is not None:
             # Local search gets at most half of the budget.
             start = improve(inputs, start, deadline=started + share * time_limit_s * 0.5)
             start = polish(inputs, start, deadline=started + share * time_limit_s * 0.75)
-        paired = paired_placement(inputs)
+        paired = None if phased is not None else paired_placement(inputs)
         if paired is not None:
             paired = polish(inputs, paired, deadline=started + share * time_limit_s)
             if start is None or evaluate(inputs, paired)[0] < evaluate(inputs, start)[0]:
                 start = paired
     e_low: int | None = None
     bound = lower_bound_bytes(inputs)
-    if bound is not None:
+    if bound is not None and proved_e is not None:
+        e_low = proved_e
+        bound = _bound_with(inputs, e_low)
+    elif bound is not None:
         # The eq phase on aggregated counts (placer_counts.py): a placement
         # with the least max |eq| and, when proved, a tighter bound on E.
         e_low = eq_lower_bound(inputs)
@@ -634,23 +659,9 @@ def place_models(
                 note="the warm start meets the lower bound (mean |R| + G_mem x the least max "
                 "|eq|)" + ("" if value <= bound else f" within relative_gap {relative_gap:g}"),
             )
-    model, x, big_m, big_e = build_model(inputs, e_low)
-    hint = None
-    if start is not None:
-        xs = np.zeros((n, s_count))
-        xs[np.arange(n), start] = 1.0
-        _, mem, eq, _ = evaluate(inputs, start)
-        mem_mb = [v // MB for v in mem]
-        if inputs.objective is PlacerObjective.PAPER:
-            m_val, e_val = max(mem_mb), max(eq)
-        else:
-            m_val, e_val = max(abs(v) for v in mem_mb), max(abs(v) for v in eq)
-        hint = (
-            np.append(x.ravel(), [big_m, big_e]),
-            np.append(xs.ravel(), [float(m_val), float(e_val)]),
-        )
+    num_vars = n * s_count + 2  # x, M and E
     left = time_limit_s - (time.perf_counter() - started)
-    if start is not None and left < SOLVER_SETUP_S_PER_VAR * model.num_vars:
+    if start is not None and left < SOLVER_SETUP_S_PER_VAR * num_vars:
         # Handing the model to the solver alone would overrun the limit
         # (CP-SAT: ~1.8 s at 1,024 GPUs); answer the warm start.
         value, mem, eq, moves = evaluate(inputs, start)
@@ -667,7 +678,22 @@ def place_models(
             gap=None if bound is None else _gap(value, bound),
             fallback=True,
             note=f"{left:.3f} s left is too little to set up the solver for "
-            f"{model.num_vars} variables; warm start (greedy + local search)",
+            f"{num_vars} variables; warm start (no solver)",
+        )
+    model, x, big_m, big_e = build_model(inputs, e_low)
+    hint = None
+    if start is not None:
+        xs = np.zeros((n, s_count))
+        xs[np.arange(n), start] = 1.0
+        _, mem, eq, _ = evaluate(inputs, start)
+        mem_mb = [v // MB for v in mem]
+        if inputs.objective is PlacerObjective.PAPER:
+            m_val, e_val = max(mem_mb), max(eq)
+        else:
+            m_val, e_val = max(abs(v) for v in mem_mb), max(abs(v) for v in eq)
+        hint = (
+            np.append(x.ravel(), [big_m, big_e]),
+            np.append(xs.ravel(), [float(m_val), float(e_val)]),
         )
     chosen = AUTO if backend == AUTO else Backend(backend)
     fallback = Backend.CPSAT if chosen == Backend.GUROBI else None
