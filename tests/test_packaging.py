@@ -21,7 +21,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 FOREIGN_NAMES = ("kernels", "adapters", "solvers")
 STUBS = ("common_pb2", "info_pb2", "rotation_pb2", "rotation_pb2_grpc", "info_pb2_grpc")
 # Top-level source folders installed under `planner` (pyproject package-dir).
-MAPPED = {"solvers": "planner.solvers", "kernels": "planner.kernels"}
+MAPPED = {
+    "solvers": "planner.solvers",
+    "kernels": "planner.kernels",
+    "adapters": "planner.adapters",
+}
 
 
 def _source_packages() -> dict[str, Path]:
@@ -106,8 +110,8 @@ def test_editable_install_maps_only_planner():
     top_level = dist.read_text("top_level.txt")
     if top_level is not None:
         assert set(top_level.split()) == {"planner"}
-    entry_points = {ep.name: ep.value for ep in dist.entry_points}
-    assert entry_points["planner"] == "planner.cli:main"
+    scripts = {ep.name: ep.value for ep in dist.entry_points if ep.group == "console_scripts"}
+    assert scripts["planner"] == "planner.cli:main"
 
 
 def _copy_project(dest: Path) -> Path:

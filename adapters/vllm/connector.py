@@ -1,0 +1,175 @@
+"""PlannerSwapConnector: a vLLM V1 KV connector that swaps a preempted
+request's KV out to CPU memory and back in when it resumes, where V1 alone
+would recompute it. Loaded by module path:
+
+    --kv-transfer-config '{"kv_connector": "PlannerSwapConnector",
+      "kv_connector_module_path": "planner.adapters.vllm.connector",
+      "kv_role": "kv_both", "kv_connector_extra_config": {"num_cpu_blocks": 4096}}'
+
+The scheduler side learns of preemptions from PlannerScheduler (vLLM frees a
+preempted request's blocks inside its scheduler, before any connector hook),
+so this connector needs that scheduler. The worker copies with
+planner.kernels' reference block copy: D2H in handle_preemptions (before
+the model runner zeroes reused blocks), H2D in start_load_kv."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from planner.kernels.transfer_ref import copy_blocks_reference
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+from .swap_ledger import StepCopies, SwapLedger
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.attention.backend import AttentionMetadata
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+NUM_CPU_BLOCKS_KEY = "num_cpu_blocks"
+
+
+@dataclass(frozen=True)
+class SwapMetadata(KVConnectorMetadata):
+    copies: StepCopies
+
+
+def _num_cpu_blocks(extra: dict[str, Any]) -> int:
+    value = extra.get(NUM_CPU_BLOCKS_KEY)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(
+            f"kv_connector_extra_config.{NUM_CPU_BLOCKS_KEY}: must be an integer > 0, got {value!r}"
+        )
+    return value
+
+
+def block_major(cache: torch.Tensor, num_gpu_blocks: int) -> torch.Tensor:
+    """A view of one layer's KV cache with the block index first: vLLM
+    backends use (num_blocks, ...) or (2, num_blocks, ...)."""
+    if cache.shape[0] == num_gpu_blocks:
+        return cache
+    if cache.dim() > 1 and cache.shape[0] == 2 and cache.shape[1] == num_gpu_blocks:
+        return cache.movedim(1, 0)
+    raise ValueError(
+        f"cannot find the block dimension of a KV cache of shape {tuple(cache.shape)} "
+        f"with {num_gpu_blocks} blocks"
+    )
+
+
+class PlannerSwapConnector(KVConnectorBase_V1):
+    _cache_hit_source = CacheHitSource.HOST
+
+    def __init__(
+        self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig
+    ) -> None:
+        super().__init__(vllm_config, role, kv_cache_config)
+        extra = dict(self._kv_transfer_config.kv_connector_extra_config or {})
+        self.num_cpu_blocks = _num_cpu_blocks(extra)
+        self.block_size_tokens = vllm_config.cache_config.block_size
+        self.num_gpu_blocks = kv_cache_config.num_blocks
+        self.ledger = SwapLedger(self.num_cpu_blocks, self.block_size_tokens)
+        self._local_tokens: dict[str, int] = {}
+        # Worker side: per layer, the block-major GPU view and its CPU pool.
+        self.gpu_layers: dict[str, torch.Tensor] = {}
+        self.cpu_layers: dict[str, torch.Tensor] = {}
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        # A swap is a cache: a dropped one is recomputed, never lost.
+        return False
+
+    # ---- scheduler side -------------------------------------------------
+
+    def swap_out(self, request: Request, gpu_block_ids: list[int]) -> bool:
+        """Called by PlannerScheduler just before vLLM frees a preempted
+        request's blocks."""
+        return self.ledger.swap_out(request.request_id, gpu_block_ids, request.num_computed_tokens)
+
+    def get_num_new_matched_tokens(
+        self, request: Request, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        tokens = self.ledger.loadable_tokens(
+            request.request_id, request.num_tokens, num_computed_tokens
+        )
+        if tokens:
+            # The local hit the load starts after, for update_state_after_alloc
+            # (the request's own count is not updated by then).
+            self._local_tokens[request.request_id] = num_computed_tokens
+        return tokens, False
+
+    def update_state_after_alloc(
+        self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
+    ) -> None:
+        if num_external_tokens <= 0:
+            return
+        (gpu_block_ids, *_) = blocks.get_block_ids()
+        local = self._local_tokens.pop(request.request_id)
+        self.ledger.swap_in(request.request_id, list(gpu_block_ids), local, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
+        return SwapMetadata(self.ledger.take_step())
+
+    def request_finished(
+        self, request: Request, block_ids: list[int]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        self.ledger.drop(request.request_id)
+        self._local_tokens.pop(request.request_id, None)
+        return False, None
+
+    # ---- worker side ----------------------------------------------------
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        for name, cache in kv_caches.items():
+            gpu = block_major(cache, self.num_gpu_blocks)
+            self.gpu_layers[name] = gpu
+            self.cpu_layers[name] = torch.zeros(
+                (self.num_cpu_blocks, *gpu.shape[1:]),
+                dtype=gpu.dtype,
+                device="cpu",
+                pin_memory=gpu.is_cuda,
+            )
+
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        assert isinstance(kv_connector_metadata, SwapMetadata)
+        out = kv_connector_metadata.copies.swap_out
+        if len(out):
+            src, dst = torch.tensor(out.src), torch.tensor(out.dst)
+            for name, gpu in self.gpu_layers.items():
+                copy_blocks_reference(gpu, self.cpu_layers[name], src, dst)
+
+    def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, SwapMetadata)
+        into = meta.copies.swap_in
+        if len(into):
+            src, dst = torch.tensor(into.src), torch.tensor(into.dst)
+            for name, gpu in self.gpu_layers.items():
+                copy_blocks_reference(self.cpu_layers[name], gpu, src, dst)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        # start_load_kv copies every layer before the forward begins.
+        return
+
+    def save_kv_layer(
+        self,
+        layer_name: str,
+        kv_layer: torch.Tensor,
+        attn_metadata: AttentionMetadata,
+        **kwargs: Any,
+    ) -> None:
+        # Swap-out copies whole blocks at preemption, not per layer.
+        return
+
+    def wait_for_save(self) -> None:
+        return

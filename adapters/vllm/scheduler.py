@@ -1,0 +1,187 @@
+"""PlannerScheduler: vLLM's AsyncScheduler (async scheduling stays on) that,
+each step, sends the planner a snapshot of its requests and applies the
+answer (preempt these running requests, admit these waiting ones first)
+before vLLM's own scheduling pass; with no usable answer that step is
+vLLM's own. Selected with
+
+    --scheduler-cls planner.adapters.vllm.scheduler.PlannerScheduler
+
+With PlannerSwapConnector as KV connector, preempted requests are swapped
+to CPU memory instead of recomputed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from planner.adapters.common.apply import PlanActions, accept_plan
+from planner.adapters.common.counters import FallbackCounters
+from planner.adapters.common.link import PlannerLink
+from planner.adapters.common.snapshot import (
+    EngineRequestView,
+    PoolSizes,
+    ViewState,
+    build_rotation_request,
+)
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.engine import EngineCoreOutputs
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request, RequestStatus
+
+from planner.v1 import common_pb2
+
+from .connector import PlannerSwapConnector
+from .request_clock import RequestClock
+from .settings import PlannerSettings
+
+
+class PlannerScheduler(AsyncScheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.planner_settings = PlannerSettings.from_additional_config(
+            self.vllm_config.additional_config
+        )
+        self.planner_link = PlannerLink(
+            self.planner_settings.target,
+            self.planner_settings.deadline_s,
+            FallbackCounters(engine="vllm"),
+        )
+        self.request_clock = RequestClock()
+        # What the planner had this step do (None: vLLM's own step).
+        self.last_actions: PlanActions | None = None
+        # The clock of request arrival times (vLLM stamps them with time.time).
+        self.now: Callable[[], float] = time.time
+        self._slo = common_pb2.Slo()
+        if self.planner_settings.slo_ttft_s is not None:
+            self._slo.ttft_s = self.planner_settings.slo_ttft_s
+        if self.planner_settings.slo_tbt_s is not None:
+            self._slo.tbt_s = self.planner_settings.slo_tbt_s
+
+    @property
+    def planner_counters(self) -> FallbackCounters:
+        return self.planner_link.counters
+
+    # ---- one step -------------------------------------------------------
+
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        now_s = self.now()
+        actions = self._ask_planner(now_s) if self.waiting else None
+        self.last_actions = actions
+        if actions is None or actions.fcfs:
+            output = super().schedule(throttle_prefills)
+        else:
+            output = self._schedule_per_plan(actions, now_s, throttle_prefills)
+        self.request_clock.mark_running((r.request_id for r in self.running), now_s)
+        return output
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> dict[int, EngineCoreOutputs]:
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        now_s = self.now()
+        sampled = model_runner_output.sampled_token_ids
+        self.request_clock.mark_tokens(
+            (rid for i, rid in enumerate(model_runner_output.req_ids) if sampled and sampled[i]),
+            now_s,
+        )
+        self.request_clock.forget(self.requests)
+        return outputs
+
+    def _preempt_request(
+        self, request: Request, timestamp: float, drop_stale_output: bool = False
+    ) -> None:
+        # vLLM frees the blocks inside; the connector copies them out first.
+        connector = self.connector
+        if isinstance(connector, PlannerSwapConnector):
+            (block_ids, *_) = self.kv_cache_manager.get_block_ids(request.request_id)
+            connector.swap_out(request, list(block_ids))
+        super()._preempt_request(request, timestamp, drop_stale_output)
+
+    # ---- the planner's part ---------------------------------------------
+
+    def _ask_planner(self, now_s: float) -> PlanActions | None:
+        views = self.request_views(now_s)
+        pools = self.pool_sizes()
+        request = build_rotation_request(
+            views,
+            pools,
+            now_s,
+            slo=self._slo if self._slo.ListFields() else None,
+        )
+        response = self.planner_link.plan_rotation(request)
+        return accept_plan(response, views, pools, self.planner_counters)
+
+    def _schedule_per_plan(
+        self, actions: PlanActions, now_s: float, throttle_prefills: bool
+    ) -> SchedulerOutput:
+        for rid in actions.preempt:
+            request = self.requests[rid]
+            self.running.remove(request)
+            self._preempt_request(request, now_s, drop_stale_output=self.requires_kv_delivery)
+        # Requests the plan just preempted sit out this step; those it
+        # prioritizes go first, in its order, ahead of the rest.
+        held = [self.requests[rid] for rid in actions.preempt]
+        first = [self.requests[rid] for rid in actions.resume]
+        self.waiting.remove_requests(held + first)
+        self.waiting.prepend_requests(first)
+        try:
+            return super().schedule(throttle_prefills)
+        finally:
+            self.waiting.prepend_requests(held)
+
+    def pool_sizes(self) -> PoolSizes:
+        connector = self.connector
+        return PoolSizes(
+            free_gpu_blocks=self.kv_cache_manager.block_pool.get_num_free_blocks(),
+            block_size_tokens=self.block_size,
+            free_cpu_blocks=connector.ledger.free_cpu_blocks
+            if isinstance(connector, PlannerSwapConnector)
+            else None,
+        )
+
+    def request_views(self, now_s: float) -> list[EngineRequestView]:
+        views = [self._view(r, ViewState.RUNNING, now_s) for r in self.running]
+        connector = self.connector
+        for r in self.waiting:
+            if r.status != RequestStatus.PREEMPTED:
+                state = ViewState.WAITING
+            elif isinstance(connector, PlannerSwapConnector) and connector.ledger.swapped(
+                r.request_id
+            ):
+                state = ViewState.SWAPPED
+            else:
+                state = ViewState.PREEMPTED
+            views.append(self._view(r, state, now_s))
+        return views
+
+    def _view(self, r: Request, state: ViewState, now_s: float) -> EngineRequestView:
+        rid = r.request_id
+        gpu_blocks = 0
+        cpu_blocks = 0
+        if state is ViewState.RUNNING:
+            gpu_blocks = len(self.kv_cache_manager.get_block_ids(rid)[0])
+        elif state is ViewState.SWAPPED and isinstance(self.connector, PlannerSwapConnector):
+            swapped = self.connector.ledger.swapped(rid)
+            cpu_blocks = len(swapped.cpu_block_ids) if swapped is not None else 0
+        arrival_s = min(r.arrival_time, now_s)
+        run_start_s = self.request_clock.run_start_s(rid)
+        if state is ViewState.RUNNING and run_start_s is None:
+            run_start_s = arrival_s
+        return EngineRequestView(
+            request_id=rid,
+            state=state,
+            prompt_tokens=r.num_prompt_tokens,
+            computed_tokens=r.num_computed_tokens,
+            output_tokens=r.num_output_tokens,
+            gpu_blocks=gpu_blocks,
+            cpu_blocks=cpu_blocks,
+            arrival_s=arrival_s,
+            run_start_s=run_start_s if state is ViewState.RUNNING else None,
+            last_token_s=self.request_clock.last_token_s(rid),
+        )
+
+    def shutdown(self) -> None:
+        self.planner_link.close()
+        super().shutdown()

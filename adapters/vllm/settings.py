@@ -1,0 +1,57 @@
+"""The adapter's settings, read from vLLM's additional_config under the key
+"planner" (`--additional-config '{"planner": {"target": "127.0.0.1:50051"}}'`).
+Plain Python, no vLLM."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from planner.adapters.common.link import DEFAULT_DEADLINE_S
+
+CONFIG_KEY = "planner"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerSettings:
+    # "host:port" of a planner server; None runs the planner in process.
+    target: str | None = None
+    deadline_s: float = DEFAULT_DEADLINE_S
+    # Request-level SLOs sent with every snapshot; None takes the planner's.
+    slo_ttft_s: float | None = None
+    slo_tbt_s: float | None = None
+
+    @classmethod
+    def from_additional_config(cls, additional: Any) -> PlannerSettings:
+        raw = additional.get(CONFIG_KEY) if isinstance(additional, Mapping) else None
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"additional_config.{CONFIG_KEY}: must be an object, got {raw!r}")
+        known = {"target", "deadline_ms", "slo_ttft_s", "slo_tbt_s"}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(
+                f"additional_config.{CONFIG_KEY}.{unknown[0]}: unknown setting "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        target = raw.get("target")
+        if target is not None and (not isinstance(target, str) or ":" not in target):
+            raise ValueError(f"additional_config.{CONFIG_KEY}.target: must be host:port")
+        deadline_ms = _positive(raw, "deadline_ms")
+        return cls(
+            target=target,
+            deadline_s=deadline_ms / 1e3 if deadline_ms is not None else DEFAULT_DEADLINE_S,
+            slo_ttft_s=_positive(raw, "slo_ttft_s"),
+            slo_tbt_s=_positive(raw, "slo_tbt_s"),
+        )
+
+
+def _positive(raw: Mapping[str, Any], key: str) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"additional_config.{CONFIG_KEY}.{key}: must be a number > 0")
+    return float(value)

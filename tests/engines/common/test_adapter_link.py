@@ -1,0 +1,100 @@
+"""PlannerLink: the same plan in process and over real gRPC on loopback, and
+a fallback (None, counted by reason) when the planner is dead, stuck, or
+answers with an error."""
+
+from __future__ import annotations
+
+import pytest
+from planner.adapters.common.counters import FallbackCounters, FallbackReason
+from planner.adapters.common.link import PlannerLink
+from planner.adapters.common.snapshot import build_rotation_request
+from prometheus_client import CollectorRegistry
+
+from planner.v1 import common_pb2
+
+NOW_S = 100.0
+# Generous: these tests check what comes back, not how fast; the stuck and
+# dead cases end at the deadline whatever it is.
+ROUND_TRIP_DEADLINE_S = 10.0
+
+
+def _ids(decisions) -> list[str]:
+    return [d.id for d in decisions]
+
+
+def test_in_process_plan_rotates_the_waiting_request_in(views, pools):
+    link = PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S)
+    response = link.plan_rotation(build_rotation_request(views, pools, NOW_S))
+    assert response is not None
+    assert not response.plan.fcfs_fallback
+    assert _ids(response.plan.prioritized) == ["w-late"]
+    assert _ids(response.plan.preempted) == ["r-old"]
+    snap = link.counters.snapshot()
+    assert (snap.calls, snap.ok, snap.total_fallbacks) == (1, 1, 0)
+    assert snap.latency.count == 1
+
+
+def test_grpc_answer_equals_in_process_answer(views, pools, planner_server):
+    request = build_rotation_request(views, pools, NOW_S)
+    with PlannerLink(planner_server.address, deadline_s=ROUND_TRIP_DEADLINE_S) as remote:
+        over_grpc = remote.plan_rotation(request)
+        assert remote.counters.snapshot().ok == 1
+    local = PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S).plan_rotation(request)
+    assert over_grpc is not None
+    assert over_grpc == local
+
+
+def test_stuck_planner_falls_back_at_the_deadline(views, pools, stuck_server):
+    with PlannerLink(stuck_server, deadline_s=0.005) as link:
+        assert link.plan_rotation(build_rotation_request(views, pools, NOW_S)) is None
+        snap = link.counters.snapshot()
+    assert snap.fallbacks[FallbackReason.DEADLINE] == 1
+    assert (snap.calls, snap.ok) == (1, 0)
+
+
+def test_dead_planner_falls_back_as_unavailable(views, pools, dead_target):
+    with PlannerLink(dead_target, deadline_s=1.0) as link:
+        for _ in range(3):
+            assert link.plan_rotation(build_rotation_request(views, pools, NOW_S)) is None
+        snap = link.counters.snapshot()
+    # Refused at once, or (while the channel backs off) out of time.
+    refused = snap.fallbacks[FallbackReason.UNAVAILABLE] + snap.fallbacks[FallbackReason.DEADLINE]
+    assert refused == 3
+    assert snap.fallbacks[FallbackReason.UNAVAILABLE] >= 1
+    assert snap.ok == 0
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["in-process", "grpc"])
+def test_rejected_request_falls_back_as_error(views, pools, planner_server, remote):
+    request = build_rotation_request(views, pools, NOW_S)
+    request.snapshot.columns.id[1] = request.snapshot.columns.id[0]  # duplicate id
+    target = planner_server.address if remote else None
+    with PlannerLink(target, deadline_s=ROUND_TRIP_DEADLINE_S) as link:
+        assert link.plan_rotation(request) is None
+        assert link.counters.snapshot().fallbacks[FallbackReason.ERROR] == 1
+
+
+def test_in_process_answer_after_the_deadline_is_dropped(views, pools):
+    # No real plan takes under a nanosecond.
+    link = PlannerLink(None, deadline_s=1e-9)
+    assert link.plan_rotation(build_rotation_request(views, pools, NOW_S)) is None
+    assert link.counters.snapshot().fallbacks[FallbackReason.DEADLINE] == 1
+
+
+def test_deadline_must_be_positive():
+    with pytest.raises(ValueError, match="deadline_s"):
+        PlannerLink(None, deadline_s=0)
+
+
+def test_counters_export_prometheus_metrics(views, pools):
+    registry = CollectorRegistry()
+    link = PlannerLink(None, ROUND_TRIP_DEADLINE_S, FallbackCounters(registry, engine="vllm"))
+    link.plan_rotation(build_rotation_request(views, pools, NOW_S))
+    bad = build_rotation_request(views, pools, NOW_S)
+    bad.snapshot.columns.state[0] = common_pb2.REQUEST_STATE_UNSPECIFIED
+    link.plan_rotation(bad)
+    sample = registry.get_sample_value
+    assert sample("planner_adapter_calls_total", {"engine": "vllm"}) == 2
+    assert sample("planner_adapter_answers_total", {"engine": "vllm"}) == 1
+    assert sample("planner_adapter_fallbacks_total", {"engine": "vllm", "reason": "error"}) == 1
+    assert sample("planner_adapter_call_duration_seconds_count", {"engine": "vllm"}) == 2
