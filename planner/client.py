@@ -3,7 +3,12 @@
 Retries use gRPC's own retry machinery (a service config on the channel):
 only UNAVAILABLE and RESOURCE_EXHAUSTED are retried, with exponential
 backoff, at most max_attempts times, and never past the call's deadline.
-Engine adapters reuse this client with a deadline of a few milliseconds.
+With wait_for_ready, a call made while the server is unreachable (restarting)
+waits for it, within the deadline, instead of failing at once. Engine
+adapters reuse this client with a deadline of a few milliseconds.
+
+TLS (ClientTls: the CA to trust, a client certificate for mutual TLS) and a
+bearer token (sent as `authorization` metadata on every call) are optional.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ import grpc
 from google.protobuf.message import Message
 
 from planner.rpc import RPCS, Rpc
+from planner.service.auth import bearer_metadata
+from planner.service.tls import ClientTls
 from planner.v1 import info_pb2, rotation_pb2
 
 DEFAULT_DEADLINE_S = 1.0
 MIN_BACKOFF_S = 0.002
+# First wait before reconnecting to a server that went away.
+INITIAL_RECONNECT_BACKOFF_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +39,11 @@ class RetryPolicy:
     max_backoff_s: float = 0.1
     backoff_multiplier: float = 2.0
     retryable: tuple[str, ...] = ("UNAVAILABLE", "RESOURCE_EXHAUSTED")
+    # Wait (within the deadline) for an unreachable server instead of failing.
+    wait_for_ready: bool = False
+    # Longest wait between reconnection attempts (gRPC's default is 120 s,
+    # which would leave a client idle long after a restarted server is back).
+    max_reconnect_backoff_s: float = 1.0
 
     def __post_init__(self) -> None:
         # Below 2 ms, gRPC's retry timer can stall a call until its deadline
@@ -40,6 +54,8 @@ class RetryPolicy:
             raise ValueError("max_backoff_s must be >= initial_backoff_s")
         if self.backoff_multiplier < 1:
             raise ValueError("backoff_multiplier must be >= 1")
+        if self.max_reconnect_backoff_s < INITIAL_RECONNECT_BACKOFF_S:
+            raise ValueError(f"max_reconnect_backoff_s must be >= {INITIAL_RECONNECT_BACKOFF_S} s")
 
     def service_config(self) -> str:
         policy = {
@@ -68,13 +84,20 @@ class PlannerClient:
         deadline_s: float = DEFAULT_DEADLINE_S,
         retry: RetryPolicy | None = None,
         max_message_bytes: int = 64 * 1024 * 1024,
+        *,
+        tls: ClientTls | None = None,
+        auth_token: str | None = None,
     ) -> None:
         self.target = target
         self.deadline_s = deadline_s
         retry = retry or RetryPolicy()
+        self._wait_for_ready = retry.wait_for_ready
+        self._metadata = None if auth_token is None else bearer_metadata(auth_token)
         options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.initial_reconnect_backoff_ms", round(INITIAL_RECONNECT_BACKOFF_S * 1e3)),
+            ("grpc.max_reconnect_backoff_ms", round(retry.max_reconnect_backoff_s * 1e3)),
         ]
         if retry.max_attempts > 1:
             options += [("grpc.enable_retries", 1), ("grpc.service_config", retry.service_config())]
@@ -82,7 +105,10 @@ class PlannerClient:
             # gRPC rejects a retry policy with maxAttempts < 2 and the channel
             # then fails every call; no retries means no retry policy.
             options.append(("grpc.enable_retries", 0))
-        self._channel = grpc.insecure_channel(target, options=options)
+        if tls is None:
+            self._channel = grpc.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.secure_channel(target, tls.credentials(), options=options)
         self._stubs: dict[str, Any] = {}
 
     def call(self, method: str | Rpc, request: Message, deadline_s: float | None = None) -> Message:
@@ -98,7 +124,10 @@ class PlannerClient:
             self._stubs[m.full_path] = stub
         try:
             response: Message = stub(
-                request, timeout=self.deadline_s if deadline_s is None else deadline_s
+                request,
+                timeout=self.deadline_s if deadline_s is None else deadline_s,
+                metadata=self._metadata,
+                wait_for_ready=self._wait_for_ready,
             )
         except grpc.RpcError as exc:
             raise PlannerError(exc.code(), exc.details() or "") from None

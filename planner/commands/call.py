@@ -17,10 +17,13 @@ from google.protobuf.message import Message
 
 from planner.client import PlannerClient, PlannerError, RetryPolicy
 from planner.rpc import RPCS, Rpc
+from planner.service.auth import TOKEN_ENV, AuthConfigError, read_token
 from planner.service.cluster_store import ClusterStore
+from planner.service.convert.json_errors import describe_json_error
 from planner.service.errors import FailedPreconditionError, InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.service.methods import CallContext, handle
+from planner.service.tls import ClientTls, TlsConfigError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -56,19 +59,61 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--deadline-ms", type=float, default=10_000.0, help="deadline of the call (default 10 s)"
     )
+    p.add_argument("--tls-ca", help="with --target: use TLS, trusting this PEM CA")
+    p.add_argument("--tls-cert", help="with --target: PEM client certificate (mutual TLS)")
+    p.add_argument("--tls-key", help="with --target: PEM private key of --tls-cert")
+    p.add_argument(
+        "--auth-token-file",
+        help=f"with --target: file holding the server's bearer token (default ${TOKEN_ENV})",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         rpc = _rpc(args.method)
+        _check_deadline(args.deadline_ms)
         request = parse_request(rpc, _read(args.json_path))
-        response = answer(rpc, request, args.target, args.deadline_ms / 1e3, args.store)
+        tls, token = _security(args)
+        response = answer(
+            rpc,
+            request,
+            args.target,
+            args.deadline_ms / 1e3,
+            args.store,
+            tls=tls,
+            auth_token=token,
+        )
     except CallFailedError as exc:
         print(f"planner call: {exc}", file=sys.stderr)
         return exc.exit_code
     print(to_json(response))
     return EXIT_OK
+
+
+def _security(args: argparse.Namespace) -> tuple[ClientTls | None, str | None]:
+    """The TLS settings and bearer token of a call to --target."""
+    tls_flags = (args.tls_ca, args.tls_cert, args.tls_key)
+    if args.target is None:
+        if any(f is not None for f in tls_flags) or args.auth_token_file is not None:
+            raise CallFailedError(
+                EXIT_BAD_INPUT, "--tls-ca/--tls-cert/--tls-key/--auth-token-file need --target"
+            )
+        return None, None
+    tls = None if all(f is None for f in tls_flags) else ClientTls(*tls_flags)
+    try:
+        if tls is not None:
+            tls.credentials()
+        return tls, read_token(args.auth_token_file)
+    except (TlsConfigError, AuthConfigError) as exc:
+        raise CallFailedError(EXIT_BAD_INPUT, str(exc)) from None
+
+
+def _check_deadline(deadline_ms: float) -> None:
+    if not 0 < deadline_ms < float("inf"):
+        raise CallFailedError(
+            EXIT_BAD_INPUT, f"--deadline-ms: must be a finite number > 0, got {deadline_ms}"
+        )
 
 
 def _rpc(name: str) -> Rpc:
@@ -94,7 +139,7 @@ def parse_request(rpc: Rpc, text: str) -> Message:
     try:
         json_format.Parse(text, request)
     except json_format.ParseError as exc:
-        reason = " ".join(str(exc).split()).rstrip(".")
+        reason = describe_json_error(str(exc))
         raise CallFailedError(
             EXIT_BAD_INPUT, f"request is not a valid {rpc.name} JSON: {reason}"
         ) from None
@@ -102,7 +147,14 @@ def parse_request(rpc: Rpc, text: str) -> Message:
 
 
 def answer(
-    rpc: Rpc, request: Message, target: str | None, deadline_s: float, store: str | None = None
+    rpc: Rpc,
+    request: Message,
+    target: str | None,
+    deadline_s: float,
+    store: str | None = None,
+    *,
+    tls: ClientTls | None = None,
+    auth_token: str | None = None,
 ) -> Message:
     if target is None:
         cluster_store = ClusterStore(store)
@@ -120,7 +172,9 @@ def answer(
             cluster_store.close()
     if store is not None:
         raise CallFailedError(EXIT_BAD_INPUT, "--store applies in process only (no --target)")
-    with PlannerClient(target, deadline_s=deadline_s, retry=RetryPolicy()) as client:
+    with PlannerClient(
+        target, deadline_s=deadline_s, retry=RetryPolicy(), tls=tls, auth_token=auth_token
+    ) as client:
         try:
             return client.call(rpc, request)
         except PlannerError as exc:

@@ -9,9 +9,11 @@ import sys
 import threading
 from types import FrameType
 
+from planner.service.auth import TOKEN_ENV, AuthConfigError, read_token
 from planner.service.limits import ServiceLimits
 from planner.service.logs import configure
 from planner.service.server import PlannerServer, ServerConfig
+from planner.service.tls import ServerTls, TlsConfigError
 
 
 def default_store_path() -> str:
@@ -59,6 +61,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "triggers, memory lease ledgers); ':memory:' keeps none (default $PLANNER_STORE, else "
         "$XDG_STATE_HOME/planner/planner.sqlite3)",
     )
+    p.add_argument("--tls-cert", help="PEM certificate chain: serve TLS (with --tls-key)")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert (unencrypted)")
+    p.add_argument(
+        "--tls-client-ca",
+        help="PEM CA: mutual TLS, every client must present a certificate it signed",
+    )
+    p.add_argument(
+        "--auth-token-file",
+        help="file holding a bearer token every call but health checks must carry "
+        f"(`authorization: Bearer <token>`); default ${TOKEN_ENV}, else no token. "
+        "Off loopback it needs TLS",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", default="json", choices=["json", "text"])
     p.set_defaults(func=run)
@@ -74,19 +88,12 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) <= 0:
             print(f"planner serve: --{name.replace('_', '-')} must be > 0", file=sys.stderr)
             return 2
+    try:
+        config = _config(args)
+    except (TlsConfigError, AuthConfigError) as exc:
+        print(f"planner serve: {exc}", file=sys.stderr)
+        return 2
     configure(args.log_level, args.log_format)
-    config = ServerConfig(
-        host=args.host,
-        port=args.port,
-        metrics_port=args.metrics_port,
-        limits=ServiceLimits(
-            max_requests_per_snapshot=args.max_requests_per_snapshot,
-            max_message_bytes=args.max_message_bytes,
-            max_workers=args.max_workers,
-            max_concurrent_rpcs=args.max_concurrent_rpcs,
-        ),
-        store_path=args.store if args.store is not None else default_store_path(),
-    )
     # Handlers first: a supervisor may signal as soon as it reads the
     # "serving" line below, and the default action would kill the process.
     stop = threading.Event()
@@ -99,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = PlannerServer(config)
         server.start()
+    except TlsConfigError as exc:
+        print(f"planner serve: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"planner serve: {exc}", file=sys.stderr)
         return 1
@@ -108,3 +118,27 @@ def run(args: argparse.Namespace) -> int:
     stop.wait()
     server.stop()
     return 0
+
+
+def _config(args: argparse.Namespace) -> ServerConfig:
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise TlsConfigError("--tls-cert and --tls-key go together")
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        raise TlsConfigError("--tls-client-ca needs --tls-cert and --tls-key")
+    tls = None
+    if args.tls_cert is not None:
+        tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca)
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        metrics_port=args.metrics_port,
+        limits=ServiceLimits(
+            max_requests_per_snapshot=args.max_requests_per_snapshot,
+            max_message_bytes=args.max_message_bytes,
+            max_workers=args.max_workers,
+            max_concurrent_rpcs=args.max_concurrent_rpcs,
+        ),
+        store_path=args.store if args.store is not None else default_store_path(),
+        tls=tls,
+        auth_token=read_token(args.auth_token_file),
+    )

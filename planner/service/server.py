@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
+from planner.service.auth import BearerTokenInterceptor, require_tls_off_loopback
 from planner.service.cluster_store import ClusterStore
 from planner.service.errors import FailedPreconditionError, InvalidArgumentError
 from planner.service.limits import ServiceLimits
@@ -27,8 +28,19 @@ from planner.service.methods import CallContext, handle
 from planner.service.metrics import RpcMetrics
 from planner.service.offload_engines import OffloadEngines, warm_up
 from planner.service.serverless_tuners import ServerlessTuners
+from planner.service.tls import ServerTls
 
 SHUTDOWN_GRACE_S = 5.0
+# Calls in flight on one connection; above the default max_concurrent_rpcs,
+# so at defaults the server-wide limit (RESOURCE_EXHAUSTED) binds first and
+# this one only stops one connection from taking every slot.
+MAX_CONCURRENT_STREAMS = 128
+# Ping a connection idle this long, and drop it if the ping is not answered:
+# a client that vanished (kill -9, cable) stops holding its streams.
+KEEPALIVE_TIME_MS = 60_000
+KEEPALIVE_TIMEOUT_MS = 20_000
+# Clients may ping at most this often; more gets the connection closed.
+MIN_CLIENT_PING_INTERVAL_MS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +53,21 @@ class ServerConfig:
     # PlacementService's lease ledger);
     # None keeps it in memory.
     store_path: str | None = None
+    # None listens in plaintext.
+    tls: ServerTls | None = None
+    # With it, every call but health checks needs `authorization: Bearer <token>`.
+    auth_token: str | None = None
+
+    def __post_init__(self) -> None:
+        require_tls_off_loopback(self.host, self.auth_token, self.tls is not None)
 
 
 class PlannerServer:
     """A running planner gRPC server. port is the bound port (useful with 0)."""
 
     def __init__(self, config: ServerConfig) -> None:
+        # Read before anything is opened: a bad file stops the server here.
+        credentials = None if config.tls is None else config.tls.credentials()
         self.config = config
         self.metrics = RpcMetrics()
         self.offload_engines = OffloadEngines()
@@ -60,10 +81,18 @@ class PlannerServer:
                 max_workers=limits.max_workers, thread_name_prefix="planner-rpc"
             ),
             maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
+            interceptors=(
+                [] if config.auth_token is None else [BearerTokenInterceptor(config.auth_token)]
+            ),
             options=[
                 ("grpc.max_receive_message_length", limits.max_message_bytes),
                 ("grpc.max_send_message_length", limits.max_message_bytes),
                 ("grpc.so_reuseport", 0),
+                ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+                ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+                ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+                ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
+                ("grpc.http2.max_ping_strikes", 2),
             ],
         )
         self._server.add_generic_rpc_handlers(_generic_handlers(self))
@@ -74,7 +103,10 @@ class PlannerServer:
         )
         address = f"{_host_for_address(config.host)}:{config.port}"
         try:
-            self.port = self._server.add_insecure_port(address)
+            if credentials is None:
+                self.port = self._server.add_insecure_port(address)
+            else:
+                self.port = self._server.add_secure_port(address, credentials)
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {address}: {exc}") from exc
         if self.port == 0:
@@ -119,6 +151,12 @@ class PlannerServer:
             metrics_port=self.metrics_port,
             services=SERVICE_NAMES,
             store=self.cluster_store.path,
+            tls="off"
+            if self.config.tls is None
+            else "mutual"
+            if self.config.tls.client_ca_path
+            else "on",
+            auth="bearer" if self.config.auth_token is not None else "off",
         )
 
     def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
