@@ -32,6 +32,7 @@ from planner.bench.service_report import (
     markdown_section,
     text_report,
 )
+from planner.service.limits import ServiceLimits
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -46,10 +47,10 @@ DEFAULTS = {
     "form": "columns",
     "seed": 0,
     "max_workers": 8,
-    # Above the clients: gRPC frees a slot only after the response went out,
-    # so an engine calling again at once can find its last call still counted
-    # (tests/service/test_service_load.py). The server's default is 64.
-    "max_concurrent_rpcs": 128,
+    # The server's default, twice the clients: gRPC frees a slot only after
+    # the response went out, so an engine calling again at once can find its
+    # last call still counted (tests/service/test_service_load.py).
+    "max_concurrent_rpcs": ServiceLimits().max_concurrent_rpcs,
     "overload_duration_s": 8.0,
     "overload_limits": DEFAULT_OVERLOAD_LIMITS,
 }

@@ -238,7 +238,7 @@ def markdown_section(report: ServiceReport) -> str:
             "response went out, so at a limit equal to the clients an engine calling again "
             "at once is sometimes refused); `--overload` then runs unpaced clients against "
             "servers with the limits shown (`planner serve --max-workers W "
-            "--max-concurrent-rpcs C`), 8 workers and 64 RPCs being the server's defaults.",
+            "--max-concurrent-rpcs C`), the server's defaults being 8 workers and 128 RPCs.",
             "- Columns: OK/s is OK calls per second of the phase; latencies are OK calls' "
             "(p999 of a few thousand calls is near the maximum); *not OK* counts every other "
             "status with its median latency (a refusal runs no handler, but waits for the "
