@@ -27,6 +27,7 @@ from planner.policies.buddy import (
 )
 from planner.service.cluster_store import ClusterStore
 from planner.service.convert.cluster import (
+    MAX_BYTES,
     changes_to_proto,
     check_demand_instances,
     check_memory_instances,
@@ -160,7 +161,7 @@ def evaluate_drop_trigger_rpc(
                         i.hbm_rate_bytes_per_s if i.HasField("hbm_rate_bytes_per_s") else None
                     ),
                 )
-            except ValueError as exc:
+            except (ValueError, OverflowError) as exc:
                 raise InvalidArgumentError("now_s", f"instances[{k}]: {exc}") from None
             monitors[i.instance_id] = monitor.to_dict()
             t = cluster_pb2.InstanceTrigger(
@@ -168,7 +169,9 @@ def evaluate_drop_trigger_rpc(
                 drop=d.drop,
                 kv_rate_bytes_per_s=d.kv_rate_bytes_per_s,
                 hbm_rate_bytes_per_s=d.hbm_rate_bytes_per_s,
-                shortfall_bytes=d.shortfall_bytes,
+                # Rates derived over a tiny interval can predict more than
+                # int64 holds; any shortfall that large is "all of it".
+                shortfall_bytes=min(d.shortfall_bytes, MAX_BYTES),
             )
             tte = optional_seconds(d.time_to_exhaustion_s)
             if tte is not None:

@@ -95,11 +95,19 @@ def _plan_rotation(request: Message, ctx: CallContext) -> Message:
     return rotation_plan_to_proto(plan_rotation(snapshot, inputs))
 
 
+# Leaves room for step + window in the plan's int64 expiry_step.
+MAX_STEP = 1 << 62
+
+
+def _check_step(step: int) -> None:
+    if not 0 <= step <= MAX_STEP:
+        raise InvalidArgumentError("step", f"must be in [0, {MAX_STEP}], got {step}")
+
+
 def _plan_layer_offload(request: Message, ctx: CallContext) -> Message:
     assert isinstance(request, offload_pb2.PlanLayerOffloadRequest)
     batch, inputs = offload_request_from_proto(request, ctx.limits, ctx.time_remaining_s)
-    if request.step < 0:
-        raise InvalidArgumentError("step", f"must be >= 0, got {request.step}")
+    _check_step(request.step)
     try:
         plan = ctx.offload_engines.plan(request.engine_id, batch, inputs, request.step)
     except ValueError as exc:  # a backend that cannot take this model (e.g. too large)
@@ -119,8 +127,7 @@ def _report_step(request: Message, ctx: CallContext) -> Message:
     assert isinstance(request, offload_pb2.ReportStepRequest)
     if not request.engine_id:
         raise InvalidArgumentError("engine_id", "must name the engine that asked for the plan")
-    if request.step < 0:
-        raise InvalidArgumentError("step", f"must be >= 0, got {request.step}")
+    _check_step(request.step)
     positive("observed_step_s", request.observed_step_s)
     for i, c in enumerate(request.observed_layer_compute_s):
         non_negative(f"observed_layer_compute_s[{i}]", c)

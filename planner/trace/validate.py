@@ -1,12 +1,14 @@
 """The rules of a trace record (DESIGN.md §4), shared by the loader and the
 writer so that whatever `write_trace` writes, `load_trace` reads back.
 
-Per field: arrival_s a finite number >= 0; prompt_tokens and output_tokens
-integers >= 1; id, model, tenant non-empty strings; priority an integer;
-slo_ttft_s and slo_tbt_s finite numbers > 0; prefix_block_ids a list of
-integers >= 0. Integers are JSON integers (1.0 and 1.5 are not, and neither
-are true/false); numbers are integers or floats, never booleans. Unknown
-fields are rejected; an optional field given as null counts as absent.
+Per field: arrival_s a finite number of seconds in [0, MAX_ARRIVAL_S] (a
+year: larger values are milliseconds or Unix timestamps, refused with a
+hint); prompt_tokens and output_tokens integers in [1, MAX_TOKENS]; id,
+model, tenant non-empty strings; priority an int64; slo_ttft_s and slo_tbt_s
+finite numbers > 0; prefix_block_ids a list of int64s >= 0. Integers are
+JSON integers (1.0 and 1.5 are not, and neither are true/false); numbers
+are integers or floats, never booleans. Unknown fields are rejected; an
+optional field given as null counts as absent.
 Across lines: arrivals non-decreasing, ids unique.
 """
 
@@ -29,16 +31,18 @@ OPTIONAL_FIELDS = (
     "prefix_block_ids",
 )
 FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
+MAX_ARRIVAL_S = 366 * 86_400.0
+# Tokens of one request's prompt or output: far beyond any context window,
+# small enough that a replay can hold per-token state for it.
+MAX_TOKENS = 1 << 24
+MAX_INT64 = (1 << 63) - 1
 
 
-def _integer(value: object, line: int, field: str, minimum: int | None) -> int:
-    if (
-        isinstance(value, int)
-        and not isinstance(value, bool)
-        and (minimum is None or value >= minimum)
-    ):
+def _integer(value: object, line: int, field: str, minimum: int, maximum: int = MAX_INT64) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= maximum:
         return value
-    bound = "" if minimum is None else f" >= {minimum}"
+    too_big = isinstance(value, int) and not isinstance(value, bool) and value > maximum
+    bound = f" <= {maximum}" if too_big else f" >= {minimum}"
     raise TraceError(line, field, f"must be an integer{bound}, got {show_value(value)}")
 
 
@@ -54,6 +58,18 @@ def _number(value: object, line: int, field: str, *, positive: bool) -> float:
     raise TraceError(line, field, f"must be a finite number {bound}, got {show_value(value)}")
 
 
+def _arrival(value: object, line: int) -> float:
+    arrival = _number(value, line, "arrival_s", positive=False)
+    if arrival > MAX_ARRIVAL_S:
+        raise TraceError(
+            line,
+            "arrival_s",
+            f"must be seconds from the trace's start, at most {MAX_ARRIVAL_S:.0f} (a year), "
+            f"got {show_value(value)}: milliseconds or a Unix timestamp?",
+        )
+    return arrival
+
+
 def _string(value: object, line: int, field: str) -> str:
     if not isinstance(value, str) or not value:
         raise TraceError(line, field, f"must be a non-empty string, got {show_value(value)}")
@@ -63,7 +79,7 @@ def _string(value: object, line: int, field: str) -> str:
 def _block_ids(value: object, line: int, field: str) -> tuple[int, ...]:
     if not isinstance(value, list | tuple):
         raise TraceError(line, field, f"must be a list of integers >= 0, got {show_value(value)}")
-    if all(type(item) is int and item >= 0 for item in value):  # the common case, fast
+    if all(type(item) is int and 0 <= item <= MAX_INT64 for item in value):  # common, fast
         return tuple(value)
     for index, item in enumerate(value):
         _integer(item, line, f"{field}[{index}]", 0)
@@ -90,13 +106,17 @@ def request_from_object(obj: object, line: int) -> TraceRequest:
         return key in obj and obj[key] is not None
 
     return TraceRequest(
-        arrival_s=_number(obj["arrival_s"], line, "arrival_s", positive=False),
-        prompt_tokens=_integer(obj["prompt_tokens"], line, "prompt_tokens", 1),
-        output_tokens=_integer(obj["output_tokens"], line, "output_tokens", 1),
+        arrival_s=_arrival(obj["arrival_s"], line),
+        prompt_tokens=_integer(obj["prompt_tokens"], line, "prompt_tokens", 1, MAX_TOKENS),
+        output_tokens=_integer(obj["output_tokens"], line, "output_tokens", 1, MAX_TOKENS),
         id=_string(opt("id"), line, "id") if present("id") else None,
         model=_string(opt("model"), line, "model") if present("model") else None,
         tenant=_string(opt("tenant"), line, "tenant") if present("tenant") else None,
-        priority=_integer(opt("priority"), line, "priority", None) if present("priority") else None,
+        priority=(
+            _integer(opt("priority"), line, "priority", -MAX_INT64 - 1)
+            if present("priority")
+            else None
+        ),
         slo_ttft_s=(
             _number(opt("slo_ttft_s"), line, "slo_ttft_s", positive=True)
             if present("slo_ttft_s")

@@ -21,6 +21,12 @@ def positive(field: str, value: float) -> float:
     return value
 
 
+def at_most(field: str, value: float, high: float, unit: str = "") -> float:
+    if value > high:
+        raise InvalidArgumentError(field, f"must be <= {high}{unit}, got {value}")
+    return value
+
+
 def non_negative(field: str, value: float) -> float:
     finite(field, value)
     if value < 0:

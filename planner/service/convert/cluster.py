@@ -197,16 +197,29 @@ def _chunk_bytes(msg: cluster_pb2.KvExchangeParams) -> int:
                 "give the profiled gap, or stage_compute_s (and activation_bytes) to derive it",
             )
         gap = activation_gap_s(stage, activation, link)
+    if link * 1e9 * gap > MAX_BYTES:
+        raise InvalidArgumentError(
+            "exchange",
+            f"link_gbps x activation_gap_s is a chunk of more than {MAX_BYTES} bytes "
+            f"(link_gbps {link}, gap {gap} s): is the gap in seconds?",
+        )
     return exchange_chunk_bytes(link, gap, align)
+
+
+MAX_HORIZON_S = 86_400.0
+
+
+def _horizon(value: float) -> float:
+    if not non_negative("params.horizon_s", value) <= MAX_HORIZON_S:
+        raise InvalidArgumentError(
+            "params.horizon_s", f"must be in [0, {MAX_HORIZON_S}] seconds, got {value}"
+        )
+    return value
 
 
 def trigger_config_from_proto(msg: cluster_pb2.TriggerParams) -> TriggerConfig:
     d = TriggerConfig()
-    horizon = (
-        non_negative("params.horizon_s", msg.horizon_s)
-        if msg.HasField("horizon_s")
-        else d.horizon_s
-    )
+    horizon = _horizon(msg.horizon_s) if msg.HasField("horizon_s") else d.horizon_s
     w = d.ewma_weight
     if msg.HasField("ewma_weight"):
         w = finite("params.ewma_weight", msg.ewma_weight)
@@ -223,11 +236,7 @@ def restore_config_from_proto(msg: cluster_pb2.RestoreParams) -> RestoreConfig:
         if not 0 < low <= 1:
             raise InvalidArgumentError("params.low_watermark", f"must be in (0, 1], got {low}")
     hold = non_negative("params.hold_s", msg.hold_s) if msg.HasField("hold_s") else d.hold_s
-    horizon = (
-        non_negative("params.horizon_s", msg.horizon_s)
-        if msg.HasField("horizon_s")
-        else d.horizon_s
-    )
+    horizon = _horizon(msg.horizon_s) if msg.HasField("horizon_s") else d.horizon_s
     return RestoreConfig(low_watermark=low, hold_s=hold, horizon_s=horizon)
 
 
@@ -249,7 +258,7 @@ def check_memory_instances(
         byte_count(f"{path}.hbm_available_bytes", i.hbm_available_bytes)
         for name in ("kv_rate_bytes_per_s", "hbm_rate_bytes_per_s"):
             if i.HasField(name):
-                finite(f"{path}.{name}", getattr(i, name))
+                _rate(f"{path}.{name}", getattr(i, name))
 
 
 def check_demand_instances(msg: cluster_pb2.DecideRestoreRequest, limits: ServiceLimits) -> None:
@@ -266,7 +275,13 @@ def check_demand_instances(msg: cluster_pb2.DecideRestoreRequest, limits: Servic
         seen[i.instance_id] = k
         byte_count(f"{path}.kv_demand_bytes", i.kv_demand_bytes)
         byte_count(f"{path}.kv_capacity_bytes", i.kv_capacity_bytes)
-        finite(f"{path}.kv_rate_bytes_per_s", i.kv_rate_bytes_per_s)
+        _rate(f"{path}.kv_rate_bytes_per_s", i.kv_rate_bytes_per_s)
+
+
+def _rate(field: str, value: float) -> float:
+    if not abs(finite(field, value)) <= MAX_BYTES:
+        raise InvalidArgumentError(field, f"must be in [-{MAX_BYTES}, {MAX_BYTES}], got {value}")
+    return value
 
 
 def plan_to_proto(plan: BuddyPlan) -> cluster_pb2.BuddyPlan:

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from planner.domain.requests import DEFAULT_TBT_SLO_S, DEFAULT_TTFT_SLO_S, Slo
 from planner.profiles import HARDWARE_PROFILES, MODEL_PROFILES, HardwareProfile, ModelProfile
-from planner.service.convert.checks import non_negative, positive
+from planner.service.convert.checks import at_most, non_negative, positive
 from planner.service.errors import InvalidArgumentError
 from planner.v1 import common_pb2
 
+# A latency target beyond a day is a unit mistake; bounding it keeps
+# target x bandwidth products far inside int64.
+MAX_SLO_S = 86_400.0
+
+
+def slo_seconds(field: str, value: float) -> float:
+    return at_most(field, positive(field, value), MAX_SLO_S, " s")
+
 
 def slo_from_proto(field: str, msg: common_pb2.Slo) -> Slo:
-    ttft = positive(f"{field}.ttft_s", msg.ttft_s) if msg.HasField("ttft_s") else None
-    tbt = positive(f"{field}.tbt_s", msg.tbt_s) if msg.HasField("tbt_s") else None
+    ttft = slo_seconds(f"{field}.ttft_s", msg.ttft_s) if msg.HasField("ttft_s") else None
+    tbt = slo_seconds(f"{field}.tbt_s", msg.tbt_s) if msg.HasField("tbt_s") else None
     return Slo(
         ttft_s=DEFAULT_TTFT_SLO_S if ttft is None else ttft,
         tbt_s=DEFAULT_TBT_SLO_S if tbt is None else tbt,

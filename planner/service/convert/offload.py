@@ -8,8 +8,13 @@ import numpy as np
 
 from planner.domain.offload import DecodeBatch, OffloadInputs, OffloadParams, OffloadPlan
 from planner.profiles import IterationCostModel, ProfileError
-from planner.service.convert.checks import finite, non_negative, positive
-from planner.service.convert.common import hardware_from_proto, model_from_proto, slo_from_proto
+from planner.service.convert.checks import at_most, finite, non_negative, positive
+from planner.service.convert.common import (
+    MAX_SLO_S,
+    hardware_from_proto,
+    model_from_proto,
+    slo_from_proto,
+)
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.v1 import common_pb2, offload_pb2, solver_pb2
@@ -17,6 +22,8 @@ from planner.v1 import common_pb2, offload_pb2, solver_pb2
 MAX_LAYERS = 1024
 MAX_WINDOW_STEPS = 65_536
 MAX_TOKENS = 1 << 40
+# With MAX_SLO_S, keeps SLO x bandwidth (blocks per step) inside int64.
+MAX_BLOCKS_PER_S = 1e12
 DEFAULT_TIME_LIMIT_S = 0.05
 # Left of the caller's deadline for converting the plan and answering.
 DEADLINE_MARGIN_S = 0.002
@@ -59,7 +66,7 @@ def batch_from_proto(
             raise InvalidArgumentError(
                 f"{field}.deposited_tokens", f"must be >= 0, got {r.deposited_tokens}"
             )
-        non_negative(f"{field}.slo_tbt_s", r.slo_tbt_s)
+        at_most(f"{field}.slo_tbt_s", non_negative(f"{field}.slo_tbt_s", r.slo_tbt_s), MAX_SLO_S)
         if r.remaining_tokens < 0:
             raise InvalidArgumentError(
                 f"{field}.remaining_tokens", f"must be >= 0, got {r.remaining_tokens}"
@@ -149,7 +156,7 @@ def inputs_from_proto(
         non_negative(f"layer_compute_s[{i}]", c)
     bandwidth = msg.link_blocks_per_s
     if bandwidth:
-        positive("link_blocks_per_s", bandwidth)
+        at_most("link_blocks_per_s", positive("link_blocks_per_s", bandwidth), MAX_BLOCKS_PER_S)
     budget = msg.gpu_block_budget
     if budget < 0:
         raise InvalidArgumentError("gpu_block_budget", f"must be >= 0, got {budget}")
@@ -184,9 +191,16 @@ def inputs_from_proto(
             budget = cost.kv_blocks(bs) * model.num_layers
     if not math.isfinite(float(comp.sum())):
         raise InvalidArgumentError("layer_compute_s", "must be finite")
+    link = float(finite("link_blocks_per_s", bandwidth))
+    if float(comp.sum()) * link > MAX_TOKENS:
+        raise InvalidArgumentError(
+            "layer_compute_s",
+            f"a step of {float(comp.sum())} s at {link} blocks/s moves more than "
+            f"{MAX_TOKENS} blocks (times in seconds, bandwidth in blocks per second?)",
+        )
     return OffloadInputs(
         layer_compute_s=comp,
-        link_blocks_per_s=float(finite("link_blocks_per_s", bandwidth)),
+        link_blocks_per_s=link,
         gpu_block_budget=int(budget),
         block_size_tokens=bs,
         params=params,

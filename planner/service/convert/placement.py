@@ -446,6 +446,8 @@ def matching_to_proto(server_id: str, m: ServerMatching) -> placement_pb2.Server
 
 MAX_CFS_REQUESTS = 100_000
 MAX_TOKENS = 1 << 40
+# Leaves room for iteration + reschedule_every in the response's int64.
+MAX_ITERATION = 1 << 62
 
 
 def cfs_request_from_proto(msg: placement_pb2.PartitionBatchRequest) -> CfsInputs:
@@ -459,8 +461,8 @@ def cfs_request_from_proto(msg: placement_pb2.PartitionBatchRequest) -> CfsInput
         raise InvalidArgumentError("block_size", "must be in [0, 65536] (0: 16)")
     if msg.reschedule_every < 0:
         raise InvalidArgumentError("reschedule_every", "must be >= 0 (0: 8)")
-    if msg.iteration < 0:
-        raise InvalidArgumentError("iteration", "must be >= 0")
+    if not 0 <= msg.iteration <= MAX_ITERATION:
+        raise InvalidArgumentError("iteration", f"must be in [0, {MAX_ITERATION}]")
     seen: set[str] = set()
     out = []
     for i, r in enumerate(msg.requests):

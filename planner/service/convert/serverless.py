@@ -32,6 +32,16 @@ MAX_TOKENS = 1 << 24
 DEFAULT_TIME_LIMIT_S = 0.2
 DEADLINE_MARGIN_S = 0.002
 DEFAULT_UTILIZATION_CAP = 0.9
+# Bounds that keep the placement's link-demand coefficients (bytes / tpot)
+# in the range the solver's integer scaling represents exactly; each is far
+# beyond any real model or link.
+MIN_TPOT_S = 1e-6
+MAX_TPOT_S = 3600.0
+MAX_GBPS = 1e6
+MIN_LINK_GBPS = 1e-3
+MIN_UTILIZATION_CAP = 1e-3
+MAX_WEIGHT = 1e6
+MAX_MODEL_BYTES = 1 << 50
 
 
 def _id(field: str, value: str) -> str:
@@ -77,18 +87,26 @@ def _slices(field: str, msgs: Sequence[serverless_pb2.MigSliceSpec]) -> list[Mig
     return out
 
 
+def _in_range(field: str, value: float, low: float, high: float) -> float:
+    if not low <= finite(field, value) <= high:
+        raise InvalidArgumentError(field, f"must be in [{low}, {high}], got {value}")
+    return value
+
+
 def link_from_proto(field: str, msg: serverless_pb2.C2cLink) -> tuple[float, float]:
     """(link_gbps, utilization_cap)."""
     gbps = (
-        positive(f"{field}.link_gbps", msg.link_gbps)
+        _in_range(f"{field}.link_gbps", msg.link_gbps, MIN_LINK_GBPS, MAX_GBPS)
         if msg.HasField("link_gbps")
         else GH200_C2C_LINK.sustained_gbps
     )
     cap = DEFAULT_UTILIZATION_CAP
     if msg.HasField("utilization_cap"):
         cap = finite(f"{field}.utilization_cap", msg.utilization_cap)
-        if not 0.0 < cap <= 1.0:
-            raise InvalidArgumentError(f"{field}.utilization_cap", f"must be in (0, 1], got {cap}")
+        if not MIN_UTILIZATION_CAP <= cap <= 1.0:
+            raise InvalidArgumentError(
+                f"{field}.utilization_cap", f"must be in [{MIN_UTILIZATION_CAP}, 1], got {cap}"
+            )
     return gbps, cap
 
 
@@ -103,8 +121,10 @@ def builtin_model(field: str, name: str) -> ModelProfile:
 def model_from_proto(field: str, msg: serverless_pb2.ServerlessModelSpec) -> ServerlessModel:
     name = _id(f"{field}.name", msg.name)
     weight_bytes = msg.weight_bytes
-    if weight_bytes < 0:
-        raise InvalidArgumentError(f"{field}.weight_bytes", f"must be >= 0, got {weight_bytes}")
+    if not 0 <= weight_bytes <= MAX_MODEL_BYTES:
+        raise InvalidArgumentError(
+            f"{field}.weight_bytes", f"must be in [0, {MAX_MODEL_BYTES}], got {weight_bytes}"
+        )
     if weight_bytes == 0:
         profile_field = f"{field}.profile_name" if msg.profile_name else f"{field}.weight_bytes"
         if not msg.profile_name and find_model(name) is None:
@@ -112,13 +132,18 @@ def model_from_proto(field: str, msg: serverless_pb2.ServerlessModelSpec) -> Ser
                 profile_field, "must be > 0 unless profile_name (or name) is a built-in model"
             )
         weight_bytes = builtin_model(profile_field, msg.profile_name or name).param_bytes
-    positive(f"{field}.tpot_s", msg.tpot_s)
-    if msg.hbm_bytes < 0:
-        raise InvalidArgumentError(f"{field}.hbm_bytes", f"must be >= 0, got {msg.hbm_bytes}")
-    non_negative(f"{field}.hbm_gbps", msg.hbm_gbps)
+    _in_range(f"{field}.tpot_s", msg.tpot_s, MIN_TPOT_S, MAX_TPOT_S)
+    if not 0 <= msg.hbm_bytes <= MAX_MODEL_BYTES:
+        raise InvalidArgumentError(
+            f"{field}.hbm_bytes", f"must be in [0, {MAX_MODEL_BYTES}], got {msg.hbm_bytes}"
+        )
+    _in_range(f"{field}.hbm_gbps", msg.hbm_gbps, 0, MAX_GBPS)
     if msg.min_sms < 0:
         raise InvalidArgumentError(f"{field}.min_sms", f"must be >= 0, got {msg.min_sms}")
-    weight = positive(f"{field}.weight", msg.weight) if msg.HasField("weight") else 1.0
+    weight = 1.0
+    if msg.HasField("weight"):
+        positive(f"{field}.weight", msg.weight)
+        weight = _in_range(f"{field}.weight", msg.weight, 0, MAX_WEIGHT)
     return ServerlessModel(
         name=name,
         weight_bytes=weight_bytes,
