@@ -34,7 +34,7 @@ SHUTDOWN_GRACE_S = 5.0
 # Calls in flight on one connection; above the default max_concurrent_rpcs,
 # so at defaults the server-wide limit (RESOURCE_EXHAUSTED) binds first and
 # this one only stops one connection from taking every slot.
-MAX_CONCURRENT_STREAMS = 128
+MAX_CONCURRENT_STREAMS = 256
 # Ping a connection idle this long, and drop it if the ping is not answered:
 # a client that vanished (kill -9, cable) stops holding its streams.
 KEEPALIVE_TIME_MS = 60_000
