@@ -32,7 +32,7 @@ import numpy as np
 from planner.domain.placement import Placement, PlacementInputs, PlacerObjective
 from planner.policies.aqua.placer_balance import mem_floor_mb
 from planner.policies.aqua.placer_counts import deal, min_eq_counts
-from planner.policies.aqua.placer_phases import eq_then_memory
+from planner.policies.aqua.placer_phases import Phased, eq_then_memory, phased_bound_mb
 from planner.solvers import AUTO, Backend, Model, SolveOptions, Status, solve
 
 MB = 10**6
@@ -52,6 +52,9 @@ COUNTS_MIN_S_PER_SERVER = 2e-3
 # the rest unless the placement already meets the bound.
 PATTERNS_SHARE = 0.4
 BALANCE_SHARE = 0.7
+# ... and the memory window proof (placer_window.py) until this share; when
+# it ran, the full model is not solved (its LP bound stays at the mean).
+PROOF_SHARE = 0.95
 # ... or this share where the solver could not be set up in the rest.
 NO_SOLVER_BALANCE_SHARE = 0.95
 
@@ -576,7 +579,7 @@ def place_models(
     if n == 0:
         return Placement((), 0.0, (0,) * s_count, (0,) * s_count, 0, "OPTIMAL", "none")
     current = [m.current_server for m in inputs.models]
-    proved_e: int | None = None
+    phased: Phased | None = None
     # The warm start's share of the budget: half, or nearly all where the
     # solver could not even be set up in the rest (1,024 GPUs under 5 s).
     share, balance_share = 0.5, BALANCE_SHARE
@@ -588,9 +591,8 @@ def place_models(
     ):
         start = [int(c) for c in current if c is not None]
     else:
-        phased = None
         if lower_bound_bytes(inputs) is not None:
-            # Fresh, default objective: the two phases (placer_phases.py);
+            # Fresh, default objective: the phases (placer_phases.py);
             # the greedy path below only where they give no answer in time.
             phased = eq_then_memory(
                 inputs,
@@ -598,9 +600,10 @@ def place_models(
                 eq_lower_bound(inputs),
                 eq_deadline=started + PATTERNS_SHARE * time_limit_s,
                 memory_deadline=started + balance_share * time_limit_s,
+                proof_deadline=started + PROOF_SHARE * time_limit_s,
             )
         if phased is not None:
-            start, proved_e = phased.servers, phased.e_star
+            start = phased.servers
         else:
             start = greedy_placement(inputs)
             if start is not None and not fits(inputs, start):
@@ -616,9 +619,9 @@ def place_models(
                 start = paired
     e_low: int | None = None
     bound = lower_bound_bytes(inputs)
-    if bound is not None and proved_e is not None:
-        e_low = proved_e
-        bound = _bound_with(inputs, e_low)
+    if bound is not None and phased is not None:
+        e_low = phased.e_star
+        bound = float(phased_bound_mb(inputs, phased) * MB)
     elif bound is not None:
         # The eq phase on aggregated counts (placer_counts.py): a placement
         # with the least max |eq| and, when proved, a tighter bound on E.
@@ -656,9 +659,27 @@ def place_models(
                 best_bound_bytes=bound,
                 gap=_gap(value, bound),
                 wall_time_s=time.perf_counter() - started,
-                note="the warm start meets the lower bound (mean |R| + G_mem x the least max "
-                "|eq|)" + ("" if value <= bound else f" within relative_gap {relative_gap:g}"),
+                note="the warm start meets the lower bound (memory floor + G_mem x the least "
+                "max |eq|)" + ("" if value <= bound else f" within relative_gap {relative_gap:g}"),
             )
+    if start is not None and bound is not None and phased is not None and phased.thresholds:
+        # The memory window proof had the solver's time: the full model
+        # would start from the same placement with a weaker bound.
+        value, mem, eq, moves = evaluate(inputs, start)
+        tried = ", ".join(f"{t / 1000:g} GB {said}" for t, said in phased.thresholds)
+        return Placement(
+            servers=tuple(start),
+            objective_bytes=value,
+            mem_bytes=tuple(mem),
+            eq=tuple(eq),
+            moves=moves,
+            status="FEASIBLE",
+            backend=str(backend),
+            best_bound_bytes=bound,
+            gap=_gap(value, bound),
+            wall_time_s=time.perf_counter() - started,
+            note=f"memory window proof (max |mem| <= T under the least max |eq|): {tried}",
+        )
     num_vars = n * s_count + 2  # x, M and E
     left = time_limit_s - (time.perf_counter() - started)
     if start is not None and left < SOLVER_SETUP_S_PER_VAR * num_vars:
