@@ -10,11 +10,17 @@ The scheduler side learns of preemptions from PlannerScheduler (vLLM frees a
 preempted request's blocks inside its scheduler, before any connector hook),
 so this connector needs that scheduler. The worker copies with
 planner.kernels' reference block copy: D2H in handle_preemptions (before
-the model runner zeroes reused blocks), H2D in start_load_kv."""
+the model runner zeroes reused blocks), H2D in start_load_kv.
+
+With additional_config.planner.layer_offload set, it also carries out the
+planner's layer-offload plans: offloaded layers' KV lives in CPU memory and
+is fetched per layer in wait_for_layer_load and saved back in save_kv_layer
+(layer_ledger.py, layer_fetch.py); each step's per-layer timings go back to
+the scheduler as kv_connector_worker_meta."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,9 +29,13 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorWorkerMetadata,
 )
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
+from .layer_fetch import LayerFetcher, LayerTimings
+from .layer_ledger import LayerOffloadLedger, LayerStep, ScheduledRequest
+from .settings import PlannerSettings
 from .swap_ledger import StepCopies, SwapLedger
 
 if TYPE_CHECKING:
@@ -35,6 +45,7 @@ if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
 NUM_CPU_BLOCKS_KEY = "num_cpu_blocks"
@@ -43,6 +54,7 @@ NUM_CPU_BLOCKS_KEY = "num_cpu_blocks"
 @dataclass(frozen=True)
 class SwapMetadata(KVConnectorMetadata):
     copies: StepCopies
+    layers: LayerStep = field(default_factory=LayerStep)
 
 
 def _num_cpu_blocks(extra: dict[str, Any]) -> int:
@@ -83,6 +95,35 @@ class PlannerSwapConnector(KVConnectorBase_V1):
         # Worker side: per layer, the block-major GPU view and its CPU pool.
         self.gpu_layers: dict[str, torch.Tensor] = {}
         self.cpu_layers: dict[str, torch.Tensor] = {}
+        # Layer offload, when on: the planner's layer l is the first KV cache
+        # group's l-th layer in model order.
+        self.layer_offload = PlannerSettings.from_additional_config(
+            vllm_config.additional_config
+        ).layer_offload
+        groups = kv_cache_config.kv_cache_groups
+        self.layer_names = sorted(groups[0].layer_names, key=_model_order) if groups else []
+        self.num_offload_cpu_blocks = (
+            self.layer_offload.num_cpu_blocks or self.num_gpu_blocks
+            if self.layer_offload is not None
+            else 0
+        )
+        self.layer_ledger: LayerOffloadLedger | None = (
+            LayerOffloadLedger(
+                len(self.layer_names), self.num_offload_cpu_blocks, self.block_size_tokens
+            )
+            if self.layer_offload is not None and self.layer_names
+            else None
+        )
+        self.layer_fetcher: LayerFetcher | None = None
+        # The last step's timings from the workers (scheduler side).
+        self._timings: list[LayerTimings] = []
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
+        # Layer offload's per-layer hooks cannot run inside a captured CUDA
+        # graph. vLLM asks with kv_connector_extra_config only, which does
+        # not say whether layer offload (additional_config) is on: always ask.
+        return True
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -95,6 +136,24 @@ class PlannerSwapConnector(KVConnectorBase_V1):
         """Called by PlannerScheduler just before vLLM frees a preempted
         request's blocks."""
         return self.ledger.swap_out(request.request_id, gpu_block_ids, request.num_computed_tokens)
+
+    def preempt_layers(self, request: Request, gpu_block_ids: list[int], swapped: bool) -> None:
+        """Called by PlannerScheduler at a preemption, before swap_out's
+        copies run: a swapped request's offloaded layers come back into its
+        GPU blocks first; a recomputed one's are dropped."""
+        if self.layer_ledger is None:
+            return
+        if swapped:
+            self.layer_ledger.preempt(
+                request.request_id, gpu_block_ids, request.num_computed_tokens
+            )
+        else:
+            self.layer_ledger.drop(request.request_id)
+
+    def take_layer_timings(self) -> list[LayerTimings]:
+        """Per-layer timings the workers reported since the last call."""
+        timings, self._timings = self._timings, []
+        return timings
 
     def get_num_new_matched_tokens(
         self, request: Request, num_computed_tokens: int
@@ -118,12 +177,30 @@ class PlannerSwapConnector(KVConnectorBase_V1):
         self.ledger.swap_in(request.request_id, list(gpu_block_ids), local, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
-        return SwapMetadata(self.ledger.take_step())
+        if self.layer_ledger is None:
+            return SwapMetadata(self.ledger.take_step())
+        manager = self._kv_cache_manager
+        assert manager is not None, "vLLM binds the KV cache manager before scheduling"
+        for rid, start in _computed_tokens(scheduler_output):
+            (gpu_block_ids, *_) = manager.get_block_ids(rid)
+            self.layer_ledger.schedule(
+                ScheduledRequest(
+                    rid, start, scheduler_output.num_scheduled_tokens[rid], tuple(gpu_block_ids)
+                )
+            )
+        return SwapMetadata(self.ledger.take_step(), self.layer_ledger.take_step())
+
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
+        meta = connector_output.kv_connector_worker_meta
+        if isinstance(meta, LayerTimings):
+            self._timings.append(meta)
 
     def request_finished(
         self, request: Request, block_ids: list[int]
     ) -> tuple[bool, dict[str, Any] | None]:
         self.ledger.drop(request.request_id)
+        if self.layer_ledger is not None:
+            self.layer_ledger.drop(request.request_id)
         self._local_tokens.pop(request.request_id, None)
         return False, None
 
@@ -139,9 +216,26 @@ class PlannerSwapConnector(KVConnectorBase_V1):
                 device="cpu",
                 pin_memory=gpu.is_cuda,
             )
+        if self.layer_offload is not None:
+            self.layer_fetcher = LayerFetcher(
+                self.layer_names,
+                {name: self.gpu_layers[name] for name in self.layer_names},
+                {
+                    name: torch.zeros(
+                        (self.num_offload_cpu_blocks, *self.gpu_layers[name].shape[1:]),
+                        dtype=self.gpu_layers[name].dtype,
+                        device="cpu",
+                        pin_memory=self.gpu_layers[name].is_cuda,
+                    )
+                    for name in self.layer_names
+                },
+            )
 
     def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
         assert isinstance(kv_connector_metadata, SwapMetadata)
+        if self.layer_fetcher is not None:
+            self.layer_fetcher.begin_step(kv_connector_metadata.layers)
+            self.layer_fetcher.restore()
         out = kv_connector_metadata.copies.swap_out
         if len(out):
             src, dst = torch.tensor(out.src), torch.tensor(out.dst)
@@ -158,8 +252,10 @@ class PlannerSwapConnector(KVConnectorBase_V1):
                 copy_blocks_reference(self.cpu_layers[name], gpu, src, dst)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        # start_load_kv copies every layer before the forward begins.
-        return
+        # Swap-in copies every layer before the forward begins; layer offload
+        # fetches this layer's offloaded KV now, just before its attention.
+        if self.layer_fetcher is not None:
+            self.layer_fetcher.wait_for_layer_load(layer_name)
 
     def save_kv_layer(
         self,
@@ -168,8 +264,28 @@ class PlannerSwapConnector(KVConnectorBase_V1):
         attn_metadata: AttentionMetadata,
         **kwargs: Any,
     ) -> None:
-        # Swap-out copies whole blocks at preemption, not per layer.
-        return
+        # Swap-out copies whole blocks at preemption, not per layer; layer
+        # offload saves what this step wrote to an offloaded layer.
+        if self.layer_fetcher is not None:
+            self.layer_fetcher.save_kv_layer(layer_name)
 
     def wait_for_save(self) -> None:
         return
+
+    def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
+        return self.layer_fetcher.take_timings() if self.layer_fetcher is not None else None
+
+
+def _computed_tokens(scheduler_output: SchedulerOutput) -> list[tuple[str, int]]:
+    """(request id, tokens whose KV exists before this step) of every
+    request the step runs."""
+    cached = scheduler_output.scheduled_cached_reqs
+    pairs = [(r.req_id, r.num_computed_tokens) for r in scheduler_output.scheduled_new_reqs]
+    pairs.extend(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
+    return pairs
+
+
+def _model_order(layer_name: str) -> tuple[int, ...]:
+    """The sort key of model order: "model.layers.12.self_attn.attn" ->
+    (12,), so "layers.10" comes after "layers.9"."""
+    return tuple(int(part) for part in layer_name.split(".") if part.isdigit())

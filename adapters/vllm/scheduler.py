@@ -7,7 +7,9 @@ vLLM's own. Selected with
     --scheduler-cls planner.adapters.vllm.scheduler.PlannerScheduler
 
 With PlannerSwapConnector as KV connector, preempted requests are swapped
-to CPU memory instead of recomputed."""
+to CPU memory instead of recomputed, and with
+additional_config.planner.layer_offload the decode batch runs the planner's
+layer-offload plans (layer_offload.py)."""
 
 from __future__ import annotations
 
@@ -30,9 +32,12 @@ from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
+from planner.domain.requests import DEFAULT_TBT_SLO_S
 from planner.v1 import common_pb2
 
 from .connector import PlannerSwapConnector
+from .layer_offload import DecodeView, LayerOffloadPlanner
+from .output_deposit import OutputDeposit
 from .request_clock import RequestClock
 from .settings import PlannerSettings
 
@@ -58,6 +63,30 @@ class PlannerScheduler(AsyncScheduler):
             self._slo.ttft_s = self.planner_settings.slo_ttft_s
         if self.planner_settings.slo_tbt_s is not None:
             self._slo.tbt_s = self.planner_settings.slo_tbt_s
+        self.layer_planner = self._layer_planner()
+        offload = self.planner_settings.layer_offload
+        self.output_deposit = (
+            OutputDeposit() if offload is not None and offload.token_deposit else None
+        )
+
+    def _layer_planner(self) -> LayerOffloadPlanner | None:
+        offload = self.planner_settings.layer_offload
+        if offload is None:
+            return None
+        connector = self.connector
+        if not isinstance(connector, PlannerSwapConnector) or connector.layer_ledger is None:
+            raise ValueError(
+                "additional_config.planner.layer_offload: needs PlannerSwapConnector as the "
+                "KV connector (--kv-transfer-config, see docs/adapters.md)"
+            )
+        ledger = connector.layer_ledger
+        return LayerOffloadPlanner(
+            offload,
+            self.planner_settings.target,
+            ledger,
+            offload.gpu_block_budget or connector.num_gpu_blocks * ledger.num_layers,
+            self.planner_settings.slo_tbt_s,
+        )
 
     @property
     def planner_counters(self) -> FallbackCounters:
@@ -67,6 +96,8 @@ class PlannerScheduler(AsyncScheduler):
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         now_s = self.now()
+        if self.layer_planner is not None:
+            self.layer_planner.before_step(self.decode_views())
         actions = self._ask_planner(now_s) if self.waiting else None
         self.last_actions = actions
         if actions is None or actions.fcfs:
@@ -87,7 +118,28 @@ class PlannerScheduler(AsyncScheduler):
             now_s,
         )
         self.request_clock.forget(self.requests)
+        if self.layer_planner is not None and isinstance(self.connector, PlannerSwapConnector):
+            batch = [v.request_id for v in self.decode_views()]
+            for t in self.connector.take_layer_timings():
+                self.layer_planner.report(t.step_s, t.compute_s, t.link_blocks_per_s, batch)
+            if self.output_deposit is not None:
+                slo_s = self.planner_settings.slo_tbt_s or DEFAULT_TBT_SLO_S
+                depositing = dict.fromkeys(self.layer_planner.placed(), slo_s)
+                outputs = self.output_deposit.apply(outputs, depositing, self.requests, now_s)
         return outputs
+
+    def decode_views(self) -> list[DecodeView]:
+        """Running requests past their prompt: the batch layer offload plans."""
+        return [
+            DecodeView(
+                r.request_id,
+                r.num_computed_tokens,
+                max(0, (r.max_tokens or 0) - r.num_output_tokens),
+                self.output_deposit.balance(r.request_id) if self.output_deposit else 0,
+            )
+            for r in self.running
+            if r.num_computed_tokens >= r.num_prompt_tokens
+        ]
 
     def _preempt_request(
         self, request: Request, timestamp: float, drop_stale_output: bool = False
@@ -96,7 +148,8 @@ class PlannerScheduler(AsyncScheduler):
         connector = self.connector
         if isinstance(connector, PlannerSwapConnector):
             (block_ids, *_) = self.kv_cache_manager.get_block_ids(request.request_id)
-            connector.swap_out(request, list(block_ids))
+            swapped = connector.swap_out(request, list(block_ids))
+            connector.preempt_layers(request, list(block_ids), swapped)
         super()._preempt_request(request, timestamp, drop_stale_output)
 
     # ---- the planner's part ---------------------------------------------
@@ -184,4 +237,6 @@ class PlannerScheduler(AsyncScheduler):
 
     def shutdown(self) -> None:
         self.planner_link.close()
+        if self.layer_planner is not None:
+            self.layer_planner.close()
         super().shutdown()

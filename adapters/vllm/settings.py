@@ -10,6 +10,8 @@ from typing import Any
 
 from planner.adapters.common.link import DEFAULT_DEADLINE_S
 
+from .layer_offload_settings import LayerOffloadSettings
+
 CONFIG_KEY = "planner"
 
 
@@ -21,6 +23,8 @@ class PlannerSettings:
     # Request-level SLOs sent with every snapshot; None takes the planner's.
     slo_ttft_s: float | None = None
     slo_tbt_s: float | None = None
+    # Layer offload (OrbitFlow) on when set.
+    layer_offload: LayerOffloadSettings | None = None
 
     @classmethod
     def from_additional_config(cls, additional: Any) -> PlannerSettings:
@@ -29,7 +33,7 @@ class PlannerSettings:
             return cls()
         if not isinstance(raw, Mapping):
             raise ValueError(f"additional_config.{CONFIG_KEY}: must be an object, got {raw!r}")
-        known = {"target", "deadline_ms", "slo_ttft_s", "slo_tbt_s"}
+        known = {"target", "deadline_ms", "slo_ttft_s", "slo_tbt_s", "layer_offload"}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(
@@ -45,6 +49,9 @@ class PlannerSettings:
             deadline_s=deadline_ms / 1e3 if deadline_ms is not None else DEFAULT_DEADLINE_S,
             slo_ttft_s=_positive(raw, "slo_ttft_s"),
             slo_tbt_s=_positive(raw, "slo_tbt_s"),
+            layer_offload=LayerOffloadSettings.from_raw(raw["layer_offload"])
+            if "layer_offload" in raw
+            else None,
         )
 
 

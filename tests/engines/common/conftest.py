@@ -1,10 +1,17 @@
 """Shared cases of the common adapter tests: a small snapshot under memory
-contention."""
+contention, and a gRPC server whose OffloadService never answers."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
 import pytest
 from planner.adapters.common.snapshot import EngineRequestView, PoolSizes, ViewState
+
+from planner.rpc import RPCS
 
 
 @pytest.fixture
@@ -24,3 +31,34 @@ def views() -> list[EngineRequestView]:
         ),
         EngineRequestView("w-late", ViewState.WAITING, 64, 0, 0, 0, 0, arrival_s=90.0),
     ]  # fmt: skip
+
+
+@pytest.fixture
+def stuck_offload_server() -> Iterator[str]:
+    """host:port of a gRPC server whose OffloadService handlers block until
+    the test ends: every call runs into its deadline."""
+    release = threading.Event()
+
+    def block(request: object, context: grpc.ServicerContext) -> object:
+        release.wait()
+        context.abort(grpc.StatusCode.CANCELLED, "released")
+
+    rpcs = [RPCS[f"OffloadService.{name}"] for name in ("PlanLayerOffload", "ReportStep")]
+    handler = grpc.method_handlers_generic_handler(
+        rpcs[0].full_service,
+        {
+            rpc.name: grpc.unary_unary_rpc_method_handler(
+                block,
+                request_deserializer=rpc.request_type.FromString,
+                response_serializer=lambda m: m.SerializeToString(),
+            )
+            for rpc in rpcs
+        },
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers([handler])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    release.set()
+    server.stop(grace=None).wait()

@@ -7,6 +7,11 @@ from __future__ import annotations
 import copy
 
 import pytest
+
+from . import SKIP_REASON
+
+pytest.importorskip("vllm", reason=SKIP_REASON)
+
 import torch
 from planner.adapters.vllm.connector import PlannerSwapConnector, SwapMetadata
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole

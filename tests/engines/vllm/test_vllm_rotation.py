@@ -8,6 +8,11 @@ is stuck."""
 from __future__ import annotations
 
 import pytest
+
+from . import SKIP_REASON
+
+pytest.importorskip("vllm", reason=SKIP_REASON)
+
 from planner.adapters.common.counters import FallbackReason
 
 pytestmark = pytest.mark.engines

@@ -9,6 +9,11 @@ import copy
 
 import pytest
 
+from . import SKIP_REASON
+
+pytest.importorskip("vllm", reason=SKIP_REASON)
+
+
 pytest.importorskip("vllm", reason="vLLM is not installed here (run `make test-engines`)")
 
 from planner.adapters.vllm.plugin import register
