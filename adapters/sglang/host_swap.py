@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
-from planner.kernels.transfer_ref import copy_blocks_reference  # type: ignore[import-not-found, unused-ignore]
+from planner.kernels.transfer_ref import copy_blocks_reference
 
 from .engine_types import DeviceKVPool, HostKVPool
 

@@ -173,10 +173,7 @@ def rotate_out(scheduler: Scheduler, batch: ScheduleBatch, victims: tuple[str, .
 def register() -> None:
     """The ``sglang.srt.plugins`` entry point. SGLang runs it in every
     process before applying hooks."""
-    from sglang.srt.plugins.hook_registry import (  # type: ignore[import-not-found, unused-ignore]
-        HookRegistry,
-        HookType,
-    )
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     config = PluginConfig.from_env(os.environ)
     if not config.enabled:

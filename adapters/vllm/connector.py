@@ -52,7 +52,7 @@ NUM_CPU_BLOCKS_KEY = "num_cpu_blocks"
 
 
 @dataclass(frozen=True)
-class SwapMetadata(KVConnectorMetadata):
+class SwapMetadata(KVConnectorMetadata):  # type: ignore[misc, unused-ignore]
     copies: StepCopies
     layers: LayerStep = field(default_factory=LayerStep)
 
@@ -79,7 +79,7 @@ def block_major(cache: torch.Tensor, num_gpu_blocks: int) -> torch.Tensor:
     )
 
 
-class PlannerSwapConnector(KVConnectorBase_V1):
+class PlannerSwapConnector(KVConnectorBase_V1):  # type: ignore[misc, unused-ignore]
     _cache_hit_source = CacheHitSource.HOST
 
     def __init__(

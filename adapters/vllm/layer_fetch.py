@@ -19,7 +19,7 @@ from .swap_ledger import BlockCopies
 
 
 @dataclass(frozen=True)
-class LayerTimings(KVConnectorWorkerMetadata):
+class LayerTimings(KVConnectorWorkerMetadata):  # type: ignore[misc, unused-ignore]
     """One step as a worker saw it, per layer index: seconds spent fetching
     (the stall before attention could start), blocks fetched, and compute
     seconds (from the end of its fetch to the start of the next layer's,

@@ -42,7 +42,7 @@ from .request_clock import RequestClock
 from .settings import PlannerSettings
 
 
-class PlannerScheduler(AsyncScheduler):
+class PlannerScheduler(AsyncScheduler):  # type: ignore[misc, unused-ignore]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.planner_settings = PlannerSettings.from_additional_config(
@@ -110,7 +110,9 @@ class PlannerScheduler(AsyncScheduler):
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[int, EngineCoreOutputs]:
-        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        outputs: dict[int, EngineCoreOutputs] = super().update_from_output(
+            scheduler_output, model_runner_output
+        )
         now_s = self.now()
         sampled = model_runner_output.sampled_token_ids
         self.request_clock.mark_tokens(

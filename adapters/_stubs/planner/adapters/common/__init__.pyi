@@ -1,0 +1,1 @@
+from adapters.common import *  # noqa: F403

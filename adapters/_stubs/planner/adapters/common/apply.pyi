@@ -1,0 +1,1 @@
+from adapters.common.apply import *  # noqa: F403

@@ -1,0 +1,1 @@
+from adapters.common.counters import *  # noqa: F403

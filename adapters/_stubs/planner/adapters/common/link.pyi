@@ -1,0 +1,1 @@
+from adapters.common.link import *  # noqa: F403

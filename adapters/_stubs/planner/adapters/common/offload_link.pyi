@@ -1,0 +1,1 @@
+from adapters.common.offload_link import *  # noqa: F403

@@ -1,0 +1,1 @@
+from adapters.common.snapshot import *  # noqa: F403

@@ -1,0 +1,1 @@
+from kernels.transfer_ref import *  # noqa: F403
