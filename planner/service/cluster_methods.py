@@ -6,7 +6,9 @@ state lives in the durable ClusterStore as one JSON document:
      "restore": {group key: RestoreMonitor.to_dict()}}
 
 A handler reads and writes it in one transaction, so an answered call's
-change survives a crash of the server."""
+change survives a crash of the server. A call with an idempotency key and a
+cluster_id is answered once (ClusterStore.answer): its retries get the
+recorded answer with replayed = true."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from planner.service.convert.cluster import (
     check_demand_instances,
     check_memory_instances,
     cluster_id,
+    idempotency_key,
     optional_seconds,
     plan_from_proto,
     plan_request_from_proto,
@@ -40,6 +43,7 @@ from planner.service.convert.cluster import (
     trigger_config_from_proto,
 )
 from planner.service.errors import InvalidArgumentError
+from planner.service.idempotency import KeyedCall
 from planner.service.limits import ServiceLimits
 from planner.v1 import cluster_pb2
 
@@ -73,6 +77,13 @@ def plan_buddy_groups_rpc(
     time_remaining_s: float | None,
 ) -> cluster_pb2.PlanBuddyGroupsResponse:
     args = plan_request_from_proto(msg, limits)
+    idempotency_key(msg.idempotency_key)
+    call = KeyedCall.of("PlanBuddyGroups", msg.idempotency_key, msg) if msg.cluster_id else None
+    if call is not None:
+        # A retry is answered before planning again.
+        replayed = store.replay(msg.cluster_id, call, cluster_pb2.PlanBuddyGroupsResponse)
+        if replayed is not None:
+            return replayed
     inputs = args.inputs
     budget = None if time_remaining_s is None else max(time_remaining_s - DEADLINE_MARGIN_S, 1e-4)
     started = time.perf_counter()
@@ -112,32 +123,35 @@ def plan_buddy_groups_rpc(
         )
         out.unplaced_requests = moves.unplaced
     num_layers = inputs.num_layers
-    if msg.cluster_id:
-
-        def change(state: dict[str, Any] | None) -> tuple[dict[str, Any], BuddyPlan | None]:
-            old = _stored_plan(state) if state and state.get("num_layers") == num_layers else None
-            new_state = state or _empty_state(num_layers)
-            new_state["num_layers"] = num_layers
-            new_state["plan"] = _plan_json(plan)
-            # Groups changed: their restore hysteresis starts over.
-            keys = {_group_key([m.instance_id for m in g.members]) for g in plan.groups}
-            new_state["restore"] = {
-                k: v for k, v in new_state.get("restore", {}).items() if k in keys
-            }
-            return new_state, old
-
-        old, out.revision = store.update(msg.cluster_id, change)
-    else:
-        old = None
     out.plan.CopyFrom(plan_to_proto(plan))
-    out.changes.extend(changes_to_proto(plan_transition(old, plan, num_layers)))
-    return out
+    if not msg.cluster_id:
+        out.changes.extend(changes_to_proto(plan_transition(None, plan, num_layers)))
+        return out
+
+    def change(
+        state: dict[str, Any] | None, revision: int
+    ) -> tuple[dict[str, Any], cluster_pb2.PlanBuddyGroupsResponse]:
+        old = _stored_plan(state) if state and state.get("num_layers") == num_layers else None
+        new_state = state or _empty_state(num_layers)
+        new_state["num_layers"] = num_layers
+        new_state["plan"] = _plan_json(plan)
+        # Groups changed: their restore hysteresis starts over.
+        keys = {_group_key([m.instance_id for m in g.members]) for g in plan.groups}
+        new_state["restore"] = {k: v for k, v in new_state.get("restore", {}).items() if k in keys}
+        answer = cluster_pb2.PlanBuddyGroupsResponse()
+        answer.CopyFrom(out)
+        answer.changes.extend(changes_to_proto(plan_transition(old, plan, num_layers)))
+        answer.revision = revision
+        return new_state, answer
+
+    return store.answer(msg.cluster_id, call, cluster_pb2.PlanBuddyGroupsResponse, change)
 
 
 def evaluate_drop_trigger_rpc(
     msg: cluster_pb2.EvaluateDropTriggerRequest, limits: ServiceLimits, store: ClusterStore
 ) -> cluster_pb2.EvaluateDropTriggerResponse:
     cluster_id("cluster_id", msg.cluster_id)
+    idempotency_key(msg.idempotency_key)
     check_memory_instances(msg, limits)
     config = trigger_config_from_proto(msg.params)
 
@@ -179,37 +193,42 @@ def evaluate_drop_trigger_rpc(
             out.append(t)
         return out
 
-    response = cluster_pb2.EvaluateDropTriggerResponse()
-    if msg.cluster_id:
+    def respond(
+        triggers: list[cluster_pb2.InstanceTrigger], revision: int
+    ) -> cluster_pb2.EvaluateDropTriggerResponse:
+        return cluster_pb2.EvaluateDropTriggerResponse(
+            instances=triggers,
+            drop=any(t.drop for t in triggers),
+            required_bytes=sum(t.shortfall_bytes for t in triggers),
+            revision=revision,
+        )
 
-        def change(
-            state: dict[str, Any] | None,
-        ) -> tuple[dict[str, Any], list[cluster_pb2.InstanceTrigger]]:
-            new_state = state or _empty_state(0)
-            monitors = new_state.setdefault("monitors", {})
-            return new_state, evaluate(monitors)
+    if not msg.cluster_id:
+        return respond(evaluate({}), 0)
 
-        triggers, response.revision = store.update(msg.cluster_id, change)
-    else:
-        triggers = evaluate({})
-    response.instances.extend(triggers)
-    response.drop = any(t.drop for t in triggers)
-    response.required_bytes = sum(t.shortfall_bytes for t in triggers)
-    return response
+    def change(
+        state: dict[str, Any] | None, revision: int
+    ) -> tuple[dict[str, Any], cluster_pb2.EvaluateDropTriggerResponse]:
+        new_state = state or _empty_state(0)
+        return new_state, respond(evaluate(new_state.setdefault("monitors", {})), revision)
+
+    call = KeyedCall.of("EvaluateDropTrigger", msg.idempotency_key, msg)
+    return store.answer(msg.cluster_id, call, cluster_pb2.EvaluateDropTriggerResponse, change)
 
 
 def decide_restore_rpc(
     msg: cluster_pb2.DecideRestoreRequest, limits: ServiceLimits, store: ClusterStore
 ) -> cluster_pb2.DecideRestoreResponse:
     cluster_id("cluster_id", msg.cluster_id, required=True)
+    idempotency_key(msg.idempotency_key)
     check_demand_instances(msg, limits)
     config = restore_config_from_proto(msg.params)
     by_id = {i.instance_id: i for i in msg.instances}
-    response = cluster_pb2.DecideRestoreResponse()
 
     def change(
-        state: dict[str, Any] | None,
-    ) -> tuple[dict[str, Any], tuple[BuddyPlan, BuddyPlan, int]]:
+        state: dict[str, Any] | None, revision: int
+    ) -> tuple[dict[str, Any], cluster_pb2.DecideRestoreResponse]:
+        response = cluster_pb2.DecideRestoreResponse(revision=revision)
         plan = _stored_plan(state)
         if state is None or plan is None:
             raise InvalidArgumentError(
@@ -250,12 +269,13 @@ def decide_restore_rpc(
                 restore.pop(key, None)
         new_plan = restore_groups(plan, chosen) if chosen else plan
         state["plan"] = _plan_json(new_plan)
-        return state, (plan, new_plan, int(state.get("num_layers", 0)))
+        num_layers = int(state.get("num_layers", 0))
+        response.plan.CopyFrom(plan_to_proto(new_plan))
+        response.changes.extend(changes_to_proto(plan_transition(plan, new_plan, num_layers)))
+        return state, response
 
-    (old, new, num_layers), response.revision = store.update(msg.cluster_id, change)
-    response.plan.CopyFrom(plan_to_proto(new))
-    response.changes.extend(changes_to_proto(plan_transition(old, new, num_layers)))
-    return response
+    call = KeyedCall.of("DecideRestore", msg.idempotency_key, msg)
+    return store.answer(msg.cluster_id, call, cluster_pb2.DecideRestoreResponse, change)
 
 
 def get_cluster_state_rpc(

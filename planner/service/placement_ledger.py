@@ -12,7 +12,6 @@ KEEP_COMPLETED_RECLAIMS per pool.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from planner.service.convert.placement import (
     check_status,
 )
 from planner.service.errors import FailedPreconditionError, InvalidArgumentError
+from planner.service.idempotency import request_digest
 from planner.service.store import SqliteDatabase
 from planner.v1 import placement_pb2
 
@@ -92,7 +92,7 @@ class LedgerStore:
         """Answers a mutating call once: replays the recorded answer of the
         same (pool, key, content); otherwise applies change(ledger, revision)
         and records its answer, in one transaction."""
-        digest = _digest(method, request)
+        digest = request_digest(method, request)
         with self.db.transaction() as conn:
             recorded = conn.execute(
                 "SELECT method, digest, response FROM placement_request "
@@ -136,17 +136,6 @@ def _load(conn: sqlite3.Connection, pool_id: str) -> tuple[Ledger, int]:
     if row is None:
         return Ledger(), 0
     return Ledger.from_dict(json.loads(row[0])), int(row[1])
-
-
-def _digest(method: str, request: Message) -> str:
-    """What identifies a call's content: every field but the key."""
-    copy = type(request)()
-    copy.CopyFrom(request)
-    copy.ClearField("idempotency_key")
-    h = hashlib.sha256(method.encode())
-    h.update(b"\0")
-    h.update(copy.SerializeToString(deterministic=True))
-    return h.hexdigest()
 
 
 # ---- messages -------------------------------------------------------------------

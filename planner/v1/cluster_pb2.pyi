@@ -162,6 +162,7 @@ class PlanBuddyGroupsRequest(_message.Message):
     FAILED_INSTANCE_IDS_FIELD_NUMBER: _builtins.int
     COMPARE_EXACT_FIELD_NUMBER: _builtins.int
     EXCHANGE_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     """When set, the plan is stored as the cluster's current plan."""
     param_bytes: _builtins.int
@@ -177,6 +178,8 @@ class PlanBuddyGroupsRequest(_message.Message):
     strategy: Global___BuddyStrategy.ValueType
     compare_exact: _builtins.bool
     """Also solve exactly and report the chosen plan's gap to the optimum."""
+    idempotency_key: _builtins.str
+    """With a cluster_id: repeats of this call apply once (see the service)."""
     @_builtins.property
     def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClusterInstance]: ...
     @_builtins.property
@@ -207,10 +210,11 @@ class PlanBuddyGroupsRequest(_message.Message):
         failed_instance_ids: _abc.Iterable[_builtins.str] | None = ...,
         compare_exact: _builtins.bool = ...,
         exchange: Global___KvExchangeParams | None = ...,
+        idempotency_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_required_bytes", b"_required_bytes", "exchange", b"exchange", "required_bytes", b"required_bytes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_required_bytes", b"_required_bytes", "cluster_id", b"cluster_id", "compare_exact", b"compare_exact", "exchange", b"exchange", "failed_instance_ids", b"failed_instance_ids", "group_throughput", b"group_throughput", "instances", b"instances", "num_layers", b"num_layers", "param_bytes", b"param_bytes", "required_bytes", b"required_bytes", "strategy", b"strategy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_required_bytes", b"_required_bytes", "cluster_id", b"cluster_id", "compare_exact", b"compare_exact", "exchange", b"exchange", "failed_instance_ids", b"failed_instance_ids", "group_throughput", b"group_throughput", "idempotency_key", b"idempotency_key", "instances", b"instances", "num_layers", b"num_layers", "param_bytes", b"param_bytes", "required_bytes", b"required_bytes", "strategy", b"strategy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__required_bytes: _TypeAlias = _typing.Literal["required_bytes"]  # noqa: Y015
     _WhichOneofArgType__required_bytes: _TypeAlias = _typing.Literal["_required_bytes", b"_required_bytes"]  # noqa: Y015
@@ -436,6 +440,7 @@ class PlanBuddyGroupsResponse(_message.Message):
     MOVES_FIELD_NUMBER: _builtins.int
     UNPLACED_REQUESTS_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
     exact_cost: _builtins.float
     """compare_exact: the exact optimum's cost and the gap cost / exact - 1."""
     gap_to_exact: _builtins.float
@@ -446,6 +451,8 @@ class PlanBuddyGroupsResponse(_message.Message):
     unplaced_requests: _builtins.int
     revision: _builtins.int
     """Revision of the cluster's stored state after this call (0: stateless)."""
+    replayed: _builtins.bool
+    """The original answer to an earlier call with the same idempotency_key."""
     @_builtins.property
     def plan(self) -> Global___BuddyPlan: ...
     @_builtins.property
@@ -470,10 +477,11 @@ class PlanBuddyGroupsResponse(_message.Message):
         moves: _abc.Iterable[Global___DispatchMove] | None = ...,
         unplaced_requests: _builtins.int = ...,
         revision: _builtins.int = ...,
+        replayed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_exact_cost", b"_exact_cost", "_gap_to_exact", b"_gap_to_exact", "exact_cost", b"exact_cost", "gap_to_exact", b"gap_to_exact", "plan", b"plan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exact_cost", b"_exact_cost", "_gap_to_exact", b"_gap_to_exact", "changes", b"changes", "exact_cost", b"exact_cost", "gap_to_exact", b"gap_to_exact", "kv_exchange_chunk_bytes", b"kv_exchange_chunk_bytes", "moves", b"moves", "plan", b"plan", "revision", b"revision", "unplaced_requests", b"unplaced_requests"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exact_cost", b"_exact_cost", "_gap_to_exact", b"_gap_to_exact", "changes", b"changes", "exact_cost", b"exact_cost", "gap_to_exact", b"gap_to_exact", "kv_exchange_chunk_bytes", b"kv_exchange_chunk_bytes", "moves", b"moves", "plan", b"plan", "replayed", b"replayed", "revision", b"revision", "unplaced_requests", b"unplaced_requests"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__exact_cost: _TypeAlias = _typing.Literal["exact_cost"]  # noqa: Y015
     _WhichOneofArgType__exact_cost: _TypeAlias = _typing.Literal["_exact_cost", b"_exact_cost"]  # noqa: Y015
@@ -572,12 +580,15 @@ class EvaluateDropTriggerRequest(_message.Message):
     NOW_S_FIELD_NUMBER: _builtins.int
     INSTANCES_FIELD_NUMBER: _builtins.int
     PARAMS_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     """Whose stored trigger state to use and update; empty: stateless (rates
     must be given, or are taken as 0).
     """
     now_s: _builtins.float
     """The caller's clock; not earlier than an instance's last observation."""
+    idempotency_key: _builtins.str
+    """With a cluster_id: repeats of this call apply once (see the service)."""
     @_builtins.property
     def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___InstanceMemory]: ...
     @_builtins.property
@@ -589,10 +600,11 @@ class EvaluateDropTriggerRequest(_message.Message):
         now_s: _builtins.float = ...,
         instances: _abc.Iterable[Global___InstanceMemory] | None = ...,
         params: Global___TriggerParams | None = ...,
+        idempotency_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["params", b"params"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "instances", b"instances", "now_s", b"now_s", "params", b"params"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "idempotency_key", b"idempotency_key", "instances", b"instances", "now_s", b"now_s", "params", b"params"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -646,11 +658,14 @@ class EvaluateDropTriggerResponse(_message.Message):
     INSTANCES_FIELD_NUMBER: _builtins.int
     REQUIRED_BYTES_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
     drop: _builtins.bool
     """Some instance should drop now."""
     required_bytes: _builtins.int
     """The sum of the shortfalls: required_bytes for PlanBuddyGroups."""
     revision: _builtins.int
+    replayed: _builtins.bool
+    """The original answer to an earlier call with the same idempotency_key."""
     @_builtins.property
     def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___InstanceTrigger]: ...
     def __init__(
@@ -660,10 +675,11 @@ class EvaluateDropTriggerResponse(_message.Message):
         instances: _abc.Iterable[Global___InstanceTrigger] | None = ...,
         required_bytes: _builtins.int = ...,
         revision: _builtins.int = ...,
+        replayed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["drop", b"drop", "instances", b"instances", "required_bytes", b"required_bytes", "revision", b"revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drop", b"drop", "instances", b"instances", "replayed", b"replayed", "required_bytes", b"required_bytes", "revision", b"revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -750,9 +766,12 @@ class DecideRestoreRequest(_message.Message):
     NOW_S_FIELD_NUMBER: _builtins.int
     INSTANCES_FIELD_NUMBER: _builtins.int
     PARAMS_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     """Required: the cluster whose stored plan's groups are considered."""
     now_s: _builtins.float
+    idempotency_key: _builtins.str
+    """Repeats of this call apply once (see the service)."""
     @_builtins.property
     def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___InstanceDemand]:
         """Every member of every merged group of the stored plan."""
@@ -766,10 +785,11 @@ class DecideRestoreRequest(_message.Message):
         now_s: _builtins.float = ...,
         instances: _abc.Iterable[Global___InstanceDemand] | None = ...,
         params: Global___RestoreParams | None = ...,
+        idempotency_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["params", b"params"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "instances", b"instances", "now_s", b"now_s", "params", b"params"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "idempotency_key", b"idempotency_key", "instances", b"instances", "now_s", b"now_s", "params", b"params"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -816,7 +836,10 @@ class DecideRestoreResponse(_message.Message):
     CHANGES_FIELD_NUMBER: _builtins.int
     PLAN_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
+    replayed: _builtins.bool
+    """The original answer to an earlier call with the same idempotency_key."""
     @_builtins.property
     def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupRestore]:
         """One per merged group of the stored plan."""
@@ -836,10 +859,11 @@ class DecideRestoreResponse(_message.Message):
         changes: _abc.Iterable[Global___LayerChange] | None = ...,
         plan: Global___BuddyPlan | None = ...,
         revision: _builtins.int = ...,
+        replayed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["plan", b"plan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "groups", b"groups", "plan", b"plan", "revision", b"revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "groups", b"groups", "plan", b"plan", "replayed", b"replayed", "revision", b"revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

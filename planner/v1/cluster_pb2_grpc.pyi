@@ -37,6 +37,18 @@ class ClusterServiceStub:
     triggers' rate estimates, its restore hysteresis) lives in the planner's
     durable store, keyed by cluster_id. Calls without a cluster_id are
     stateless what-ifs.
+
+    PlanBuddyGroups, EvaluateDropTrigger and DecideRestore with a cluster_id
+    change that state, one transaction per call, and may carry a
+    client-supplied idempotency_key (at most 256 characters), unique within the
+    cluster. A call repeated with the same key and the same content (every
+    field but the key) gets the original answer again (replayed = true) and
+    changes nothing, so a client may retry a call whose answer it did not get
+    (a timeout, a restarted server). The same key with different content is
+    INVALID_ARGUMENT (field idempotency_key). A call that is rejected changes
+    nothing and does not use up its key. The server remembers the keys of each
+    cluster's last 256 keyed calls. An empty key (the default) is no
+    idempotency: every call applies; a key on a stateless call is ignored.
     """
 
     @_typing.overload
@@ -74,6 +86,18 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     triggers' rate estimates, its restore hysteresis) lives in the planner's
     durable store, keyed by cluster_id. Calls without a cluster_id are
     stateless what-ifs.
+
+    PlanBuddyGroups, EvaluateDropTrigger and DecideRestore with a cluster_id
+    change that state, one transaction per call, and may carry a
+    client-supplied idempotency_key (at most 256 characters), unique within the
+    cluster. A call repeated with the same key and the same content (every
+    field but the key) gets the original answer again (replayed = true) and
+    changes nothing, so a client may retry a call whose answer it did not get
+    (a timeout, a restarted server). The same key with different content is
+    INVALID_ARGUMENT (field idempotency_key). A call that is rejected changes
+    nothing and does not use up its key. The server remembers the keys of each
+    cluster's last 256 keyed calls. An empty key (the default) is no
+    idempotency: every call applies; a key on a stateless call is ignored.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -107,6 +131,18 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     triggers' rate estimates, its restore hysteresis) lives in the planner's
     durable store, keyed by cluster_id. Calls without a cluster_id are
     stateless what-ifs.
+
+    PlanBuddyGroups, EvaluateDropTrigger and DecideRestore with a cluster_id
+    change that state, one transaction per call, and may carry a
+    client-supplied idempotency_key (at most 256 characters), unique within the
+    cluster. A call repeated with the same key and the same content (every
+    field but the key) gets the original answer again (replayed = true) and
+    changes nothing, so a client may retry a call whose answer it did not get
+    (a timeout, a restarted server). The same key with different content is
+    INVALID_ARGUMENT (field idempotency_key). A call that is rejected changes
+    nothing and does not use up its key. The server remembers the keys of each
+    cluster's last 256 keyed calls. An empty key (the default) is no
+    idempotency: every call applies; a key on a stateless call is ignored.
     """
 
     @_abc_1.abstractmethod

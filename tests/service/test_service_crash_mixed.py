@@ -3,11 +3,13 @@ that mixes lease-ledger mutations (PlacementService, idempotency keys) and
 cluster-state mutations (ClusterService, one JSON document per cluster),
 then a restart on the same file and port.
 
-- Cluster clients call without retries and stop at the kill; restarted,
-  each cluster's revision counts every acknowledged call (plus, maybe, the
-  one in flight), and its plan and drop-trigger estimates equal a pure
-  InstanceMonitor fed exactly that many observations: nothing acknowledged
-  is lost, nothing is half-applied.
+- Cluster clients send every call with an idempotency key and the same
+  RetryPolicy: the call in flight at the kill is retried once the server is
+  back, and applies once whether or not the killed server committed it
+  (then its retry is answered replayed = true). Each cluster's revision
+  counts every call exactly once, and its plan and drop-trigger estimates
+  equal a pure InstanceMonitor fed each observation once; every
+  acknowledged call, re-sent after the restart, replays its original answer.
 - Ledger clients are PlannerClients with a RetryPolicy that waits for the
   server (wait_for_ready) and a deadline spanning the restart: they carry on
   through it without an error, every acknowledged call replays with its
@@ -50,7 +52,6 @@ KILL_AFTER_EACH = 4
 EWMA = 0.5
 # Waits for the restarted server instead of failing while it is down.
 ACROSS_RESTART = RetryPolicy(max_attempts=5, wait_for_ready=True)
-NO_RETRY = RetryPolicy(max_attempts=1)
 # A client thread that fails an assertion fails the test.
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 
@@ -139,6 +140,7 @@ def plan_request(cluster: str) -> cluster_pb2.PlanBuddyGroupsRequest:
         param_bytes=28 * GB,
         num_layers=48,
         group_throughput=[1.0, 1.8, 2.5, 3.1],
+        idempotency_key="plan",
     )
 
 
@@ -153,6 +155,7 @@ def observation(k: int) -> list[tuple[str, int, int]]:
 def observe_request(cluster: str, k: int) -> cluster_pb2.EvaluateDropTriggerRequest:
     return cluster_pb2.EvaluateDropTriggerRequest(
         cluster_id=cluster,
+        idempotency_key=f"observe-{k}",
         now_s=float(k),
         instances=[
             cluster_pb2.InstanceMemory(instance_id=i, kv_used_bytes=kv, hbm_available_bytes=hbm)
@@ -174,26 +177,28 @@ def pure_monitors(observations: int) -> dict[str, InstanceMonitor]:
 @dataclass
 class ClusterClient:
     cluster: str
-    plan: Any = None
-    acked: int = 0  # calls answered: the plan, then observations 1, 2, ...
+    acked: list[tuple[str, Any, Any]] = field(default_factory=list)  # (method, request, answer)
+    error: BaseException | None = None
+
+    def calls(self) -> list[tuple[str, Any]]:
+        """The plan, then observations 1, 2, ...: revision k + 1 is call k."""
+        return [("PlanBuddyGroups", plan_request(self.cluster))] + [
+            ("EvaluateDropTrigger", observe_request(self.cluster, k))
+            for k in range(1, OBSERVATIONS + 1)
+        ]
 
     def run(self, address: str, progress: Progress, slot: int) -> None:
-        with PlannerClient(address, deadline_s=TIMEOUT_S, retry=NO_RETRY) as client:
-            try:
-                self.plan = client.call(
-                    "ClusterService.PlanBuddyGroups", plan_request(self.cluster)
-                ).plan
-                self.acked = 1
-                progress.ack(slot)
-                for k in range(1, OBSERVATIONS + 1):
-                    answer = client.call(
-                        "ClusterService.EvaluateDropTrigger", observe_request(self.cluster, k)
-                    )
-                    assert answer.revision == k + 1
-                    self.acked += 1
+        try:
+            with PlannerClient(address, deadline_s=TIMEOUT_S, retry=ACROSS_RESTART) as client:
+                for k, (method, req) in enumerate(self.calls()):
+                    answer = client.call(f"ClusterService.{method}", req)
+                    # Applied once: a retry the first server had committed
+                    # answers with that call's revision.
+                    assert answer.revision == k + 1, (k, answer.revision)
+                    self.acked.append((method, req, answer))
                     progress.ack(slot)
-            except PlannerError as exc:
-                assert exc.code.name == "UNAVAILABLE", exc  # the kill: outcome unknown
+        except BaseException as exc:
+            self.error = exc
 
 
 def test_kill_9_mid_mixed_burst_then_restart(tmp_path):
@@ -219,7 +224,7 @@ def test_kill_9_mid_mixed_burst_then_restart(tmp_path):
         assert proc.wait(timeout=TIMEOUT_S) == -signal.SIGKILL
         at_kill = list(progress.acked)
         ledger_lengths = [len(sequence(c)) for c in range(LEDGER_CLIENTS)]
-        cluster_lengths = [OBSERVATIONS + 1] * CLUSTER_CLIENTS
+        cluster_lengths = [len(cl.calls()) for cl in clusters]
         assert all(
             n < total for n, total in zip(at_kill, ledger_lengths + cluster_lengths, strict=True)
         ), f"killed too late: {at_kill}"
@@ -267,15 +272,25 @@ def late_request() -> pb.OfferMemoryRequest:
 
 def check_clusters(client: PlannerClient, clusters: list[ClusterClient]) -> None:
     for cl in clusters:
-        assert cl.acked >= KILL_AFTER_EACH
+        assert cl.error is None, repr(cl.error)
+        assert len(cl.acked) == OBSERVATIONS + 1
+        # At most the call in flight at the kill was committed unanswered.
+        assert sum(answer.replayed for _, _, answer in cl.acked) <= 1
+        # A client that lost any answer retries: the original comes back.
+        for method, req, out in cl.acked:
+            again = client.call(f"ClusterService.{method}", req)
+            assert again.replayed
+            again.replayed = False
+            out.replayed = False
+            assert again == out
         state = client.call(
             "ClusterService.GetClusterState",
             cluster_pb2.GetClusterStateRequest(cluster_id=cl.cluster),
         )
-        # Every answered call is there; the one in flight is all there or absent.
-        assert state.revision in (cl.acked, cl.acked + 1)
-        assert state.plan == cl.plan
-        want = pure_monitors(state.revision - 1)
+        # Every call applied exactly once.
+        assert state.revision == OBSERVATIONS + 1
+        assert state.plan == cl.acked[0][2].plan
+        want = pure_monitors(OBSERVATIONS)
         got = {m.instance_id: m for m in state.monitors}
         assert set(got) == set(want)
         for i, m in want.items():

@@ -60,6 +60,13 @@ def cluster_id(field: str, value: str, required: bool = False) -> str:
     return value
 
 
+def idempotency_key(value: str) -> str:
+    """Optional (empty: none), bounded like an id."""
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidArgumentError("idempotency_key", f"longer than {MAX_ID_LENGTH} characters")
+    return value
+
+
 def _ids(field: str, ids: list[str], limit: int) -> None:
     """At most limit entries in the repeated field."""
     if len(ids) > limit:
