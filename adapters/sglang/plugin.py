@@ -178,7 +178,7 @@ def register() -> None:
     config = PluginConfig.from_env(os.environ)
     if not config.enabled:
         return
-    link = PlannerLink(target=config.target, deadline_s=config.deadline_s)
+    link = PlannerLink(target=config.target, deadline_s=config.deadline_s, security=config.security)
     scheduling = PlannerScheduling(link)
     for hook in scheduling.hooks():
         HookRegistry.register(hook.target, hook.fn, HookType[hook.kind])

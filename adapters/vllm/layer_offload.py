@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from planner.adapters.common.counters import FallbackCounters
 from planner.adapters.common.offload_link import OffloadLink
+from planner.adapters.common.security import ChannelSecurity
 
 from planner.v1 import common_pb2, offload_pb2
 
@@ -41,6 +42,8 @@ class LayerOffloadPlanner:
         ledger: LayerOffloadLedger,
         gpu_block_budget: int,
         slo_tbt_s: float | None,
+        *,
+        security: ChannelSecurity | None = None,
     ) -> None:
         self.settings = settings
         self.ledger = ledger
@@ -51,6 +54,7 @@ class LayerOffloadPlanner:
             settings.deadline_s,
             FallbackCounters(engine="vllm-offload-plan"),
             FallbackCounters(engine="vllm-offload-report"),
+            security=security,
         )
         self.plan: offload_pb2.OffloadPlan | None = None
         self.plans = 0

@@ -52,6 +52,7 @@ class PlannerScheduler(AsyncScheduler):  # type: ignore[misc, unused-ignore]
             self.planner_settings.target,
             self.planner_settings.deadline_s,
             FallbackCounters(engine="vllm"),
+            security=self.planner_settings.security,
         )
         self.request_clock = RequestClock()
         # What the planner had this step do (None: vLLM's own step).
@@ -86,6 +87,7 @@ class PlannerScheduler(AsyncScheduler):  # type: ignore[misc, unused-ignore]
             ledger,
             offload.gpu_block_budget or connector.num_gpu_blocks * ledger.num_layers,
             self.planner_settings.slo_tbt_s,
+            security=self.planner_settings.security,
         )
 
     @property

@@ -5,14 +5,16 @@ Plain Python, no vLLM."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from planner.adapters.common.link import DEFAULT_DEADLINE_S
+from planner.adapters.common.security import ChannelSecurity
 
 from .layer_offload_settings import LayerOffloadSettings
 
 CONFIG_KEY = "planner"
+SECURITY_KEYS = ("tls_ca", "tls_cert", "tls_key", "auth_token_file")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,10 @@ class PlannerSettings:
     slo_tbt_s: float | None = None
     # Layer offload (OrbitFlow) on when set.
     layer_offload: LayerOffloadSettings | None = None
+    # TLS and bearer token of the channel to target (settings tls_ca,
+    # tls_cert, tls_key, auth_token_file; the token also from
+    # $PLANNER_AUTH_TOKEN), as for `planner call`.
+    security: ChannelSecurity = field(default_factory=ChannelSecurity)
 
     @classmethod
     def from_additional_config(cls, additional: Any) -> PlannerSettings:
@@ -33,7 +39,14 @@ class PlannerSettings:
             return cls()
         if not isinstance(raw, Mapping):
             raise ValueError(f"additional_config.{CONFIG_KEY}: must be an object, got {raw!r}")
-        known = {"target", "deadline_ms", "slo_ttft_s", "slo_tbt_s", "layer_offload"}
+        known = {
+            "target",
+            "deadline_ms",
+            "slo_ttft_s",
+            "slo_tbt_s",
+            "layer_offload",
+            *SECURITY_KEYS,
+        }
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(
@@ -44,6 +57,10 @@ class PlannerSettings:
         if target is not None and (not isinstance(target, str) or ":" not in target):
             raise ValueError(f"additional_config.{CONFIG_KEY}.target: must be host:port")
         deadline_ms = _positive(raw, "deadline_ms")
+        paths = {key: _path(raw, key) for key in SECURITY_KEYS}
+        security = ChannelSecurity.from_settings(
+            target, **paths, where=f"additional_config.{CONFIG_KEY}"
+        )
         return cls(
             target=target,
             deadline_s=deadline_ms / 1e3 if deadline_ms is not None else DEFAULT_DEADLINE_S,
@@ -52,6 +69,7 @@ class PlannerSettings:
             layer_offload=LayerOffloadSettings.from_raw(raw["layer_offload"])
             if "layer_offload" in raw
             else None,
+            security=security,
         )
 
 
@@ -62,3 +80,12 @@ def _positive(raw: Mapping[str, Any], key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ValueError(f"additional_config.{CONFIG_KEY}.{key}: must be a number > 0")
     return float(value)
+
+
+def _path(raw: Mapping[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"additional_config.{CONFIG_KEY}.{key}: must be a file path")
+    return value

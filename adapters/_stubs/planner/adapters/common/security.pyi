@@ -1,0 +1,1 @@
+from adapters.common.security import *  # noqa: F403
