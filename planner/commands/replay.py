@@ -185,7 +185,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--peer-kv-gb",
         type=float,
         default=DEFAULT_PEER_KV_GB,
-        help=f"cfs-peer: GPU memory the peer lends, GB (default {DEFAULT_PEER_KV_GB:g})",
+        help=f"cfs-peer: GPU memory the peer lends, GB (default {DEFAULT_PEER_KV_GB:g}; give "
+        "it --cpu-kv-gb's size to compare the two links alone)",
     )
     a.add_argument(
         "--cfs-every",
