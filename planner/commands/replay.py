@@ -144,7 +144,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--transfer-budget-blocks",
         type=int,
-        help="LVF: B_xfer per iteration (default: link bandwidth x previous iteration time)",
+        help="LVF: blocks the link may move per iteration, every copy charged (lvf-paper: "
+        "B_xfer, the blocks preemption may free); default: the link curve at the block size "
+        "x the previous iteration's compute time",
+    )
+    defaults = RotationParams()
+    p.add_argument(
+        "--preempt-slack-tbts",
+        type=float,
+        default=defaults.preempt_slack_tbts,
+        help="lvf: a running request may be preempted only with this much TPOT slack, in "
+        f"TBT SLOs (default {defaults.preempt_slack_tbts:g})",
+    )
+    p.add_argument(
+        "--resume-slack-tbts",
+        type=float,
+        default=defaults.resume_slack_tbts,
+        help="lvf: a rotary request may displace a running one once its TPOT slack is down "
+        f"to this, in TBT SLOs (default {defaults.resume_slack_tbts:g})",
+    )
+    p.add_argument(
+        "--lost-slack-tbts",
+        type=float,
+        default=defaults.lost_slack_tbts,
+        help="lvf: a request this far behind its TPOT SLO, in TBT SLOs, has lost it: it may "
+        f"be preempted and displaces no one (default {defaults.lost_slack_tbts:g}; negative: "
+        "never lost)",
     )
     p.add_argument(
         "--max-batched-tokens",
@@ -301,7 +326,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--cpu-kv-gb must be a finite number >= 0, got {args.cpu_kv_gb}")
     if not (math.isfinite(args.alpha) and args.alpha >= 0):
         return _fail(f"--alpha must be a finite number >= 0, got {args.alpha}")
-    for name in ("beta_tbt", "beta_ttft"):
+    for name in ("beta_tbt", "beta_ttft", "lost_slack_tbts"):
+        if not math.isfinite(getattr(args, name)):
+            return _fail(f"--{name.replace('_', '-')} must be a finite number")
+    for name in ("preempt_slack_tbts", "resume_slack_tbts"):
         if not math.isfinite(getattr(args, name)):
             return _fail(f"--{name.replace('_', '-')} must be a finite number")
     if not (math.isfinite(args.compute_jitter) and args.compute_jitter >= 0):
@@ -372,6 +400,9 @@ def run(args: argparse.Namespace) -> int:
             beta_tbt=args.beta_tbt,
             beta_ttft=args.beta_ttft,
             transfer_budget_blocks=args.transfer_budget_blocks,
+            preempt_slack_tbts=args.preempt_slack_tbts,
+            resume_slack_tbts=args.resume_slack_tbts,
+            lost_slack_tbts=args.lost_slack_tbts if args.lost_slack_tbts >= 0 else None,
         ),
         max_batched_tokens=args.max_batched_tokens,
         max_running=args.max_running,
