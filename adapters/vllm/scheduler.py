@@ -166,6 +166,8 @@ class PlannerScheduler(AsyncScheduler):  # type: ignore[misc, unused-ignore]
             pools,
             now_s,
             slo=self._slo if self._slo.ListFields() else None,
+            max_batched_tokens=self.max_num_scheduled_tokens,
+            max_running_requests=self.max_num_running_reqs,
         )
         response = self.planner_link.plan_rotation(request)
         return accept_plan(response, views, pools, self.planner_counters)
@@ -237,6 +239,7 @@ class PlannerScheduler(AsyncScheduler):  # type: ignore[misc, unused-ignore]
             arrival_s=arrival_s,
             run_start_s=run_start_s if state is ViewState.RUNNING else None,
             last_token_s=self.request_clock.last_token_s(rid),
+            first_token_s=self.request_clock.first_token_s(rid),
         )
 
     def shutdown(self) -> None:
