@@ -166,6 +166,7 @@ class PlannerScheduler(AsyncScheduler):  # type: ignore[misc, unused-ignore]
             pools,
             now_s,
             slo=self._slo if self._slo.ListFields() else None,
+            params=self.planner_settings.rotation,
             max_batched_tokens=self.max_num_scheduled_tokens,
             max_running_requests=self.max_num_running_reqs,
         )

@@ -118,7 +118,7 @@ def decide_bounded(
     tbt = np.where(np.isnan(cols.slo_tbt_s), inputs.slo.tbt_s, cols.slo_tbt_s)
     if fallback:
         order, victims = ranking.by_arrival(inactive), EMPTY_ROWS
-        urgent = np.zeros(len(state), dtype=np.bool_)
+        urgent = lost = np.zeros(len(state), dtype=np.bool_)
     else:
         slack = tpot_slack_s(cols, pools.now_s, inputs)
         spare = slack >= p.preempt_slack_tbts * tbt
@@ -140,7 +140,7 @@ def decide_bounded(
         if pools.max_batched_tokens is None
         else pools.max_batched_tokens - _running_tokens(cols, running)
     )
-    walk = _Walk(cols, pools, use, victims)
+    walk = _Walk(cols, pools, use, victims, lost)
     tokens = _waiting_tokens(cols, pools.block_size_tokens) if pools.max_batched_tokens else None
     prioritized: list[int] = []
     engine_full = link_full = not_lagging = no_victim = 0
@@ -162,7 +162,12 @@ def decide_bounded(
             if fallback or not is_urgent[i]:
                 not_lagging += 1
                 continue
-            if not walk.make_room(n, waiting, h2d):
+            # Taking a lost request's place costs nothing in goodput only
+            # when the newcomer's prefill fits in this iteration's token
+            # budget: a longer one stretches the iterations of every running
+            # request, and under compute pressure that makes more lost ones.
+            take_lost = not waiting or tokens is None or int(tokens[row]) <= room
+            if not walk.make_room(n, waiting, h2d, take_lost):
                 no_victim += 1
                 continue
         walk.take(n, waiting, h2d)
@@ -219,12 +224,19 @@ class _Walk:
     free_now: free GPU blocks, plus the SYNCED blocks of victims (released
     at once); free_later: victims' DIRTY blocks, free once their D2H copy is
     done, so a swap-in may not land in them this iteration (DuplexKV's
-    race-free rule) while an admission may. Victims are taken in order; one
-    whose DIRTY blocks the D2H budget or the CPU pool cannot take is passed
-    over for good (both only shrink)."""
+    race-free rule) while an admission may. Victims are taken in order,
+    each once; one whose DIRTY blocks the CPU pool cannot take is passed
+    over for good (it only shrinks), one the link cannot take this time or
+    one whose TPOT SLO is lost (when the candidate may not take those) stays
+    for later candidates."""
 
     def __init__(
-        self, cols: RotationColumns, pools: Pools, use: LinkUse, victims: IntArray
+        self,
+        cols: RotationColumns,
+        pools: Pools,
+        use: LinkUse,
+        victims: IntArray,
+        lost: BoolArray,
     ) -> None:
         self.use = use
         self.free_now = pools.free_gpu_blocks
@@ -235,50 +247,65 @@ class _Walk:
         synced = np.minimum(cols.synced_blocks[victims], gpu)
         self.synced = synced.tolist()
         self.dirty = (gpu - synced).tolist()
-        # What the victims from position k on could free at most: now, and
-        # in all (for a quick no).
-        self._now_from = np.concatenate((np.cumsum(synced[::-1])[::-1], [0])).tolist()
-        self._all_from = np.concatenate((np.cumsum(gpu[::-1])[::-1], [0])).tolist()
-        self.next = 0
+        self.lost = lost[victims].tolist()
+        self.used = [False] * len(self.victims)
+        # What the victims left could free at most, now and in all, with and
+        # without the lost ones (for a quick no).
+        spare = ~lost[victims]
+        self.reach = {
+            (True, True): int(gpu.sum()),
+            (False, True): int(synced.sum()),
+            (True, False): int(gpu[spare].sum()),
+            (False, False): int(synced[spare].sum()),
+        }
         self.preempted: list[int] = []
         self.cpu_full: list[int] = []
 
     def usable(self, waiting: bool) -> int:
         return self.free_now + self.free_later if waiting else self.free_now
 
-    def make_room(self, need: int, waiting: bool, h2d: int) -> bool:
+    def make_room(self, need: int, waiting: bool, h2d: int, take_lost: bool) -> bool:
         """Preempt victims until need fits (a swap-in also needs h2d of the
-        H2D budget); False, with nothing preempted, when they cannot."""
-        k = self.next
-        reach = self._all_from[k] if waiting else self._now_from[k]
-        if need > self.usable(waiting) + reach:
+        H2D budget); lost ones only with take_lost. False, with nothing
+        preempted, when they cannot."""
+        if need > self.usable(waiting) + self.reach[waiting, take_lost]:
             return False
         now, later, out = self.free_now, self.free_later, 0
         picked: list[int] = []
-        passed: list[int] = []
-        while (now + later if waiting else now) < need and k < len(self.victims):
-            dirty = self.dirty[k]
-            if dirty > self.cpu_left - out:
-                passed.append(k)
-                k += 1
+        for k in range(len(self.victims)):
+            if (now + later if waiting else now) >= need:
+                break
+            if self.used[k] or (self.lost[k] and not take_lost):
                 continue
-            if not self.use.fits_swap_in(h2d, out + dirty):
-                k += 1
+            dirty = self.dirty[k]
+            if dirty > self.cpu_left:
+                self.used[k] = True
+                self._drop(k)
+                self.cpu_full.append(self.victims[k])
+                continue
+            if dirty > self.cpu_left - out or not self.use.fits_swap_in(h2d, out + dirty):
                 continue
             picked.append(k)
             now += self.synced[k]
             later += dirty
             out += dirty
-            k += 1
         if (now + later if waiting else now) < need:
             return False
         self.free_now, self.free_later = now, later
         self.use.charge(0, out)
         self.cpu_left -= out
-        self.preempted.extend(self.victims[j] for j in picked)
-        self.cpu_full.extend(self.victims[j] for j in passed)
-        self.next = k
+        for k in picked:
+            self.used[k] = True
+            self._drop(k)
+            self.preempted.append(self.victims[k])
         return True
+
+    def _drop(self, k: int) -> None:
+        """Victim k is no longer available."""
+        gpu = self.synced[k] + self.dirty[k]
+        for waiting, take_lost in self.reach:
+            if take_lost or not self.lost[k]:
+                self.reach[waiting, take_lost] -= gpu if waiting else self.synced[k]
 
     def take(self, need: int, waiting: bool, h2d: int) -> None:
         if waiting:
