@@ -75,11 +75,11 @@ class Outcome:
 
     status: str
     wall_s: float
-    objective: float | None  # the plan's objective (closed form of its choice)
-    reported: float | None  # the backend's own objective
-    bound: float | None
+    objective: float | None  # the plan's exact step latency, s
+    reported: float | None  # the backend's own objective (None: not in seconds)
+    bound: float | None  # a bound on the exact latency, s (None: none proved)
     gap: float | None
-    stall: int | None  # block-times
+    nodes: int = 0
     note: str = ""
 
 
@@ -127,10 +127,7 @@ def _run_bnb(inst: Instance, limit_s: float) -> Outcome:
     started = time.perf_counter()
     r = branch_and_bound(inst.problem, time_limit_s=limit_s, starts=starts)
     wall = time.perf_counter() - started
-    stall = None
-    if r.choice is not None:
-        stall = int(inst.problem.evaluate(r.choice).stall[0])
-    return Outcome(r.status.value, wall, r.objective, r.objective, r.best_bound, r.gap, stall)
+    return Outcome(r.status.value, wall, r.objective, r.objective, r.best_bound, r.gap, r.nodes)
 
 
 def _run_model(inst: Instance, limit_s: float, backend: Backend) -> Outcome:
@@ -142,31 +139,30 @@ def _run_model(inst: Instance, limit_s: float, backend: Backend) -> Outcome:
             ilp.model, time_limit_s=limit_s, backend=backend, hint=hint, options=SolveOptions()
         )
     except ModelTooLargeError as exc:
-        return Outcome(
-            TOO_LARGE, time.perf_counter() - started, None, None, None, None, None, str(exc)
-        )
+        wall = time.perf_counter() - started
+        return Outcome(TOO_LARGE, wall, None, None, None, None, note=str(exc))
     except BackendUnavailableError:
         raise
     except SolverError as exc:
-        return Outcome(ERROR, time.perf_counter() - started, None, None, None, None, None, str(exc))
+        return Outcome(ERROR, time.perf_counter() - started, None, None, None, None, note=str(exc))
     wall = time.perf_counter() - started
-    objective = stall = None
+    objective = None
     if r.has_solution:
         choice = np.argmax(r.value(ilp.choice), axis=1).astype(np.int64)
-        ev = inst.problem.evaluate(choice)
-        objective = float(ev.objective[0])
-        stall = int(ev.stall[0])
-    return Outcome(r.status.value, wall, objective, r.objective, r.best_bound, r.gap, stall, r.note)
+        value = float(inst.problem.evaluate(choice).objective[0])
+        objective = value if math.isfinite(value) else None
+    # The ILP optimises the surrogate: its objective, bound and gap are not
+    # in exact-model seconds, so only its plan is compared.
+    return Outcome(r.status.value, wall, objective, None, None, None, note=r.note)
 
 
 def _run_exhaustive(inst: Instance) -> Outcome:
     started = time.perf_counter()
-    choice, best = inst.problem.enumerate()
+    choice, best, _ = inst.problem.enumerate()
     wall = time.perf_counter() - started
     if choice is None:
-        return Outcome(Status.INFEASIBLE.value, wall, None, None, None, None, None)
-    stall = int(inst.problem.evaluate(choice).stall[0])
-    return Outcome(Status.OPTIMAL.value, wall, best, best, best, 0.0, stall)
+        return Outcome(Status.INFEASIBLE.value, wall, None, None, None, None)
+    return Outcome(Status.OPTIMAL.value, wall, best, best, best, 0.0)
 
 
 def gurobi_unavailable() -> str | None:
@@ -201,15 +197,11 @@ def _pct(values: Sequence[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def _step_s(inst: Instance, stall: int) -> float:
-    return inst.step_compute_s + stall / inst.link_blocks_per_s
-
-
-def _excess_pct(inst: Instance, stall: int | None, best_stall: int) -> float | None:
-    """The extra stall over the best plan, in % of the best plan's step latency."""
-    if stall is None:
+def _excess_pct(objective: float | None, best: float | None) -> float | None:
+    """The extra step latency over the best plan's, in % of the best plan's."""
+    if objective is None or best is None:
         return None
-    return 100.0 * (stall - best_stall) / inst.link_blocks_per_s / _step_s(inst, best_stall)
+    return 100.0 * (objective - best) / best
 
 
 def _same(a: float | None, b: float | None) -> bool:
@@ -242,10 +234,10 @@ def _case(  # noqa: PLR0917
             exact_n += 1
             exact_same += _same(o.objective, ref.objective)
         b = best.get(inst.index)
-        if b is not None and b.stall is not None:
+        if b is not None and b.objective is not None:
             vs_best_n += 1
             vs_best_same += _same(o.objective, b.objective)
-            e = _excess_pct(inst, o.stall, b.stall)
+            e = _excess_pct(o.objective, b.objective)
             if e is not None:
                 excess.append(e)
     by_class: dict[str, dict[str, Any]] = {}
@@ -322,7 +314,7 @@ def _check(
             ):
                 note(
                     "objective",
-                    f"{b} reports {o.reported:.0f}, its plan evaluates to {o.objective:.0f}",
+                    f"{b} reports {o.reported:.6g}, its plan evaluates to {o.objective:.6g}",
                 )
         for a, (_, oa) in items:
             for b, (_, ob) in items:
@@ -333,20 +325,20 @@ def _check(
                 ):
                     note(
                         "optimum",
-                        f"{a} OPTIMAL {oa.objective:.0f} != {b} OPTIMAL {ob.objective:.0f}",
+                        f"{a} OPTIMAL {oa.objective:.6g} != {b} OPTIMAL {ob.objective:.6g}",
                     )
                 for x, ox, y, oy in ((a, oa, b, ob), (b, ob, a, oa)):
                     if ox.status == Status.INFEASIBLE.value and oy.objective is not None:
                         note(
                             "feasibility",
-                            f"{x} says INFEASIBLE, {y} found {oy.objective:.0f} ({oy.status})",
+                            f"{x} says INFEASIBLE, {y} found {oy.objective:.6g} ({oy.status})",
                         )
                     if (
                         ox.bound is not None
                         and oy.objective is not None
                         and ox.bound > oy.objective * (1 + 1e-9) + 1e-6
                     ):
-                        note("bound", f"{x} bound {ox.bound:.0f} > {y} plan {oy.objective:.0f}")
+                        note("bound", f"{x} bound {ox.bound:.6g} > {y} plan {oy.objective:.6g}")
 
 
 # --- the run -----------------------------------------------------------------------
@@ -472,9 +464,7 @@ def _pruning(config: Config, progress: Callable[[str], None]) -> list[dict[str, 
             proved += 1
             assert pruned.objective is not None
             same += _same(pruned.objective, wide.objective)
-            p_stall = int(inst.problem.evaluate(pruned.choice).stall[0])
-            w_stall = int(problem.evaluate(wide.choice).stall[0])
-            e = _excess_pct(inst, p_stall, w_stall)
+            e = _excess_pct(pruned.objective, wide.objective)
             excess.append(e if e is not None else 0.0)
             rel.append((pruned.objective - wide.objective) / max(abs(wide.objective), 1.0))
         progress(f"{requests}x{layers}: pruning compared on {compared} instances")
