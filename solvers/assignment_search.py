@@ -152,7 +152,9 @@ def branch_and_bound(
                 tied = children.bound <= low * (1 + rtol)
                 c = int(np.argmin(np.where(tied, children.tiebreak, np.inf)))
                 value, tie = float(children.bound[c]), float(children.tiebreak[c])
-                if best is None or _before(value, tie, best.objective, best.tiebreak, rtol):
+                if math.isfinite(value) and (
+                    best is None or _before(value, tie, best.objective, best.tiebreak, rtol)
+                ):
                     best = Incumbent(
                         problem.assignment(np.append(partial, c).astype(np.int64)), value, tie
                     )

@@ -27,7 +27,11 @@ import numpy.typing as npt
 
 from planner.policies.offload.ilp import WindowOption
 from planner.policies.offload.search_space import OffloadCandidates
-from planner.policies.offload.step_kernels import exact_latencies, pattern_layers
+from planner.policies.offload.step_kernels import (
+    exact_latencies,
+    pattern_layers,
+    score_assignments,
+)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -107,6 +111,8 @@ class OffloadProblem:
     slo_cap_s: FloatArray  # (W,) latency ceiling, +inf when the window has none
     slo_cap: FloatArray  # (W,) the surrogate's SLO row cap, block-times
     window_weight: int
+    blocks_f: FloatArray  # (R,) blocks as floats (the kernels' input)
+    slo_coef_f: FloatArray  # (W, R, C) slo_coef as floats
 
     @property
     def num_requests(self) -> int:
@@ -139,22 +145,22 @@ class OffloadProblem:
 
     def evaluate(self, choice: npt.ArrayLike) -> Evaluation:
         """choice: (N, R) or (R,) pattern indices."""
-        c = np.atleast_2d(np.asarray(choice, dtype=np.int64))
-        latency = self.latencies(c) if c.shape[1] else np.full(len(c), float(self.comp_s.sum()))
-        rows = np.arange(self.num_requests)
-        per_layer = self.fetch[rows, c].sum(axis=1)  # (N, L)
-        buffer = per_layer.max(axis=1) if per_layer.shape[1] else np.zeros(len(c), np.int64)
-        fetched = self.fetched[rows, c].sum(axis=1)
-        mem = self.mem_coef[:, rows, c].sum(axis=2) + buffer  # (W, N)
-        slo_s = (
-            latency[None, :] + self.slo_coef[:, rows, c].sum(axis=2) / self.bandwidth_blocks_per_s
+        c = np.ascontiguousarray(np.atleast_2d(np.asarray(choice, dtype=np.int64)))
+        latency, held, fetched, buffer = score_assignments(
+            self.comp_s,
+            self.bandwidth_blocks_per_s,
+            self.blocks_f,
+            self.layers_of,
+            self.count,
+            self.mem_coef,
+            self.mem_cap,
+            self.slo_coef_f,
+            self.slo_cap_s,
+            SLO_RTOL,
+            c,
         )
-        holds = (mem <= self.mem_cap[:, None]) & (slo_s <= self.slo_cap_s[:, None] * (1 + SLO_RTOL))
-        held = np.cumprod(holds, axis=0).sum(axis=0).astype(np.int64)
         objective = np.where(held > 0, latency, np.inf)
-        tiebreak = (
-            self.window_weight * (self.num_windows - held).astype(np.float64) + fetched
-        ).astype(np.float64)
+        tiebreak = self.window_weight * (self.num_windows - held).astype(np.float64) + fetched
         return Evaluation(objective, tiebreak, latency, held, fetched, buffer)
 
     def evaluate_surrogate(self, choice: npt.ArrayLike) -> SurrogateEvaluation:
@@ -253,4 +259,6 @@ def offload_problem(
         slo_cap_s=np.array(slo_cap_s, dtype=np.float64),
         slo_cap=np.array(slo_cap, dtype=np.float64),
         window_weight=window_weight,
+        blocks_f=b.astype(np.float64),
+        slo_coef_f=np.array(slo_coef, dtype=np.float64).reshape(w, r, c),
     )

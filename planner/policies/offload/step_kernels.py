@@ -157,6 +157,59 @@ def exact_latencies(  # noqa: PLR0917
 
 
 @_jit
+def score_assignments(  # noqa: PLR0917
+    comp: Any,
+    bandwidth: float,
+    blocks: Any,
+    layers_of: Any,
+    count: Any,
+    mem_coef: Any,
+    mem_cap: Any,
+    slo_coef: Any,
+    slo_cap_s: Any,
+    slo_rtol: float,
+    choices: Any,
+) -> Any:
+    """problem.py's evaluation of choices (N, R): (latency, held, fetched,
+    buffer) per row; held counts the window options, a prefix, whose memory
+    row (coef + buffer <= cap) and SLO row (latency + coef / B <= cap) hold."""
+    num, num_r = choices.shape
+    num_w = mem_cap.shape[0]
+    num_l = comp.shape[0]
+    latency = exact_latencies(comp, bandwidth, blocks, layers_of, count, choices)
+    held = np.zeros(num, np.int64)
+    fetched = np.zeros(num, np.int64)
+    buffer = np.zeros(num, np.int64)
+    per_layer = np.zeros(max(num_l, 1), np.int64)
+    for n in range(num):
+        per_layer[:] = 0
+        total = 0
+        for r in range(num_r):
+            c = choices[n, r]
+            b = int(blocks[r])
+            for j in range(count[c]):
+                per_layer[layers_of[c, j]] += b
+            total += b * count[c]
+        most = 0
+        for layer in range(num_l):
+            most = max(most, per_layer[layer])
+        fetched[n] = total
+        buffer[n] = most
+        for w in range(num_w):
+            mem = most
+            slo = 0.0
+            for r in range(num_r):
+                mem += mem_coef[w, r, choices[n, r]]
+                slo += slo_coef[w, r, choices[n, r]]
+            if mem > mem_cap[w]:
+                break
+            if latency[n] + slo / bandwidth > slo_cap_s[w] * (1 + slo_rtol):
+                break
+            held[n] = w + 1
+    return latency, held, fetched, buffer
+
+
+@_jit
 def relaxed_latencies(  # noqa: PLR0917
     comp: Any,
     bandwidth: float,
