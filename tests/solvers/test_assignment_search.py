@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import pytest
-
 from planner.solvers import Children, Incumbent, Status, branch_and_bound
 
 

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from planner.solvers import Backend, Status, solve
 
 from planner.domain.offload import DecodeBatch, OffloadInputs, OffloadParams, PlanSource
+from planner.policies.offload.event_model import step_latency_s
 from planner.policies.offload.greedy import greedy_choice
 from planner.policies.offload.ilp import build_offload_ilp
 from planner.policies.offload.placement import end_blocks, plan_layer_offload, window_options
 from planner.policies.offload.problem import OffloadProblem, offload_problem
 from planner.policies.offload.search import branch_and_bound, stall_greedy
-from planner.policies.offload.event_model import step_latency_s
 from planner.policies.offload.search_space import candidate_patterns
 from planner.policies.offload.step import StepInputs
 
