@@ -86,7 +86,7 @@ def test_node_limit_stops_the_same_way_every_time() -> None:
 
 def test_a_given_incumbent_and_the_gap() -> None:
     problem = _problem(5, 0.7)
-    best, weight = problem.brute()
+    best, _ = problem.brute()
     start = Incumbent(np.zeros(6, dtype=np.int64), best * 1.5 + 1, 0.0)
     out = branch_and_bound(problem, time_limit_s=30.0, incumbent=start, relative_gap=0.5)
     assert out.incumbent is not None

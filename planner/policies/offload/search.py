@@ -158,9 +158,12 @@ def _result(
     found = best.choice is not None
     if status is Status.TIMEOUT_NO_SOLUTION and found:
         status = Status.FEASIBLE
-    if status is Status.FEASIBLE and bound is not None:
-        if bound >= best.objective * (1 - LATENCY_RTOL):
-            status = Status.OPTIMAL
+    if (
+        status is Status.FEASIBLE
+        and bound is not None
+        and bound >= best.objective * (1 - LATENCY_RTOL)
+    ):
+        status = Status.OPTIMAL
     return SearchResult(
         status=status,
         choice=best.choice,
