@@ -55,6 +55,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--max-message-bytes", type=int, default=defaults.max_message_bytes)
     p.add_argument(
+        "--max-health-watchers",
+        type=int,
+        default=defaults.max_health_watchers,
+        help="open grpc.health.v1 Watch streams at most; more are refused with "
+        f"RESOURCE_EXHAUSTED (default {defaults.max_health_watchers})",
+    )
+    p.add_argument(
         "--store",
         default=None,
         help="SQLite file of the state that survives a restart (buddy-group plans, drop "
@@ -84,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         "max_concurrent_rpcs",
         "max_requests_per_snapshot",
         "max_message_bytes",
+        "max_health_watchers",
     ):
         if getattr(args, name) <= 0:
             print(f"planner serve: --{name.replace('_', '-')} must be > 0", file=sys.stderr)
@@ -137,6 +145,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
             max_message_bytes=args.max_message_bytes,
             max_workers=args.max_workers,
             max_concurrent_rpcs=args.max_concurrent_rpcs,
+            max_health_watchers=args.max_health_watchers,
         ),
         store_path=args.store if args.store is not None else default_store_path(),
         tls=tls,

@@ -23,3 +23,6 @@ class ServiceLimits:
     # response went out, so an engine calling again at once can still be
     # counted (tests/service/test_service_load.py).
     max_concurrent_rpcs: int = 128
+    # Open grpc.health.v1 Watch streams; more are refused with
+    # RESOURCE_EXHAUSTED (Check stays open).
+    max_health_watchers: int = 1024

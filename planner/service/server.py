@@ -14,7 +14,6 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError, Message
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
@@ -22,6 +21,8 @@ from planner.rpc import RPCS, SERVICE_NAMES, Rpc
 from planner.service.auth import BearerTokenInterceptor, require_tls_off_loopback
 from planner.service.cluster_store import ClusterStore
 from planner.service.errors import FailedPreconditionError, InvalidArgumentError
+from planner.service.health import SERVICE_NAME as HEALTH_SERVICE_NAME
+from planner.service.health import SERVING, HealthService
 from planner.service.limits import ServiceLimits
 from planner.service.logs import LOGGER_NAME, log_event
 from planner.service.methods import CallContext, handle
@@ -95,11 +96,10 @@ class PlannerServer:
                 ("grpc.http2.max_ping_strikes", 2),
             ],
         )
-        self._server.add_generic_rpc_handlers(_generic_handlers(self))
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        self.health = HealthService(limits.max_health_watchers)
+        self._server.add_generic_rpc_handlers([*_generic_handlers(self), self.health.handler()])
         reflection.enable_server_reflection(
-            [*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
+            [*SERVICE_NAMES, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME], self._server
         )
         address = f"{_host_for_address(config.host)}:{config.port}"
         try:
@@ -129,7 +129,7 @@ class PlannerServer:
         threading.Thread(target=warm_up, name="solver-warm-up", daemon=True).start()
         self._server.start()
         for name in ("", *SERVICE_NAMES):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            self.health.set(name, SERVING)
         if self.config.metrics_port is not None:
             try:
                 self._metrics_http, _ = start_http_server(
