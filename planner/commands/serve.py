@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -10,10 +11,14 @@ import threading
 from types import FrameType
 
 from planner.service.auth import TOKEN_ENV, AuthConfigError, read_token
+from planner.service.connections import raise_descriptor_limit
 from planner.service.limits import ServiceLimits
 from planner.service.logs import configure
 from planner.service.server import PlannerServer, ServerConfig
 from planner.service.tls import ServerTls, TlsConfigError
+
+# gRPC takes these timeouts in int32 milliseconds; a day is plenty.
+MAX_TIMEOUT_S = 86_400.0
 
 
 def default_store_path() -> str:
@@ -62,6 +67,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"RESOURCE_EXHAUSTED (default {defaults.max_health_watchers})",
     )
     p.add_argument(
+        "--max-connections",
+        type=int,
+        default=defaults.max_connections,
+        help="connections open at once, idle or not; more are closed when accepted. Lowered "
+        "to fit the open-file limit, whose soft value is raised to the hard one at start "
+        f"(default {defaults.max_connections})",
+    )
+    p.add_argument(
+        "--handshake-timeout-s",
+        type=float,
+        default=defaults.handshake_timeout_s,
+        help="drop a connection whose handshake has not finished by then "
+        f"(default {defaults.handshake_timeout_s:g})",
+    )
+    p.add_argument(
+        "--connection-idle-s",
+        type=float,
+        default=defaults.connection_idle_s,
+        help="close a connection with no call in flight for this long "
+        f"(default {defaults.connection_idle_s:g})",
+    )
+    p.add_argument(
         "--store",
         default=None,
         help="SQLite file of the state that survives a restart (buddy-group plans, drop "
@@ -92,9 +119,19 @@ def run(args: argparse.Namespace) -> int:
         "max_requests_per_snapshot",
         "max_message_bytes",
         "max_health_watchers",
+        "max_connections",
+        "handshake_timeout_s",
+        "connection_idle_s",
     ):
-        if getattr(args, name) <= 0:
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
             print(f"planner serve: --{name.replace('_', '-')} must be > 0", file=sys.stderr)
+            return 2
+        if name.endswith("_s") and value > MAX_TIMEOUT_S:
+            print(
+                f"planner serve: --{name.replace('_', '-')} must be at most {MAX_TIMEOUT_S:g}",
+                file=sys.stderr,
+            )
             return 2
     try:
         config = _config(args)
@@ -111,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    raise_descriptor_limit()
     try:
         server = PlannerServer(config)
         server.start()
@@ -146,6 +184,9 @@ def _config(args: argparse.Namespace) -> ServerConfig:
             max_workers=args.max_workers,
             max_concurrent_rpcs=args.max_concurrent_rpcs,
             max_health_watchers=args.max_health_watchers,
+            max_connections=args.max_connections,
+            handshake_timeout_s=args.handshake_timeout_s,
+            connection_idle_s=args.connection_idle_s,
         ),
         store_path=args.store if args.store is not None else default_store_path(),
         tls=tls,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from prometheus_client import start_http_server
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
 from planner.service.auth import BearerTokenInterceptor, require_tls_off_loopback
 from planner.service.cluster_store import ClusterStore
+from planner.service.connections import connection_cap
 from planner.service.errors import FailedPreconditionError, InvalidArgumentError
 from planner.service.health import SERVICE_NAME as HEALTH_SERVICE_NAME
 from planner.service.health import SERVING, HealthService
@@ -77,6 +79,7 @@ class PlannerServer:
         self.cluster_store.open()
         self.logger = logging.getLogger(LOGGER_NAME)
         limits = config.limits
+        self.max_connections = connection_cap(limits.max_connections)
         self._server = grpc.server(
             futures.ThreadPoolExecutor(
                 max_workers=limits.max_workers, thread_name_prefix="planner-rpc"
@@ -94,6 +97,9 @@ class PlannerServer:
                 ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
                 ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
                 ("grpc.http2.max_ping_strikes", 2),
+                ("grpc.max_allowed_incoming_connections", self.max_connections),
+                ("grpc.server_handshake_timeout_ms", round(limits.handshake_timeout_s * 1e3)),
+                ("grpc.max_connection_idle_ms", round(limits.connection_idle_s * 1e3)),
             ],
         )
         self.health = HealthService(limits.max_health_watchers)
@@ -157,6 +163,8 @@ class PlannerServer:
             if self.config.tls.client_ca_path
             else "on",
             auth="bearer" if self.config.auth_token is not None else "off",
+            max_connections=self.max_connections,
+            open_file_limit=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
         )
 
     def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
