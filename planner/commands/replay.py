@@ -10,6 +10,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from planner.commands.trace import add_trace_argument, check_max_trace_bytes
 from planner.domain.offload import OffloadParams
 from planner.domain.requests import Slo
 from planner.domain.rotation import RotationParams
@@ -70,7 +71,7 @@ from planner.replay.serverless_setup import (
     serverless_config,
 )
 from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, ReplaySetup, build_setup, scale_rate
-from planner.trace.errors import TraceError
+from planner.trace.errors import SpecError, TraceError
 from planner.trace.io import load_trace
 from planner.trace.records import TraceRequest
 
@@ -111,7 +112,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"slices sharing one C2C link, many models, C2CServe and baselines; policies "
         f"{', '.join(SERVERLESS_POLICY_NAMES)}).",
     )
-    p.add_argument("trace", help="JSON-lines trace file")
+    add_trace_argument(p)
     p.add_argument(
         "--profile",
         default=DEFAULT_PROFILE,
@@ -359,8 +360,9 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"{flag} must be a finite number >= 0, got {value}")
     try:
         # The serverless topology takes merged per-model traces: sorted here.
-        trace = load_trace(args.trace, sort=topology == SERVERLESS)
-    except TraceError as exc:
+        check_max_trace_bytes(args.max_trace_bytes)
+        trace = load_trace(args.trace, sort=topology == SERVERLESS, max_bytes=args.max_trace_bytes)
+    except (TraceError, SpecError) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot read {args.trace}: {exc.strerror or exc}")
