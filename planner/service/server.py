@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
-from planner.service.auth import BearerTokenInterceptor, require_tls_off_loopback
+from planner.service.auth import BearerTokenInterceptor, check_token, require_tls_off_loopback
 from planner.service.cluster_store import ClusterStore
 from planner.service.connections import connection_cap
 from planner.service.errors import FailedPreconditionError, InvalidArgumentError
@@ -62,6 +62,8 @@ class ServerConfig:
     auth_token: str | None = None
 
     def __post_init__(self) -> None:
+        if self.auth_token is not None:
+            check_token(self.auth_token, "auth_token")
         require_tls_off_loopback(self.host, self.auth_token, self.tls is not None)
 
 
