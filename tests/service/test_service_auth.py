@@ -5,6 +5,9 @@ refused off loopback without TLS; the server binds loopback by default."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import grpc
@@ -197,18 +200,25 @@ def test_read_token(tmp_path, monkeypatch):
         read_token(None)
 
 
-@pytest.mark.parametrize("value", ["", "   ", "\n\t", "t\u00f6ken", "to\u00a0ken", "tok\x7fen"])
-@pytest.mark.parametrize("host", ["0.0.0.0", "127.0.0.1"])
-def test_an_empty_or_unusable_token_in_the_environment_is_refused_at_start(
-    value, host, capsys, monkeypatch
-):
-    monkeypatch.setenv(TOKEN_ENV, value)
-    argv = ["serve", "--host", host, "--port", "0", "--store", ":memory:"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "$PLANNER_AUTH_TOKEN" in err
-    assert "empty" in err if not value.strip() else "printable ASCII" in err
-    assert "Traceback" not in err
+@pytest.mark.parametrize(
+    ("value", "host"),
+    [("", "0.0.0.0"), (" \n\t", "0.0.0.0"), ("", "127.0.0.1"), ("t\u00f6ken", "127.0.0.1")],
+)
+def test_an_empty_or_unusable_token_in_the_environment_is_refused_at_start(value, host):
+    # A real process: a server that started anyway would run until the timeout.
+    serve = ["serve", "--host", host, "--port", "0", "--store", ":memory:"]
+    done = subprocess.run(
+        [sys.executable, "-m", "planner.cli", *serve],
+        env={**os.environ, TOKEN_ENV: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout
+    assert "$PLANNER_AUTH_TOKEN" in done.stderr
+    assert ("empty" if not value.strip() else "printable ASCII") in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("value", ["t\u00f6ken", "\u30c8\u30fc\u30af\u30f3"])
