@@ -20,7 +20,11 @@ from planner.rpc import RPCS, Rpc
 from planner.service.auth import TOKEN_ENV, AuthConfigError, read_token
 from planner.service.cluster_store import ClusterStore
 from planner.service.convert.json_errors import describe_json_error
-from planner.service.errors import FailedPreconditionError, InvalidArgumentError
+from planner.service.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    StoreUnavailableError,
+)
 from planner.service.limits import ServiceLimits
 from planner.service.methods import CallContext, handle
 from planner.service.tls import ClientTls, TlsConfigError
@@ -168,6 +172,7 @@ def answer(
     if target is None:
         cluster_store = ClusterStore(store)
         try:
+            cluster_store.open()
             return handle(
                 rpc, request, CallContext(ServiceLimits(), deadline_s, cluster_store=cluster_store)
             )
@@ -175,6 +180,8 @@ def answer(
             raise CallFailedError(EXIT_BAD_INPUT, str(exc)) from None
         except FailedPreconditionError as exc:
             raise CallFailedError(EXIT_FAILED, f"FAILED_PRECONDITION: {exc}") from None
+        except StoreUnavailableError as exc:
+            raise CallFailedError(EXIT_FAILED, f"UNAVAILABLE: store unavailable: {exc}") from None
         except OSError as exc:
             raise CallFailedError(EXIT_FAILED, str(exc)) from None
         finally:

@@ -114,8 +114,7 @@ CREATE INDEX IF NOT EXISTS ledger_request_by_revision
 )
 
 _PRODUCER_COLUMNS = (
-    "producer_id, server_id, offered_bytes, leased_bytes, offered_total_bytes, "
-    "returned_total_bytes"
+    "producer_id, server_id, offered_bytes, leased_bytes, offered_total_bytes, returned_total_bytes"
 )
 _LEASE_COLUMNS = (
     "lease_id, producer_id, consumer_id, bytes, state, created_s, reclaim_id, deadline_s"

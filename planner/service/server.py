@@ -22,7 +22,11 @@ from planner.rpc import RPCS, SERVICE_NAMES, Rpc
 from planner.service.auth import BearerTokenInterceptor, check_token, require_tls_off_loopback
 from planner.service.cluster_store import ClusterStore
 from planner.service.connections import connection_cap
-from planner.service.errors import FailedPreconditionError, InvalidArgumentError
+from planner.service.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    StoreUnavailableError,
+)
 from planner.service.health import SERVICE_NAME as HEALTH_SERVICE_NAME
 from planner.service.health import SERVING, HealthService
 from planner.service.limits import ServiceLimits
@@ -31,6 +35,7 @@ from planner.service.methods import CallContext, handle
 from planner.service.metrics import RpcMetrics
 from planner.service.offload_engines import OffloadEngines, warm_up
 from planner.service.serverless_tuners import ServerlessTuners
+from planner.service.store_health import StoreHealth
 from planner.service.tls import ServerTls
 
 SHUTDOWN_GRACE_S = 5.0
@@ -44,6 +49,12 @@ KEEPALIVE_TIME_MS = 60_000
 KEEPALIVE_TIMEOUT_MS = 20_000
 # Clients may ping at most this often; more gets the connection closed.
 MIN_CLIENT_PING_INTERVAL_MS = 10_000
+# The services whose calls read or write the durable store: NOT_SERVING
+# while it cannot be written.
+STORE_SERVICES = (
+    RPCS["ClusterService.GetClusterState"].full_service,
+    RPCS["PlacementService.GetPoolStatus"].full_service,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +116,7 @@ class PlannerServer:
             ],
         )
         self.health = HealthService(limits.max_health_watchers)
+        self.store_health = StoreHealth(self.cluster_store.db, self.health, STORE_SERVICES)
         self._server.add_generic_rpc_handlers([*_generic_handlers(self), self.health.handler()])
         reflection.enable_server_reflection(
             [*SERVICE_NAMES, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME], self._server
@@ -177,6 +189,7 @@ class PlannerServer:
         self._stopped.set()
         self.health.enter_graceful_shutdown()
         self._server.stop(grace_s).wait()
+        self.store_health.close()
         self.cluster_store.close()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
@@ -255,6 +268,9 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
                     code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
                 except FailedPreconditionError as exc:
                     code, detail = grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+                except StoreUnavailableError as exc:
+                    code = grpc.StatusCode.UNAVAILABLE
+                    detail = f"store unavailable: {exc.reason}"
                 except Exception:
                     server.logger.exception(
                         "handler failed", extra={"fields": {"method": method.short_name}}
