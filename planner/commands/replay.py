@@ -10,6 +10,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from planner.commands.output_paths import (
+    OutputPathError,
+    check_output_file,
+    check_output_folder,
+)
 from planner.commands.trace import add_trace_argument, check_max_trace_bytes
 from planner.domain.offload import OffloadParams
 from planner.domain.requests import Slo
@@ -74,8 +79,13 @@ from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, ReplaySetup, buil
 from planner.trace.errors import SpecError, TraceError
 from planner.trace.io import load_trace
 from planner.trace.records import TraceRequest
+from planner.trace.validate import MAX_ARRIVAL_S
 
+EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+# Replaying a year of arrivals in 30 s; more only piles every request onto
+# the first instant.
+MAX_RATE_SCALE = 1e6
 
 ROTATION = "rotation"
 LONG_CONTEXT = "long-context"
@@ -285,6 +295,17 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _replay(args)
+    except OSError as exc:
+        # Output paths are checked before the run; a disk that fills up
+        # during it can still fail the last write.
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"planner replay: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _replay(args: argparse.Namespace) -> int:
     topology = args.topology
     if args.max_running is None:
         args.max_running = DEFAULT_MAX_RUNNING[topology]
@@ -296,8 +317,13 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
     scales = args.rate_scale or [1.0]
     for scale in scales:
-        if not math.isfinite(scale) or scale <= 0:
-            return _fail(f"--rate-scale must be a finite number > 0, got {scale}")
+        if not (math.isfinite(scale) and 0 < scale <= MAX_RATE_SCALE):
+            return _fail(f"--rate-scale must be in (0, {MAX_RATE_SCALE:g}], got {scale}")
+    try:
+        check_output_file("--json-out", args.json_out)
+        check_output_folder("--report-dir", args.report_dir)
+    except OutputPathError as exc:
+        return _fail(str(exc))
     if args.cpu_kv_gb is not None and not (math.isfinite(args.cpu_kv_gb) and args.cpu_kv_gb >= 0):
         return _fail(f"--cpu-kv-gb must be a finite number >= 0, got {args.cpu_kv_gb}")
     if not (math.isfinite(args.alpha) and args.alpha >= 0):
@@ -366,6 +392,13 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot read {args.trace}: {exc.strerror or exc}")
+    for scale in scales:
+        span_s = trace[-1].arrival_s / scale
+        if span_s > MAX_ARRIVAL_S:
+            return _fail(
+                f"--rate-scale {scale:g} stretches the trace to {span_s:.3g} s, more than "
+                f"a year ({MAX_ARRIVAL_S:.0f} s)"
+            )
     slo = Slo(ttft_s=args.slo_ttft, tbt_s=args.slo_tbt)
     knobs = ReplayKnobs(
         slo=slo,

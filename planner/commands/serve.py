@@ -48,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         help="serve Prometheus metrics over HTTP on this port (0 picks one); off by default",
     )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address the metrics endpoint binds (default 127.0.0.1: it has no token and "
+        "no TLS; give 0.0.0.0 or an address for a Prometheus on another machine)",
+    )
     p.add_argument("--max-workers", type=int, default=defaults.max_workers)
     p.add_argument(
         "--max-concurrent-rpcs",
@@ -160,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"planner serving on {server.address}", flush=True)
     if server.metrics_port is not None:
-        print(f"metrics on http://{args.host}:{server.metrics_port}/metrics", flush=True)
+        host = _host_for_url(args.metrics_host)
+        print(f"metrics on http://{host}:{server.metrics_port}/metrics", flush=True)
     stop.wait()
     server.stop()
     return 0
@@ -178,6 +185,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         host=args.host,
         port=args.port,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
         limits=ServiceLimits(
             max_requests_per_snapshot=args.max_requests_per_snapshot,
             max_message_bytes=args.max_message_bytes,
@@ -192,3 +200,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         tls=tls,
         auth_token=read_token(args.auth_token_file),
     )
+
+
+def _host_for_url(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

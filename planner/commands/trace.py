@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 from typing import TypeAlias
 
+from planner.commands.output_paths import OutputPathError, check_output_file
 from planner.input_file import STDIN, display_name
 from planner.trace.arrivals import RateSchedule, check_burstiness
 from planner.trace.errors import SpecError, TraceError
@@ -344,6 +345,7 @@ def _check_format_options(args: argparse.Namespace, accepted: frozenset[str]) ->
 def run_import(args: argparse.Namespace) -> int:
     converter = CONVERTERS[args.format]
     try:
+        check_output_file("--output", args.output)
         _check_format_options(args, converter.options)
         options = ImportOptions(
             limit=args.limit,
@@ -356,7 +358,7 @@ def run_import(args: argparse.Namespace) -> int:
         )
         requests, summary = import_trace(args.format, args.source, options, _stamp(args))
         summary.written = write_trace(args.output, requests)
-    except (TraceError, SpecError) as exc:
+    except (TraceError, SpecError, OutputPathError) as exc:
         return _fail("import", str(exc))
     except OSError as exc:
         return _fail("import", f"cannot write {args.output}: {exc.strerror or exc}", EXIT_FAILED)
@@ -368,6 +370,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 def run_gen(args: argparse.Namespace) -> int:
     try:
+        check_output_file("--output", args.output)
         schedule = _schedule(args)
         if schedule is None:
             raise SpecError("--rate", "give --rate RPS or --rate-schedule S:RPS,...")
@@ -383,7 +386,7 @@ def run_gen(args: argparse.Namespace) -> int:
         )
         requests = _stamp(args).apply(generate(config))
         count = write_trace(args.output, requests)
-    except (TraceError, SpecError) as exc:
+    except (TraceError, SpecError, OutputPathError) as exc:
         return _fail("gen", str(exc))
     except OSError as exc:
         return _fail("gen", f"cannot write {args.output}: {exc.strerror or exc}", EXIT_FAILED)

@@ -62,6 +62,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 50051
     metrics_port: int | None = None
+    # /metrics has no token and no TLS: loopback unless asked otherwise.
+    metrics_host: str = "127.0.0.1"
     limits: ServiceLimits = field(default_factory=ServiceLimits)
     # The durable store (SQLite) of state that outlives a restart (ClusterService,
     # PlacementService's lease ledger);
@@ -153,14 +155,17 @@ class PlannerServer:
         if self.config.metrics_port is not None:
             try:
                 self._metrics_http, _ = start_http_server(
-                    self.config.metrics_port, addr=self.config.host, registry=self.metrics.registry
+                    self.config.metrics_port,
+                    addr=self.config.metrics_host,
+                    registry=self.metrics.registry,
                 )
             except OSError as exc:
                 # Do not leave the gRPC server running behind the error.
                 self._server.stop(None).wait()
                 self._stopped.set()
                 raise OSError(
-                    f"cannot serve metrics on {self.config.host}:{self.config.metrics_port}: {exc}"
+                    f"cannot serve metrics on {self.config.metrics_host}:"
+                    f"{self.config.metrics_port}: {exc}"
                 ) from exc
             self.metrics_port = self._metrics_http.server_port
         log_event(
@@ -169,6 +174,7 @@ class PlannerServer:
             "serving",
             address=self.address,
             metrics_port=self.metrics_port,
+            metrics_host=self.config.metrics_host if self.metrics_port is not None else None,
             services=SERVICE_NAMES,
             store=self.cluster_store.path,
             tls="off"
