@@ -317,8 +317,10 @@ def _replay(args: argparse.Namespace) -> int:
             return _fail(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
     scales = args.rate_scale or [1.0]
     for scale in scales:
-        if not (math.isfinite(scale) and 0 < scale <= MAX_RATE_SCALE):
-            return _fail(f"--rate-scale must be in (0, {MAX_RATE_SCALE:g}], got {scale}")
+        if not math.isfinite(scale) or scale <= 0:
+            return _fail(f"--rate-scale must be a finite number > 0, got {scale}")
+        if scale > MAX_RATE_SCALE:
+            return _fail(f"--rate-scale must be at most {MAX_RATE_SCALE:g}, got {scale:g}")
     try:
         check_output_file("--json-out", args.json_out)
         check_output_folder("--report-dir", args.report_dir)
