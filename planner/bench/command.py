@@ -18,7 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from planner.bench import buddy, kernels, replay_speed, rotation, service, solvers_offload
+from planner.bench import (
+    buddy,
+    kernels,
+    ledger,
+    replay_speed,
+    rotation,
+    service,
+    solvers_offload,
+)
 from planner.bench.baseline import DEFAULT_FACTOR, compare
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
@@ -126,6 +134,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     solvers_offload.register(benches)
     kernels.register(benches)
     service.register(benches)
+    ledger.register(benches)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
