@@ -419,6 +419,10 @@ def markdown_section(
             "is on disk (fsync) before it answers.",
             markdown_table(HEADERS, _rows(pools), RIGHT),
             _crowd_line(crowd),
+            "The same bench against a server that kept each pool as one JSON document is in "
+            "[reliability.md](reliability.md) (attack 5). `make bench` runs this at full "
+            "size; `make bench-quick` with pools of 10 and 1,000 producers, 50 calls, JSON "
+            "under out/bench-quick/ only.",
         )
         if part
     )

@@ -27,8 +27,8 @@ from planner.service.errors import (
     InvalidArgumentError,
     StoreUnavailableError,
 )
+from planner.service.health import NOT_SERVING, SERVING, HealthService
 from planner.service.health import SERVICE_NAME as HEALTH_SERVICE_NAME
-from planner.service.health import SERVING, HealthService
 from planner.service.limits import ServiceLimits
 from planner.service.logs import LOGGER_NAME, log_event
 from planner.service.methods import CallContext, handle
@@ -86,6 +86,7 @@ class PlannerServer:
     def __init__(self, config: ServerConfig) -> None:
         # Read before anything is opened: a bad file stops the server here.
         credentials = None if config.tls is None else config.tls.credentials()
+        self.max_connections = connection_cap(config.limits.max_connections)
         self.config = config
         self.metrics = RpcMetrics()
         self.offload_engines = OffloadEngines()
@@ -94,7 +95,6 @@ class PlannerServer:
         self.cluster_store.open()
         self.logger = logging.getLogger(LOGGER_NAME)
         limits = config.limits
-        self.max_connections = connection_cap(limits.max_connections)
         self._server = grpc.server(
             futures.ThreadPoolExecutor(
                 max_workers=limits.max_workers, thread_name_prefix="planner-rpc"
@@ -151,7 +151,8 @@ class PlannerServer:
         threading.Thread(target=warm_up, name="solver-warm-up", daemon=True).start()
         self._server.start()
         for name in ("", *SERVICE_NAMES):
-            self.health.set(name, SERVING)
+            failing = name in STORE_SERVICES and self.store_health.failing
+            self.health.set(name, NOT_SERVING if failing else SERVING)
         if self.config.metrics_port is not None:
             try:
                 self._metrics_http, _ = start_http_server(

@@ -91,4 +91,9 @@ class StoreHealth:
                 continue
 
     def close(self) -> None:
+        """Stops probing (before the store closes, so no probe reopens it)."""
         self._stop.set()
+        with self._lock:
+            prober = self._prober
+        if prober is not None:
+            prober.join(timeout=self._probe_interval_s + 1.0)
