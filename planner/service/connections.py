@@ -14,7 +14,6 @@ call for `connection_idle_s`.
 from __future__ import annotations
 
 import resource
-from dataclasses import dataclass
 
 # Descriptors the server needs besides its connections: the store file and
 # its WAL, listening sockets, the metrics endpoint and its scrapes, gRPC's
@@ -28,28 +27,21 @@ class DescriptorLimitError(OSError):
     """The descriptor limit leaves too little room for connections."""
 
 
-@dataclass(frozen=True, slots=True)
-class DescriptorLimit:
-    soft: int
-    hard: int
-    # The soft limit before raise_descriptor_limit() raised it.
-    was: int
-
-
-def raise_descriptor_limit() -> DescriptorLimit:
-    """Raises the soft RLIMIT_NOFILE to the hard limit (no privilege needed)."""
+def raise_descriptor_limit() -> int:
+    """Raises the soft RLIMIT_NOFILE to the hard limit (no privilege needed);
+    returns the soft limit now in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard
     if target == resource.RLIM_INFINITY:
         # Linux refuses an infinite RLIMIT_NOFILE; it caps at nr_open.
         target = _nr_open(default=max(soft, 1 << 20))
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            target = soft
-        return DescriptorLimit(soft=target, hard=hard, was=soft)
-    return DescriptorLimit(soft=soft, hard=hard, was=soft)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        return soft
+    return target
 
 
 def _nr_open(default: int) -> int:

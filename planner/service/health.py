@@ -222,7 +222,6 @@ class _NonBlocking:
     experimental_non_blocking protocol)."""
 
     experimental_non_blocking = True
-    experimental_thread_pool = None
 
     def __init__(self, behavior: Callable[..., None]) -> None:
         self._behavior = behavior
