@@ -79,6 +79,7 @@ bench: $(STAMP)
 	$(BIN)/planner bench solvers --problem offload --out docs/bench/solvers_offload.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench solvers --problem placement --out docs/bench/solvers_placement.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench service --overload --out docs/bench/service.json --markdown docs/benchmarks.md
+	$(BIN)/planner bench ledger --out docs/bench/ledger.json --markdown docs/benchmarks.md
 
 # The quick suite CI runs (a few minutes on 2 cores): the same benches at
 # small sizes, JSON under $(BENCH_QUICK_OUT), docs untouched. Pass
@@ -93,6 +94,7 @@ bench-quick: $(STAMP)
 	$(BIN)/planner bench solvers --problem offload --sizes 4x32,16x32 --instances 8 --pruning-instances 0 --out $(BENCH_QUICK_OUT)/solvers_offload.json
 	$(BIN)/planner bench solvers --problem placement --gpus 16,64 --limits 0.5 --out $(BENCH_QUICK_OUT)/solvers_placement.json
 	$(BIN)/planner bench service --clients 16 --duration-s 5 --overload --overload-duration-s 3 --overload-limits 8:8,1:2 --out $(BENCH_QUICK_OUT)/service.json $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)/service.json)
+	$(BIN)/planner bench ledger --producers 10,1000 --calls 50 --busy-clients 2 --out $(BENCH_QUICK_OUT)/ledger.json
 
 $(BUF):
 	mkdir -p .tools

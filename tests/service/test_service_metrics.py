@@ -106,3 +106,17 @@ def test_metrics_port_in_use_fails_start_and_leaves_nothing_serving():
         health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     server.stop()  # a no-op now, and harmless
+
+
+@pytest.mark.parametrize(("metrics_host", "bound"), [(None, "127.0.0.1"), ("0.0.0.0", "0.0.0.0")])
+def test_metrics_bind_loopback_unless_asked_even_when_grpc_listens_everywhere(metrics_host, bound):
+    """/metrics has no token: a server listening on every address keeps it on
+    loopback by default."""
+    extra = {} if metrics_host is None else {"metrics_host": metrics_host}
+    server = PlannerServer(ServerConfig(host="0.0.0.0", port=0, metrics_port=0, **extra))
+    server.start()
+    try:
+        assert server._metrics_http.server_address[0] == bound
+        assert scrape(server.metrics_port)
+    finally:
+        server.stop(grace_s=0)
