@@ -257,6 +257,10 @@ class Snapshot:
     free_cpu_blocks: int | None = None
     last_iteration_s: float | None = None
     pools: BlockPools | None = None
+    # The engine's per-iteration limits (None: none given): tokens it
+    # schedules in one iteration and requests it runs at once.
+    max_batched_tokens: int | None = None
+    max_running_requests: int | None = None
 
     @property
     def block_level(self) -> bool:

@@ -351,6 +351,8 @@ class Snapshot(_message.Message):
     LAST_ITERATION_S_FIELD_NUMBER: _builtins.int
     POOLS_FIELD_NUMBER: _builtins.int
     COLUMNS_FIELD_NUMBER: _builtins.int
+    MAX_BATCHED_TOKENS_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_REQUESTS_FIELD_NUMBER: _builtins.int
     now_s: _builtins.float
     """The engine's clock now, seconds."""
     free_gpu_blocks: _builtins.int
@@ -365,6 +367,13 @@ class Snapshot(_message.Message):
     """Compute time of the previous iteration: the window that transfers of
     this iteration overlap with.
     """
+    max_batched_tokens: _builtins.int
+    """The engine's limits on one iteration, when it has them: the most tokens
+    it schedules (prefill and decode together) and the most requests it
+    runs at once. A request the engine cannot admit this iteration gains
+    nothing from being prioritized. Unset: no limit. A set value must be > 0.
+    """
+    max_running_requests: _builtins.int
     @_builtins.property
     def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___TrackedRequest]:
         """The tracked requests as rows (or see `columns`)."""
@@ -388,10 +397,12 @@ class Snapshot(_message.Message):
         last_iteration_s: _builtins.float | None = ...,
         pools: Global___BlockPools | None = ...,
         columns: Global___RequestColumns | None = ...,
+        max_batched_tokens: _builtins.int | None = ...,
+        max_running_requests: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "block_size_tokens", b"block_size_tokens", "columns", b"columns", "free_cpu_blocks", b"free_cpu_blocks", "last_iteration_s", b"last_iteration_s", "pools", b"pools"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "_max_batched_tokens", b"_max_batched_tokens", "_max_running_requests", b"_max_running_requests", "block_size_tokens", b"block_size_tokens", "columns", b"columns", "free_cpu_blocks", b"free_cpu_blocks", "last_iteration_s", b"last_iteration_s", "max_batched_tokens", b"max_batched_tokens", "max_running_requests", b"max_running_requests", "pools", b"pools"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "block_size_tokens", b"block_size_tokens", "columns", b"columns", "free_cpu_blocks", b"free_cpu_blocks", "free_gpu_blocks", b"free_gpu_blocks", "last_iteration_s", b"last_iteration_s", "now_s", b"now_s", "pools", b"pools", "requests", b"requests"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "_max_batched_tokens", b"_max_batched_tokens", "_max_running_requests", b"_max_running_requests", "block_size_tokens", b"block_size_tokens", "columns", b"columns", "free_cpu_blocks", b"free_cpu_blocks", "free_gpu_blocks", b"free_gpu_blocks", "last_iteration_s", b"last_iteration_s", "max_batched_tokens", b"max_batched_tokens", "max_running_requests", b"max_running_requests", "now_s", b"now_s", "pools", b"pools", "requests", b"requests"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__block_size_tokens: _TypeAlias = _typing.Literal["block_size_tokens"]  # noqa: Y015
     _WhichOneofArgType__block_size_tokens: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens"]  # noqa: Y015
@@ -399,12 +410,20 @@ class Snapshot(_message.Message):
     _WhichOneofArgType__free_cpu_blocks: _TypeAlias = _typing.Literal["_free_cpu_blocks", b"_free_cpu_blocks"]  # noqa: Y015
     _WhichOneofReturnType__last_iteration_s: _TypeAlias = _typing.Literal["last_iteration_s"]  # noqa: Y015
     _WhichOneofArgType__last_iteration_s: _TypeAlias = _typing.Literal["_last_iteration_s", b"_last_iteration_s"]  # noqa: Y015
+    _WhichOneofReturnType__max_batched_tokens: _TypeAlias = _typing.Literal["max_batched_tokens"]  # noqa: Y015
+    _WhichOneofArgType__max_batched_tokens: _TypeAlias = _typing.Literal["_max_batched_tokens", b"_max_batched_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__max_running_requests: _TypeAlias = _typing.Literal["max_running_requests"]  # noqa: Y015
+    _WhichOneofArgType__max_running_requests: _TypeAlias = _typing.Literal["_max_running_requests", b"_max_running_requests"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__block_size_tokens) -> _WhichOneofReturnType__block_size_tokens | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__free_cpu_blocks) -> _WhichOneofReturnType__free_cpu_blocks | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__last_iteration_s) -> _WhichOneofReturnType__last_iteration_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_batched_tokens) -> _WhichOneofReturnType__max_batched_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_running_requests) -> _WhichOneofReturnType__max_running_requests | None: ...
 
 Global___Snapshot: _TypeAlias = Snapshot  # noqa: Y015
 

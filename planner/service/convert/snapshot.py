@@ -54,6 +54,16 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+def _engine_limit(field: str, msg: common_pb2.Snapshot, name: str) -> int | None:
+    """An optional engine limit: unset is None, a set value must be > 0."""
+    if not msg.HasField(name):  # type: ignore[arg-type]
+        return None
+    value = int(getattr(msg, name))
+    if value <= 0:
+        raise InvalidArgumentError(f"{field}.{name}", f"must be > 0, got {value}")
+    return value
+
+
 def snapshot_from_proto(
     field: str, msg: common_pb2.Snapshot, limits: ServiceLimits, has: bool
 ) -> Snapshot:
@@ -89,6 +99,8 @@ def snapshot_from_proto(
             raise InvalidArgumentError(
                 f"{field}.last_iteration_s", f"must be > 0, got {last_iteration}"
             )
+    max_batched_tokens = _engine_limit(field, msg, "max_batched_tokens")
+    max_running_requests = _engine_limit(field, msg, "max_running_requests")
     block_level = msg.HasField("pools")
     pools = None
     if block_level:
@@ -154,6 +166,8 @@ def snapshot_from_proto(
         block_size_tokens=block_size,
         free_cpu_blocks=free_cpu,
         last_iteration_s=last_iteration,
+        max_batched_tokens=max_batched_tokens,
+        max_running_requests=max_running_requests,
         pools=pools,
     )
 
