@@ -4,6 +4,8 @@ answers with an error."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from planner.adapters.common.counters import FallbackCounters, FallbackReason
 from planner.adapters.common.link import PlannerLink
@@ -98,3 +100,41 @@ def test_counters_export_prometheus_metrics(views, pools):
     assert sample("planner_adapter_answers_total", {"engine": "vllm"}) == 1
     assert sample("planner_adapter_fallbacks_total", {"engine": "vllm", "reason": "error"}) == 1
     assert sample("planner_adapter_call_duration_seconds_count", {"engine": "vllm"}) == 2
+
+
+@pytest.fixture
+def stuck_in_process(monkeypatch):
+    """In-process mode whose handler blocks until the test releases it."""
+    import planner.service.methods as methods
+
+    release = threading.Event()
+    real = methods.handle
+
+    def handle(rpc, request, ctx):
+        release.wait()
+        return real(rpc, request, ctx)
+
+    monkeypatch.setattr(methods, "handle", handle)
+    yield release
+    release.set()
+
+
+def test_in_process_planner_is_cut_off_at_the_deadline(views, pools, stuck_in_process):
+    request = build_rotation_request(views, pools, NOW_S)
+    with PlannerLink(None, deadline_s=0.005) as link:
+        planner = link._local
+        assert planner.wait_idle(ROUND_TRIP_DEADLINE_S)  # the handler is loaded
+        # The handler never returns while the event is clear: the call
+        # comes back only because it is cut off at the deadline.
+        assert link.plan_rotation(request) is None
+        # Still busy with that call: the next one falls back at once.
+        assert planner.busy
+        assert link.plan_rotation(request) is None
+        snap = link.counters.snapshot()
+        assert snap.fallbacks[FallbackReason.DEADLINE] == 2
+        assert snap.latency.max_s < ROUND_TRIP_DEADLINE_S
+        stuck_in_process.set()
+        assert planner.wait_idle(ROUND_TRIP_DEADLINE_S)
+        link.deadline_s = planner.deadline_s = ROUND_TRIP_DEADLINE_S
+        assert link.plan_rotation(request) is not None
+        assert link.counters.snapshot().ok == 1
