@@ -49,6 +49,14 @@ class PoolSizes:
     free_cpu_blocks: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    """What the engine admits in one step (None: no limit)."""
+
+    max_batched_tokens: int | None = None
+    max_running_requests: int | None = None
+
+
 def blocks_for(tokens: int, block_size_tokens: int) -> int:
     return -(-tokens // block_size_tokens)
 
@@ -81,6 +89,7 @@ def build_rotation_request(
     params: rotation_pb2.RotationParams | None = None,
     slo: common_pb2.Slo | None = None,
     profile: common_pb2.EngineProfile | None = None,
+    limits: EngineLimits | None = None,
 ) -> rotation_pb2.PlanRotationRequest:
     """Timestamps must be on the same clock as now_s and not later than it."""
     request = rotation_pb2.PlanRotationRequest()
@@ -92,6 +101,10 @@ def build_rotation_request(
         snap.free_cpu_blocks = pools.free_cpu_blocks
     if last_iteration_s is not None:
         snap.last_iteration_s = last_iteration_s
+    if limits is not None and limits.max_batched_tokens is not None:
+        snap.max_batched_tokens = limits.max_batched_tokens
+    if limits is not None and limits.max_running_requests is not None:
+        snap.max_running_requests = limits.max_running_requests
     if params is not None:
         request.params.CopyFrom(params)
     if slo is not None:

@@ -7,6 +7,7 @@ Needs aiohttp (the engine environment has it through vLLM)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import time
@@ -41,7 +42,7 @@ class BurstyLoad:
 
     def requests(self) -> list[LoadRequest]:
         rng = random.Random(self.seed)
-        out = []
+        out: list[LoadRequest] = []
         for b in range(self.num_bursts):
             for i in range(self.burst_size):
                 n = len(out)
@@ -79,7 +80,7 @@ class RequestRecord:
     @property
     def tbt_s(self) -> list[float]:
         t = self.token_times_s
-        return [b - a for a, b in zip(t, t[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(t)]
 
     @property
     def tpot_s(self) -> float | None:

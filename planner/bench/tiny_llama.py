@@ -37,9 +37,7 @@ class TinyLlamaShape:
 def words(count: int, seed: int) -> list[str]:
     """count pseudo-words from the syllable alphabet, deterministic in seed."""
     rng = random.Random(seed)
-    return [
-        "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 4))) for _ in range(count)
-    ]
+    return ["".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 4))) for _ in range(count)]
 
 
 def prompt_text(num_words: int, seed: int) -> str:

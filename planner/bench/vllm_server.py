@@ -7,6 +7,7 @@ vllm.entrypoints.openai.api_server` is the same server."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -168,10 +169,8 @@ class VllmServer:
                 os.killpg(self._proc.pid, signal.SIGKILL)
                 self._proc.wait()
         # Workers left in the group (the engine core, its worker).
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self._proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self._log.close()
         return self._proc.returncode
 

@@ -131,7 +131,11 @@ COUNTS_CASES: list[tuple[str, Mutation, str]] = [
     ),
     ("block_size_zero", _set("snapshot.block_size_tokens", 0), "snapshot.block_size_tokens"),
     ("last_iteration_zero", _set("snapshot.last_iteration_s", 0.0), "snapshot.last_iteration_s"),
-    ("max_batched_tokens_zero", _set("snapshot.max_batched_tokens", 0), "snapshot.max_batched_tokens"),
+    (
+        "max_batched_tokens_zero",
+        _set("snapshot.max_batched_tokens", 0),
+        "snapshot.max_batched_tokens",
+    ),
     (
         "max_running_requests_negative",
         _set("snapshot.max_running_requests", -1),
