@@ -92,8 +92,7 @@ $(ENGINES_STAMP): $(ENGINES_BASE)/.installed pyproject.toml
 	$(PYTHON) -m venv $(ENGINES_VENV)
 	echo "import site; site.addsitedir('$(ENGINES_SITE)')" > \
 		$$($(ENGINES_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/planner-engines-base.pth
-	$(ENGINES_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e . || \
-		$(ENGINES_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(ENGINES_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(ENGINES_STAMP)
 
 .PHONY: test-engines test-e2e bench-vllm
