@@ -136,7 +136,10 @@ async def run_load_async(url: str, model: str, requests: list[LoadRequest]) -> l
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
-    connector = aiohttp.TCPConnector(limit=0)
+    # A connection per request: a pooled one that the server's keep-alive
+    # timeout (uvicorn: 5 s, the gap between bursts) closes as it is reused
+    # would fail that request.
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         start_s = time.perf_counter()
         return list(
