@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,26 @@ def build(out_dir: Path, shape: TinyLlamaShape | None = None, seed: int = 0) -> 
     meta: dict[str, Any] = {"seed": seed, **asdict(shape)}
     (out_dir / "tiny_llama.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     return out_dir
+
+
+def cached(cache_dir: Path, seed: int = 0) -> Path:
+    """The model of build(seed) under cache_dir, built there once. A stable
+    path lets vLLM reuse its torch.compile cache (keyed by the model path)
+    from one run to the next: about 30 s per server start on 2 cores."""
+    out = cache_dir / f"tiny-llama-seed{seed}"
+    meta = {"seed": seed, **asdict(TinyLlamaShape())}
+    marker = out / "tiny_llama.json"
+    if marker.exists() and json.loads(marker.read_text(encoding="utf-8")) == meta:
+        return out
+    staging = Path(tempfile.mkdtemp(prefix=f"{out.name}-", dir=cache_dir))
+    build(staging, seed=seed)
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        staging.rename(out)
+    except OSError:
+        # Another process put it there first: same seed, same files.
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from planner.bench.http_load import BurstyLoad, RequestRecord, run_load
 from planner.bench.machine import describe, describe_commit, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.server_process import ServerProcess
-from planner.bench.tiny_llama import build
+from planner.bench.tiny_llama import cached
 from planner.bench.vllm_server import VllmServer, VllmServerConfig
 
 SECTION = "vllm-plugin"
@@ -283,7 +283,9 @@ def markdown(results: list[RunResult], args: argparse.Namespace, machine: dict[s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("out/bench-vllm"))
-    parser.add_argument("--model", type=Path, help="a tiny_llama folder (default: built in --out)")
+    parser.add_argument(
+        "--model", type=Path, help="a tiny_llama folder (default: ~/.cache/planner-engines)"
+    )
     parser.add_argument("--load", action="append", choices=sorted(LOADS), help="default: all")
     parser.add_argument("--config", action="append", choices=CONFIGS, help="default: all")
     parser.add_argument("--repeat", type=int, default=1)
@@ -298,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         # Calls over the deadline are read off the adapter's histogram.
         parser.error(f"--deadline-ms must be a latency bucket bound: {LATENCY_BUCKETS_S} s")
     args.out.mkdir(parents=True, exist_ok=True)
-    model_dir = args.model or build(args.out / "model")
+    model_dir = args.model or cached(Path.home() / ".cache" / "planner-engines")
     loads = [LOADS[n] for n in (args.load or LOADS)]
     configs = args.config or list(CONFIGS)
     results: list[RunResult] = []

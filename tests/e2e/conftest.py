@@ -5,13 +5,14 @@ not installed (run `make test-e2e`)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from planner.bench.tiny_llama import build
+from planner.bench.tiny_llama import cached
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 SKIP_REASON = "vLLM is not installed here (run `make test-e2e`, see docs/adapters.md)"
@@ -25,9 +26,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
 
 
+# Where the tiny model is kept between runs (a stable path lets vLLM reuse its
+# torch.compile cache); the Makefile's engine cache by default.
+MODEL_CACHE = Path(
+    os.environ.get("PLANNER_E2E_MODEL_CACHE", Path.home() / ".cache" / "planner-engines")
+)
+
+
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build(tmp_path_factory.mktemp("tiny-llama"))
+def tiny_model() -> Path:
+    MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+    return cached(MODEL_CACHE)
 
 
 def free_port() -> int:
