@@ -4,9 +4,11 @@ answers with an error."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
+from planner.adapters.common.channel import CALL_SWITCH_INTERVAL_S, short_gil_switch_interval
 from planner.adapters.common.counters import FallbackCounters, FallbackReason
 from planner.adapters.common.link import PlannerLink
 from planner.adapters.common.snapshot import build_rotation_request
@@ -138,3 +140,22 @@ def test_in_process_planner_is_cut_off_at_the_deadline(views, pools, stuck_in_pr
         link.deadline_s = planner.deadline_s = ROUND_TRIP_DEADLINE_S
         assert link.plan_rotation(request) is not None
         assert link.counters.snapshot().ok == 1
+
+
+def test_gil_switch_interval_is_short_only_during_a_call(views, pools):
+    previous = sys.getswitchinterval()
+    seen: list[float] = []
+    with PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S) as link:
+        real = link._ask
+
+        def ask(rpc, request):
+            seen.append(sys.getswitchinterval())
+            return real(rpc, request)
+
+        link._ask = ask
+        assert link.plan_rotation(build_rotation_request(views, pools, NOW_S)) is not None
+    assert seen == [pytest.approx(CALL_SWITCH_INTERVAL_S)]
+    assert sys.getswitchinterval() == previous
+    # Already shorter: left alone.
+    with short_gil_switch_interval(1.0):
+        assert sys.getswitchinterval() == previous
