@@ -47,7 +47,11 @@ class PlannerChannel:
         deadline_s: float,
         retry: RetryPolicy = NO_RETRY,
         security: ChannelSecurity | None = None,
+        *,
+        switch_interval_s: float | None = CALL_SWITCH_INTERVAL_S,
     ) -> None:
+        """switch_interval_s: the GIL switch interval while a call waits
+        (None: CPython's, untouched)."""
         if not deadline_s > 0:
             raise ValueError(f"deadline_s must be > 0, got {deadline_s}")
         security = security or ChannelSecurity()
@@ -55,6 +59,7 @@ class PlannerChannel:
             raise ValueError("TLS and a token need a target (in process there is no channel)")
         self.target = target
         self.deadline_s = deadline_s
+        self.switch_interval_s = switch_interval_s
         self._client = (
             PlannerClient(
                 target,
@@ -76,8 +81,11 @@ class PlannerChannel:
         """The answer, or None with the fallback counted. The caller counts
         an answer it accepts (record_ok) or rejects (INVALID_PLAN)."""
         start = time.perf_counter()
-        with short_gil_switch_interval():
+        if self.switch_interval_s is None:
             response, reason = self._ask(rpc, request)
+        else:
+            with short_gil_switch_interval(self.switch_interval_s):
+                response, reason = self._ask(rpc, request)
         elapsed = time.perf_counter() - start
         counters.record_call(elapsed)
         if reason is not None:
