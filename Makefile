@@ -117,6 +117,7 @@ serve: $(STAMP)
 # sizes; rewrites docs/benchmarks.md and the JSON under docs/bench/.
 bench: $(STAMP)
 	$(BIN)/planner bench policies --policy rotation --out docs/bench/rotation.json --markdown docs/benchmarks.md
+	$(BIN)/planner bench rotation-quality --out docs/bench/rotation_quality.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench policies --policy buddy --out docs/bench/buddy.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench replay --out docs/bench/replay.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench solvers --problem offload --out docs/bench/solvers_offload.json --markdown docs/benchmarks.md
@@ -130,6 +131,7 @@ BENCH_QUICK_OUT ?= out/bench-quick
 bench-quick: $(STAMP)
 	mkdir -p $(BENCH_QUICK_OUT)
 	$(BIN)/planner bench policies --policy rotation --sizes 100,1000 --block-level-sizes 100 --calls 200 --out $(BENCH_QUICK_OUT)/rotation.json $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)/rotation.json)
+	$(BIN)/planner bench rotation-quality --out $(BENCH_QUICK_OUT)/rotation_quality.json
 	$(BIN)/planner bench policies --policy buddy --calls 20 --out $(BENCH_QUICK_OUT)/buddy.json
 	$(BIN)/planner bench replay --no-azure --duration 20 --out $(BENCH_QUICK_OUT)/replay.json
 	$(BIN)/planner bench solvers --problem offload --sizes 4x32,16x32 --instances 8 --pruning-instances 0 --out $(BENCH_QUICK_OUT)/solvers_offload.json

@@ -39,6 +39,10 @@ class EngineRequestView:
     # 0: the snapshot-wide SLO applies.
     slo_ttft_s: float = 0.0
     slo_tbt_s: float = 0.0
+    # When it produced its first token; None before it (or unknown). With
+    # output_tokens, the planner's measure of its TPOT slack: rotation never
+    # preempts a request whose slack it cannot tell.
+    first_token_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +51,6 @@ class PoolSizes:
     block_size_tokens: int
     # None: the CPU pool is not a constraint.
     free_cpu_blocks: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EngineLimits:
-    """What the engine admits in one step (None: no limit)."""
-
-    max_batched_tokens: int | None = None
-    max_running_requests: int | None = None
 
 
 def blocks_for(tokens: int, block_size_tokens: int) -> int:
@@ -89,9 +85,13 @@ def build_rotation_request(
     params: rotation_pb2.RotationParams | None = None,
     slo: common_pb2.Slo | None = None,
     profile: common_pb2.EngineProfile | None = None,
-    limits: EngineLimits | None = None,
+    max_batched_tokens: int | None = None,
+    max_running_requests: int | None = None,
 ) -> rotation_pb2.PlanRotationRequest:
-    """Timestamps must be on the same clock as now_s and not later than it."""
+    """Timestamps must be on the same clock as now_s and not later than it.
+    max_batched_tokens, max_running_requests: the engine's per-iteration
+    token budget and running cap, so that rotation does not prioritize
+    waiting requests the engine could not start this iteration."""
     request = rotation_pb2.PlanRotationRequest()
     snap = request.snapshot
     snap.now_s = now_s
@@ -101,10 +101,10 @@ def build_rotation_request(
         snap.free_cpu_blocks = pools.free_cpu_blocks
     if last_iteration_s is not None:
         snap.last_iteration_s = last_iteration_s
-    if limits is not None and limits.max_batched_tokens is not None:
-        snap.max_batched_tokens = limits.max_batched_tokens
-    if limits is not None and limits.max_running_requests is not None:
-        snap.max_running_requests = limits.max_running_requests
+    if max_batched_tokens is not None:
+        snap.max_batched_tokens = max_batched_tokens
+    if max_running_requests is not None:
+        snap.max_running_requests = max_running_requests
     if params is not None:
         request.params.CopyFrom(params)
     if slo is not None:
@@ -148,6 +148,11 @@ def build_rotation_request(
     cols.synced_blocks.extend([0] * len(views))
     cols.slo_ttft_s.extend([v.slo_ttft_s for v in views])
     cols.slo_tbt_s.extend([v.slo_tbt_s for v in views])
+    # The tokens still to compute are prefill_tokens - num_tokens: the
+    # prompt and any output a recompute redoes, or one decode.
+    cols.prefill_tokens.extend([v.prompt_tokens + v.output_tokens for v in views])
+    cols.output_tokens.extend([v.output_tokens for v in views])
+    cols.first_token_s.extend([_or_nan(v.first_token_s) for v in views])
     return request
 
 

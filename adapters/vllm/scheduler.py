@@ -27,12 +27,12 @@ from planner.adapters.common.apply import PlanActions, accept_plan
 from planner.adapters.common.counters import FallbackCounters
 from planner.adapters.common.link import PlannerLink
 from planner.adapters.common.snapshot import (
-    EngineLimits,
     EngineRequestView,
     PoolSizes,
     ViewState,
     build_rotation_request,
 )
+from google.protobuf import text_format
 from prometheus_client import REGISTRY
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
@@ -82,10 +82,6 @@ class PlannerSchedulerBase(Scheduler):  # type: ignore[misc, unused-ignore]
         )
         if swap is not None:
             swap.stats.counters = self.planner_link.counters
-        self.engine_limits = EngineLimits(
-            max_batched_tokens=self.max_num_scheduled_tokens,
-            max_running_requests=self.max_num_running_reqs,
-        )
         self.request_clock = RequestClock()
         # What the planner had this step do (None: vLLM's own step).
         self.last_actions: PlanActions | None = None
@@ -104,13 +100,16 @@ class PlannerSchedulerBase(Scheduler):  # type: ignore[misc, unused-ignore]
         settings = self.planner_settings
         logger.info(
             "planner adapter on: %s, planner %s (deadline %.1f ms), SLO TTFT %s TBT %s, "
-            "preemption by %s, layer offload %s, metrics %s, engine limits %d tokens / "
-            "%d requests per step",
+            "rotation %s, preemption by %s, layer offload %s, metrics %s, engine limits "
+            "%d tokens / %d requests per step",
             type(self).__name__,
             settings.target or "in process",
             settings.deadline_s * 1e3,
             f"{settings.slo_ttft_s} s" if settings.slo_ttft_s else "default",
             f"{settings.slo_tbt_s} s" if settings.slo_tbt_s else "default",
+            text_format.MessageToString(settings.rotation, as_one_line=True) or "default"
+            if settings.rotation is not None
+            else "default",
             f"swap ({swap.num_cpu_blocks} CPU blocks)" if swap is not None else "recompute",
             "on" if self.layer_planner is not None else "off",
             "vLLM KV connector stats"
@@ -118,8 +117,8 @@ class PlannerSchedulerBase(Scheduler):  # type: ignore[misc, unused-ignore]
             else PROMETHEUS_MULTIPROC_ENV
             if multiprocess_metrics
             else "log only (no connector, no PROMETHEUS_MULTIPROC_DIR)",
-            self.engine_limits.max_batched_tokens,
-            self.engine_limits.max_running_requests,
+            self.max_num_scheduled_tokens,
+            self.max_num_running_reqs,
         )
 
     def _layer_planner(self) -> LayerOffloadPlanner | None:
@@ -218,7 +217,9 @@ class PlannerSchedulerBase(Scheduler):  # type: ignore[misc, unused-ignore]
             pools,
             now_s,
             slo=self._slo if self._slo.ListFields() else None,
-            limits=self.engine_limits,
+            params=self.planner_settings.rotation,
+            max_batched_tokens=self.max_num_scheduled_tokens,
+            max_running_requests=self.max_num_running_reqs,
         )
         response = self.planner_link.plan_rotation(request)
         return accept_plan(response, views, pools, self.planner_counters)
@@ -290,6 +291,7 @@ class PlannerSchedulerBase(Scheduler):  # type: ignore[misc, unused-ignore]
             arrival_s=arrival_s,
             run_start_s=run_start_s if state is ViewState.RUNNING else None,
             last_token_s=self.request_clock.last_token_s(rid),
+            first_token_s=self.request_clock.first_token_s(rid),
         )
 
     def shutdown(self) -> None:

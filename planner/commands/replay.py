@@ -10,7 +10,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from planner.domain.offload import OffloadParams
+from planner.domain.offload import OFFLOAD_BACKEND_NAMES, backend_named
 from planner.domain.requests import Slo
 from planner.domain.rotation import RotationParams
 from planner.profiles.errors import ProfileError
@@ -43,7 +43,12 @@ from planner.replay.longctx_report import (
     summarize_longctx,
     write_longctx_json,
 )
-from planner.replay.longctx_setup import LongctxKnobs, design_tokens, longctx_config
+from planner.replay.longctx_setup import (
+    REPLAY_OFFLOAD_PARAMS,
+    LongctxKnobs,
+    design_tokens,
+    longctx_config,
+)
 from planner.replay.metrics import PolicyMetrics, compare
 from planner.replay.noise import JitteredCost
 from planner.replay.plots import write_report
@@ -93,7 +98,7 @@ DEFAULT_POLICIES: dict[str, tuple[str, ...]] = {
     SERVERLESS: SERVERLESS_POLICY_NAMES,
 }
 DEFAULT_MAX_RUNNING = {ROTATION: 256, LONG_CONTEXT: 8, CLUSTER: 256, SERVERLESS: 64}
-OFFLOAD_BACKENDS = ("bnb", "cp-sat", "gurobi", "exhaustive")
+OFFLOAD_BACKENDS = OFFLOAD_BACKEND_NAMES
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -144,7 +149,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--transfer-budget-blocks",
         type=int,
-        help="LVF: B_xfer per iteration (default: link bandwidth x previous iteration time)",
+        help="LVF: blocks the link may move per iteration, every copy charged (lvf-paper: "
+        "B_xfer, the blocks preemption may free); default: the link curve at the block size "
+        "x the previous iteration's compute time",
+    )
+    defaults = RotationParams()
+    p.add_argument(
+        "--preempt-slack-tbts",
+        type=float,
+        default=defaults.preempt_slack_tbts,
+        help="lvf: a running request may be preempted only with this much TPOT slack, in "
+        f"TBT SLOs (default {defaults.preempt_slack_tbts:g})",
+    )
+    p.add_argument(
+        "--resume-slack-tbts",
+        type=float,
+        default=defaults.resume_slack_tbts,
+        help="lvf: a rotary request may displace a running one once its TPOT slack is down "
+        f"to this, in TBT SLOs (default {defaults.resume_slack_tbts:g})",
+    )
+    p.add_argument(
+        "--lost-slack-tbts",
+        type=float,
+        default=defaults.lost_slack_tbts,
+        help="lvf: a request this far behind its TPOT SLO, in TBT SLOs, has lost it: it may "
+        f"be preempted and displaces no one (default {defaults.lost_slack_tbts:g}; negative: "
+        "never lost)",
     )
     p.add_argument(
         "--max-batched-tokens",
@@ -218,14 +248,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g.add_argument(
         "--offload-time-limit",
         type=float,
-        help="orbitflow: wall-clock limit of one plan's solves, s "
-        f"(default {OffloadParams().time_limit_s:g})",
+        help="orbitflow: wall-clock limit of one plan's solves, s, a backstop behind the "
+        f"node limit (default {REPLAY_OFFLOAD_PARAMS.time_limit_s:g})",
+    )
+    g.add_argument(
+        "--offload-node-limit",
+        type=int,
+        help="orbitflow: work limit of one plan's branch and bound, nodes; the same plans on "
+        f"any machine (default {REPLAY_OFFLOAD_PARAMS.node_limit})",
     )
     g.add_argument(
         "--offload-backend",
         choices=OFFLOAD_BACKENDS,
         help="orbitflow: the planner's solver (default "
-        f"{OffloadParams().backend}; see planner.domain.offload.OffloadParams)",
+        f"{REPLAY_OFFLOAD_PARAMS.backend}; see planner.domain.offload.OffloadParams)",
     )
     c = p.add_argument_group(f"{CLUSTER} topology")
     c.add_argument(
@@ -301,7 +337,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--cpu-kv-gb must be a finite number >= 0, got {args.cpu_kv_gb}")
     if not (math.isfinite(args.alpha) and args.alpha >= 0):
         return _fail(f"--alpha must be a finite number >= 0, got {args.alpha}")
-    for name in ("beta_tbt", "beta_ttft"):
+    for name in ("beta_tbt", "beta_ttft", "lost_slack_tbts"):
+        if not math.isfinite(getattr(args, name)):
+            return _fail(f"--{name.replace('_', '-')} must be a finite number")
+    for name in ("preempt_slack_tbts", "resume_slack_tbts"):
         if not math.isfinite(getattr(args, name)):
             return _fail(f"--{name.replace('_', '-')} must be a finite number")
     if not (math.isfinite(args.compute_jitter) and args.compute_jitter >= 0):
@@ -326,6 +365,10 @@ def run(args: argparse.Namespace) -> int:
             )
     if args.offload_backend is not None and topology != LONG_CONTEXT:
         return _fail(f"--offload-backend applies to --topology {LONG_CONTEXT} only")
+    if args.offload_node_limit is not None and topology != LONG_CONTEXT:
+        return _fail(f"--offload-node-limit applies to --topology {LONG_CONTEXT} only")
+    if args.offload_node_limit is not None and args.offload_node_limit < 1:
+        return _fail("--offload-node-limit must be >= 1")
     for name in ("gpu_kv_gb", "slo_scale", "offload_time_limit"):
         value = getattr(args, name)
         if value is None:
@@ -372,6 +415,9 @@ def run(args: argparse.Namespace) -> int:
             beta_tbt=args.beta_tbt,
             beta_ttft=args.beta_ttft,
             transfer_budget_blocks=args.transfer_budget_blocks,
+            preempt_slack_tbts=args.preempt_slack_tbts,
+            resume_slack_tbts=args.resume_slack_tbts,
+            lost_slack_tbts=args.lost_slack_tbts if args.lost_slack_tbts >= 0 else None,
         ),
         max_batched_tokens=args.max_batched_tokens,
         max_running=args.max_running,
@@ -500,11 +546,13 @@ def _run_long_context(
     """The long-context offload topology (planner.replay.longctx_engine)."""
     if args.report_dir is not None:
         return _fail(f"--report-dir is not available with --topology {LONG_CONTEXT} yet")
-    params = OffloadParams()
+    params = REPLAY_OFFLOAD_PARAMS
     if args.offload_time_limit is not None:
         params = replace(params, time_limit_s=args.offload_time_limit)
+    if args.offload_node_limit is not None:
+        params = replace(params, node_limit=args.offload_node_limit)
     if args.offload_backend is not None:
-        params = replace(params, backend=args.offload_backend)
+        params = replace(params, backend=backend_named(args.offload_backend))
     knobs = LongctxKnobs(
         max_running=args.max_running,
         gpu_kv_bytes=int(args.gpu_kv_gb * 1e9) if args.gpu_kv_gb is not None else None,
@@ -546,7 +594,8 @@ def _run_long_context(
                     "layer_block_bytes": config.layer_block_bytes,
                     "link_layer_blocks_per_s": config.link_blocks_per_s,
                     "offload_time_limit_s": params.time_limit_s,
-                    "offload_backend": params.backend,
+                    "offload_node_limit": params.node_limit,
+                    "offload_backend": str(params.backend),
                     "flexgen_design_tokens": design,
                 }
             )

@@ -148,6 +148,9 @@ class TrackedRequest(_message.Message):
     SLO_TBT_S_FIELD_NUMBER: _builtins.int
     GPU_BLOCK_IDS_FIELD_NUMBER: _builtins.int
     CPU_BLOCK_IDS_FIELD_NUMBER: _builtins.int
+    PREFILL_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    FIRST_TOKEN_S_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Unique within the snapshot."""
     state: Global___RequestState.ValueType
@@ -184,6 +187,18 @@ class TrackedRequest(_message.Message):
     thousands of requests pay nothing for the common case.)
     """
     slo_tbt_s: _builtins.float
+    prefill_tokens: _builtins.int
+    """Tokens its prefill covers: its prompt, plus the tokens it recomputes
+    after a preemption by recompute; 0 means unknown (prompt_blocks worth).
+    With num_tokens, the share of the engine's token budget it takes.
+    """
+    output_tokens: _builtins.int
+    """Tokens it has generated so far (0: none yet, or unknown)."""
+    first_token_s: _builtins.float
+    """When it produced its first token. With output_tokens, its TPOT slack:
+    rotation (RotationVariant LVF) never preempts a request whose slack it
+    cannot tell.
+    """
     @_builtins.property
     def gpu_block_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Block-level snapshots only (Snapshot.pools set). GPU block ids in logical
@@ -215,19 +230,26 @@ class TrackedRequest(_message.Message):
         slo_tbt_s: _builtins.float = ...,
         gpu_block_ids: _abc.Iterable[_builtins.int] | None = ...,
         cpu_block_ids: _abc.Iterable[_builtins.int] | None = ...,
+        prefill_tokens: _builtins.int = ...,
+        output_tokens: _builtins.int = ...,
+        first_token_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_last_token_s", b"_last_token_s", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "last_token_s", b"last_token_s", "run_start_s", b"run_start_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_first_token_s", b"_first_token_s", "_last_token_s", b"_last_token_s", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "first_token_s", b"first_token_s", "last_token_s", b"last_token_s", "run_start_s", b"run_start_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_last_token_s", b"_last_token_s", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "cpu_block_ids", b"cpu_block_ids", "cpu_blocks", b"cpu_blocks", "gpu_block_ids", b"gpu_block_ids", "gpu_blocks", b"gpu_blocks", "id", b"id", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "prompt_blocks", b"prompt_blocks", "run_start_s", b"run_start_s", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "state", b"state", "synced_blocks", b"synced_blocks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_first_token_s", b"_first_token_s", "_last_token_s", b"_last_token_s", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "cpu_block_ids", b"cpu_block_ids", "cpu_blocks", b"cpu_blocks", "first_token_s", b"first_token_s", "gpu_block_ids", b"gpu_block_ids", "gpu_blocks", b"gpu_blocks", "id", b"id", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "output_tokens", b"output_tokens", "prefill_tokens", b"prefill_tokens", "prompt_blocks", b"prompt_blocks", "run_start_s", b"run_start_s", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "state", b"state", "synced_blocks", b"synced_blocks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__arrival_s: _TypeAlias = _typing.Literal["arrival_s"]  # noqa: Y015
     _WhichOneofArgType__arrival_s: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s"]  # noqa: Y015
+    _WhichOneofReturnType__first_token_s: _TypeAlias = _typing.Literal["first_token_s"]  # noqa: Y015
+    _WhichOneofArgType__first_token_s: _TypeAlias = _typing.Literal["_first_token_s", b"_first_token_s"]  # noqa: Y015
     _WhichOneofReturnType__last_token_s: _TypeAlias = _typing.Literal["last_token_s"]  # noqa: Y015
     _WhichOneofArgType__last_token_s: _TypeAlias = _typing.Literal["_last_token_s", b"_last_token_s"]  # noqa: Y015
     _WhichOneofReturnType__run_start_s: _TypeAlias = _typing.Literal["run_start_s"]  # noqa: Y015
     _WhichOneofArgType__run_start_s: _TypeAlias = _typing.Literal["_run_start_s", b"_run_start_s"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__arrival_s) -> _WhichOneofReturnType__arrival_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__first_token_s) -> _WhichOneofReturnType__first_token_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__last_token_s) -> _WhichOneofReturnType__last_token_s | None: ...
     @_typing.overload
@@ -260,6 +282,9 @@ class RequestColumns(_message.Message):
     SYNCED_BLOCKS_FIELD_NUMBER: _builtins.int
     SLO_TTFT_S_FIELD_NUMBER: _builtins.int
     SLO_TBT_S_FIELD_NUMBER: _builtins.int
+    PREFILL_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    FIRST_TOKEN_S_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def id(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -284,6 +309,12 @@ class RequestColumns(_message.Message):
     def slo_ttft_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
     @_builtins.property
     def slo_tbt_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def prefill_tokens(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def output_tokens(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def first_token_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
     def __init__(
         self,
         *,
@@ -299,10 +330,13 @@ class RequestColumns(_message.Message):
         synced_blocks: _abc.Iterable[_builtins.int] | None = ...,
         slo_ttft_s: _abc.Iterable[_builtins.float] | None = ...,
         slo_tbt_s: _abc.Iterable[_builtins.float] | None = ...,
+        prefill_tokens: _abc.Iterable[_builtins.int] | None = ...,
+        output_tokens: _abc.Iterable[_builtins.int] | None = ...,
+        first_token_s: _abc.Iterable[_builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrival_s", b"arrival_s", "cpu_blocks", b"cpu_blocks", "gpu_blocks", b"gpu_blocks", "id", b"id", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "prompt_blocks", b"prompt_blocks", "run_start_s", b"run_start_s", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "state", b"state", "synced_blocks", b"synced_blocks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrival_s", b"arrival_s", "cpu_blocks", b"cpu_blocks", "first_token_s", b"first_token_s", "gpu_blocks", b"gpu_blocks", "id", b"id", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "output_tokens", b"output_tokens", "prefill_tokens", b"prefill_tokens", "prompt_blocks", b"prompt_blocks", "run_start_s", b"run_start_s", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "state", b"state", "synced_blocks", b"synced_blocks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -368,10 +402,9 @@ class Snapshot(_message.Message):
     this iteration overlap with.
     """
     max_batched_tokens: _builtins.int
-    """The engine's limits on one iteration, when it has them: the most tokens
-    it schedules (prefill and decode together) and the most requests it
-    runs at once. A request the engine cannot admit this iteration gains
-    nothing from being prioritized. Unset: no limit. A set value must be > 0.
+    """The engine's per-iteration token budget (chunked prefill) and its cap on
+    running requests. Set, rotation does not prioritize waiting requests the
+    engine could not start this iteration.
     """
     max_running_requests: _builtins.int
     @_builtins.property
