@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from google.protobuf import text_format
 from planner.adapters.common.apply import PlanActions, accept_plan
 from planner.adapters.common.counters import FallbackCounters
 from planner.adapters.common.link import PlannerLink
@@ -32,7 +33,6 @@ from planner.adapters.common.snapshot import (
     ViewState,
     build_rotation_request,
 )
-from google.protobuf import text_format
 from prometheus_client import REGISTRY
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
