@@ -248,7 +248,7 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
         started = time.perf_counter()
         code = grpc.StatusCode.OK
         detail = ""
-        server.metrics.in_flight.inc()
+        server.metrics.start(method)
         try:
             remaining = context.time_remaining()
             if remaining is not None and remaining <= 0:
@@ -286,8 +286,7 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
             context.abort(code, detail)
         finally:
             elapsed = time.perf_counter() - started
-            server.metrics.in_flight.dec()
-            server.metrics.observe(method.short_name, code.name, elapsed)
+            server.metrics.observe(method, code.name, elapsed)
             log_event(
                 server.logger,
                 logging.DEBUG if code == grpc.StatusCode.OK else logging.WARNING,
