@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from planner._version import __version__
 from planner.commands import call, replay, serve, trace
+from planner.commands import profile as profile_cmd
 from planner.commands import profiles as profiles_cmd
 
 
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     call.register(subparsers)
     trace.register(subparsers)
     profiles_cmd.register(subparsers)
+    profile_cmd.register(subparsers)
     from planner.bench import command as bench
 
     bench.register(subparsers)

@@ -202,6 +202,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--cpu-kv-gb", type=float, help="CPU memory for swapped KV, GB (default 90%% of host)"
     )
+    e = p.add_argument_group(
+        f"the engine's own limits ({ROTATION} topology)",
+        "what a real engine was started with, to replay it as it is (vLLM: --block-size, "
+        "--num-gpu-blocks-override, the swap connector's num_cpu_blocks)",
+    )
+    e.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    e.add_argument(
+        "--gpu-kv-blocks",
+        type=int,
+        help="GPU KV blocks (default: what the profile's memory leaves at 90%% utilization)",
+    )
+    e.add_argument(
+        "--cpu-kv-blocks", type=int, help="CPU KV blocks for swapped KV (overrides --cpu-kv-gb)"
+    )
     p.add_argument(
         "--compute-jitter",
         type=float,
@@ -364,6 +378,20 @@ def _replay(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if args.cpu_kv_gb is not None and not (math.isfinite(args.cpu_kv_gb) and args.cpu_kv_gb >= 0):
         return _fail(f"--cpu-kv-gb must be a finite number >= 0, got {args.cpu_kv_gb}")
+    if args.block_size < 1:
+        return _fail(f"--block-size must be >= 1, got {args.block_size}")
+    for name in ("gpu_kv_blocks", "cpu_kv_blocks"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if topology != ROTATION:
+            return _fail(f"{flag} applies to --topology {ROTATION} only")
+        if value < (1 if name == "gpu_kv_blocks" else 0):
+            bound = ">= 1" if name == "gpu_kv_blocks" else ">= 0"
+            return _fail(f"{flag} must be {bound}, got {value}")
+    if args.block_size != 16 and topology != ROTATION:
+        return _fail(f"--block-size applies to --topology {ROTATION} only")
     if not (math.isfinite(args.alpha) and args.alpha >= 0):
         return _fail(f"--alpha must be a finite number >= 0, got {args.alpha}")
     for name in ("beta_tbt", "beta_ttft", "lost_slack_tbts"):
@@ -459,6 +487,9 @@ def _replay(args: argparse.Namespace) -> int:
         max_batched_tokens=args.max_batched_tokens,
         max_running=args.max_running,
         cpu_kv_bytes=int(args.cpu_kv_gb * 1e9) if args.cpu_kv_gb is not None else None,
+        block_size_tokens=args.block_size,
+        gpu_kv_blocks=args.gpu_kv_blocks,
+        cpu_kv_blocks=args.cpu_kv_blocks,
     )
     try:
         setup = build_setup(args.profile, knobs)

@@ -13,7 +13,8 @@ rejected; ``load_profile`` raises :class:`ProfileError` naming the field, e.g.
       "description": "free text",                          optional
       "provenance": {                                      optional
         "kind": "measured" | "hand-written" | "built-in",  required in provenance
-        "source": "...", "tool": "...", "device": "...", "date": "..."   optional strings
+        "source": "...", "tool": "...", "method": "...",   optional strings: where,
+        "device": "...", "date": "..."                     with what, how, on what, when
       },
       "hardware": {                                        required
         "name": "gh200-144gb",                             required
@@ -41,7 +42,8 @@ rejected; ``load_profile`` raises :class:`ProfileError` naming the field, e.g.
       "cost": [                                            optional: measured constants
         {"model": "llama-3-8b", "tensor_parallel": 1,      model: built-in or in "models"
          "overhead_s": 0.0004, "decode_s_per_token": 2.1e-5, ...,
-         "notes": "..."}                                   any subset of the six constants
+         "notes": "..."}                                   any subset of the six constants;
+                                                           notes: how they were obtained
       ]
     }
 
@@ -92,6 +94,7 @@ from planner.profiles.models import MODEL_PROFILES, ModelProfile, find_model
 
 FORMAT = "planner-profile/1"
 PROVENANCE_KINDS = ("measured", "hand-written", "built-in")
+PROVENANCE_FIELDS = ("source", "tool", "method", "device", "date")
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,8 @@ class MeasuredProfile:
     provenance: dict[str, str] = field(default_factory=dict)
     models: dict[str, ModelProfile] = field(default_factory=dict)
     cost: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+    # Free text per cost entry (how the constants were obtained).
+    cost_notes: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def find_model(self, name: str) -> ModelProfile | None:
         """A model of this file, else a built-in one (aliases allowed)."""
@@ -274,7 +279,7 @@ def profile_from_dict(doc: Any) -> MeasuredProfile:
     link = _link(_Fields(top.raw("link"), "link"))
     hardware = _hardware(_Fields(top.raw("hardware"), "hardware"), link)
     models = _models(top.array("models", required=False))
-    cost = _cost_entries(top.array("cost", required=False), models, hardware)
+    cost, cost_notes = _cost_entries(top.array("cost", required=False), models, hardware)
     top.done()
     return MeasuredProfile(
         name=name,
@@ -283,6 +288,7 @@ def profile_from_dict(doc: Any) -> MeasuredProfile:
         provenance=provenance,
         models=models,
         cost=cost,
+        cost_notes=cost_notes,
     )
 
 
@@ -295,7 +301,7 @@ def _provenance(value: Any) -> dict[str, str]:
         raise ProfileError(
             "provenance.kind", f"must be one of {', '.join(PROVENANCE_KINDS)}; got {out['kind']!r}"
         )
-    for key in ("source", "tool", "device", "date"):
+    for key in PROVENANCE_FIELDS:
         if f.has(key):
             out[key] = f.string(key)
     f.done()
@@ -426,8 +432,9 @@ def _models(items: list[Any]) -> dict[str, ModelProfile]:
 
 def _cost_entries(
     items: list[Any], models: dict[str, ModelProfile], hardware: HardwareProfile
-) -> dict[tuple[str, int], dict[str, float]]:
+) -> tuple[dict[tuple[str, int], dict[str, float]], dict[tuple[str, int], str]]:
     out: dict[tuple[str, int], dict[str, float]] = {}
+    notes: dict[tuple[str, int], str] = {}
     for i, item in enumerate(items):
         f = _Fields(item, f"cost[{i}]")
         name = f.string("model")
@@ -448,7 +455,7 @@ def _cost_entries(
             raise ProfileError(
                 f"cost[{i}]", f"gives no constant (any of: {', '.join(COST_CONSTANT_NAMES)})"
             )
-        f.string("notes", required=False)
+        note = f.string("notes", required=False)
         f.done()
         try:
             IterationCostModel.derive(model, hardware, tp)
@@ -456,7 +463,9 @@ def _cost_entries(
             where = f.at(exc.field) if exc.field == "tensor_parallel" else exc.field
             raise ProfileError(where, exc.reason) from None
         out[key] = values
-    return out
+        if note:
+            notes[key] = note
+    return out, notes
 
 
 # --- Writing ------------------------------------------------------------------------
@@ -540,7 +549,16 @@ def profile_to_dict(profile: MeasuredProfile) -> dict[str, Any]:
         d["models"] = [model_to_dict(m) for m in profile.models.values()]
     if profile.cost:
         d["cost"] = [
-            {"model": model, "tensor_parallel": tp, **values}
+            {
+                "model": model,
+                "tensor_parallel": tp,
+                **values,
+                **(
+                    {"notes": profile.cost_notes[(model, tp)]}
+                    if (model, tp) in profile.cost_notes
+                    else {}
+                ),
+            }
             for (model, tp), values in profile.cost.items()
         ]
     return d

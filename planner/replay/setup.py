@@ -37,6 +37,11 @@ class ReplayKnobs:
     # None: 90% of the machine's host memory.
     cpu_kv_bytes: int | None = None
     tensor_parallel: int = 1
+    # The engine's pools in blocks when it says them (vLLM's
+    # --num-gpu-blocks-override, the connector's CPU blocks); None: derived
+    # from the profile's memory (gpu_memory_utilization, cpu_kv_bytes).
+    gpu_kv_blocks: int | None = None
+    cpu_kv_blocks: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,17 +98,21 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         model, hardware = found_model, found_hardware
         cost = IterationCostModel.derive(model, hardware, knobs.tensor_parallel)
     bs = knobs.block_size_tokens
-    gpu_blocks = cost.kv_blocks(bs, knobs.gpu_memory_utilization)
+    if knobs.gpu_kv_blocks is not None:
+        gpu_blocks = knobs.gpu_kv_blocks
+    else:
+        gpu_blocks = cost.kv_blocks(bs, knobs.gpu_memory_utilization)
     if gpu_blocks <= 0:
         raise ProfileError(
             "profile", f"{model.name} does not fit on {hardware.name} with room for KV"
         )
     block_bytes = cost.block_bytes_per_gpu(bs)
-    cpu_blocks = (
-        knobs.cpu_kv_bytes // block_bytes
-        if knobs.cpu_kv_bytes is not None
-        else cost.cpu_kv_blocks(bs)
-    )
+    if knobs.cpu_kv_blocks is not None:
+        cpu_blocks = knobs.cpu_kv_blocks
+    elif knobs.cpu_kv_bytes is not None:
+        cpu_blocks = knobs.cpu_kv_bytes // block_bytes
+    else:
+        cpu_blocks = cost.cpu_kv_blocks(bs)
     engine = EngineConfig(
         gpu_kv_blocks=gpu_blocks,
         cpu_kv_blocks=int(cpu_blocks),

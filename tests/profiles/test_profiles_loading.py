@@ -214,3 +214,26 @@ def test_saturating_curve_form():
     doc["link"]["h2d"] = {"peak_gbps": 270.0, "half_size_bytes": 1835008}
     p = profile_from_dict(doc)
     assert p.hardware.link_model().gbps(1835008, "h2d") == pytest.approx(135.0)
+
+
+def test_how_a_measurement_was_made_round_trips(tmp_path):
+    doc = fixture_doc()
+    doc["provenance"] = {
+        "kind": "measured",
+        "source": "http://127.0.0.1:8000 (served model m)",
+        "tool": "planner profile 0.1.0",
+        "method": "25 synthetic batches x 3 repeats",
+        "device": "AMD EPYC, 2 CPUs",
+        "date": "2026-11-25T21:00:00+00:00",
+    }
+    doc["cost"][0]["notes"] = "fit: median |relative error| 4.0 %"
+    p = profile_from_dict(doc)
+    assert p.provenance["method"] == "25 synthetic batches x 3 repeats"
+    key = next(iter(p.cost))
+    assert p.cost_notes[key] == "fit: median |relative error| 4.0 %"
+    path = tmp_path / "p.json"
+    save_profile(p, path)
+    again = load_profile(path)
+    assert again.provenance == p.provenance
+    assert again.cost_notes == p.cost_notes
+    assert profile_to_dict(again)["cost"][0]["notes"] == doc["cost"][0]["notes"]
