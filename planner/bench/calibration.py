@@ -43,6 +43,7 @@ from planner.bench.engine_profile import (
     build_profile,
     model_from_config,
     profile_engine,
+    raw_runs,
 )
 from planner.bench.machine import describe, describe_commit, load_average, machine_info
 from planner.bench.markdown import write_section
@@ -117,6 +118,17 @@ METRICS: tuple[tuple[str, str, Reader], ...] = (
     ),
 )
 TARGET_METRICS = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "throughput_tok_s")
+# The engine's own view (vLLM's histograms, engine_side) against the replay's
+# number: key, label, the replay metric it is compared with.
+ENGINE_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("engine_tbt_p50_s", "TBT p50 s, vLLM's own (engine core)", "tbt_p50_s"),
+    ("engine_tbt_p99_s", "TBT p99 s, vLLM's own (engine core)", "tbt_p99_s"),
+    ("engine_ttft_p50_s", "TTFT p50 s, vLLM's own (API server)", "ttft_p50_s"),
+    ("engine_ttft_p99_s", "TTFT p99 s, vLLM's own (API server)", "ttft_p99_s"),
+)
+ALL_KEYS = (*(k for k, _, _ in METRICS), *(k for k, _, _ in ENGINE_ROWS))
+# A goodput difference smaller than this, in points, has no sign.
+GAIN_DEAD_ZONE_POINTS = 1.0
 
 
 @dataclass(slots=True)
@@ -174,12 +186,61 @@ COUNTERS = {
     "planner_fallbacks": "planner_adapter_fallbacks_total",
     "swap_outs": "planner_swap_outs_total",
     "swap_ins": "planner_swap_ins_total",
+    "planner_call_s": "planner_adapter_call_duration_seconds_sum",
 }
+# vLLM's own latency histograms, given fine buckets: its inter-token latency
+# is timed by the engine core (the gaps between the steps that emit a
+# request's tokens), its TTFT by the API server (from the request's arrival
+# there to processing its first token), so neither sees the client's HTTP.
+HISTOGRAMS = {
+    "engine_tbt": ("vllm:inter_token_latency_seconds", "inter_token_latency"),
+    "engine_ttft": ("vllm:time_to_first_token_seconds", "time_to_first_token"),
+}
+FINE_BUCKETS_S = tuple(round(0.00025 * 1.25**k, 7) for k in range(50))
 
 
 def engine_counters(server: VllmServer) -> dict[str, float]:
+    """vLLM's counters (COUNTERS) and its histograms' cumulative bucket
+    counts (HISTOGRAMS, as "KEY le=BOUND")."""
     samples = _samples(server.metrics_text())
-    return {key: sum(v for n, _, v in samples if n == name) for key, name in COUNTERS.items()}
+    out = {key: sum(v for n, _, v in samples if n == name) for key, name in COUNTERS.items()}
+    for key, (metric, _) in HISTOGRAMS.items():
+        for name, labels, value in samples:
+            if name == f"{metric}_bucket":
+                le = f"{key} le={labels['le']}"
+                out[le] = out.get(le, 0.0) + value
+    return out
+
+
+def histogram_quantile(counters: dict[str, float], key: str, q: float) -> float | None:
+    """The q-quantile of a histogram in counters (cumulative "KEY le=BOUND"
+    counts), interpolated linearly within its bucket as Prometheus'
+    histogram_quantile does; None when empty."""
+    prefix = f"{key} le="
+    buckets = sorted(
+        (float(k[len(prefix) :]), v) for k, v in counters.items() if k.startswith(prefix)
+    )
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            inside = count - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, count
+    return None
+
+
+def engine_side(counters: dict[str, float]) -> dict[str, float | None]:
+    """The engine's own view of a run: vLLM's TBT and TTFT quantiles."""
+    return {
+        f"{key}_p{round(100 * q)}_s": histogram_quantile(counters, key, q)
+        for key in HISTOGRAMS
+        for q in (0.5, 0.99)
+    }
 
 
 def measured_metrics(
@@ -302,6 +363,10 @@ def server_config(
         num_cpu_blocks=settings.cpu_kv_blocks,
         planner=planner,
         env=ENV,
+        extra_args=(
+            "--custom-histogram-buckets",
+            json.dumps({family: list(FINE_BUCKETS_S) for _, family in HISTOGRAMS.values()}),
+        ),
     )
 
 
@@ -403,6 +468,9 @@ def calibrate(
                         repeats=settings.profile_repeats,
                     )
                     save_profile(build_profile(result, model, f"{model_name}-engine"), profile_path)
+                    profile_path.with_suffix(".raw.json").write_text(
+                        json.dumps(raw_runs(result)), encoding="utf-8"
+                    )
                     fit = result.fit
                     profiles.append(
                         {
@@ -436,15 +504,18 @@ def calibrate(
             )
             progress(f"repeat {repeat}: replaying {run.load.name} with {policy}")
             predicted = replay(cmd, json_out)
-            measured = measured_metrics(run.records, settings, run.counters, run.side)
+            measured = read_metrics(measured_metrics(run.records, settings, run.counters, run.side))
+            measured.update(engine_side(run.counters))
+            replayed = read_metrics(predicted)
+            replayed.update({key: replayed[same] for key, _, same in ENGINE_ROWS})
             sides.append(
                 Side(
                     load=run.load.name,
                     side=run.side,
                     policy=policy,
                     repeat=repeat,
-                    measured=read_metrics(measured),
-                    predicted=read_metrics(predicted),
+                    measured=measured,
+                    predicted=replayed,
                     requests=len(run.records),
                     failed=sum(1 for r in run.records if not r.done),
                     merged_chunks=sum(r.merged_chunks for r in run.records),
@@ -470,8 +541,8 @@ def _median(values: Sequence[float | None]) -> float | None:
 def combined(sides: Sequence[Side], load: str, side: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Medians over repeats of the measured and the predicted numbers."""
     rows = [s for s in sides if s.load == load and s.side == side]
-    measured = {k: _median([s.measured.get(k) for s in rows]) for k, _, _ in METRICS}
-    predicted = {k: _median([s.predicted.get(k) for s in rows]) for k, _, _ in METRICS}
+    measured = {k: _median([s.measured.get(k) for s in rows]) for k in ALL_KEYS}
+    predicted = {k: _median([s.predicted.get(k) for s in rows]) for k in ALL_KEYS}
     return measured, predicted
 
 
@@ -483,6 +554,13 @@ def gains(sides: Sequence[Side], load: str) -> tuple[float | None, float | None]
     if None in (m_vllm["goodput"], m_rot["goodput"], p_vllm["goodput"], p_rot["goodput"]):
         return None, None
     return m_rot["goodput"] - m_vllm["goodput"], p_rot["goodput"] - p_vllm["goodput"]
+
+
+def gain_sign(points: float) -> int:
+    """-1, 0 or +1: a gain within the dead zone is no gain."""
+    if abs(points) < GAIN_DEAD_ZONE_POINTS:
+        return 0
+    return 1 if points > 0 else -1
 
 
 def _fmt(value: float | None, key: str) -> str:
@@ -519,9 +597,7 @@ def targets(sides: Sequence[Side], loads: Sequence[str]) -> list[tuple[str, bool
         if measured_gain is None or predicted_gain is None:
             out.append((f"{load}: rotation gain", None, "-"))
         else:
-            same_sign = (measured_gain > 0) == (predicted_gain > 0) or (
-                measured_gain == 0 and predicted_gain == 0
-            )
+            same_sign = gain_sign(measured_gain) == gain_sign(predicted_gain)
             close = abs(measured_gain - predicted_gain) <= TARGET_GAIN_POINTS
             out.append(
                 (
@@ -577,6 +653,12 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
                 f"| {_err(m_v[key], p_v[key])} | {_fmt(m_r[key], key)} "
                 f"| {_fmt(p_r[key], key)} | {_err(m_r[key], p_r[key])} |"
             )
+        for key, label, _ in ENGINE_ROWS:
+            lines.append(
+                f"| {label} | {_fmt(m_v[key], key)} | {_fmt(p_v[key], key)} "
+                f"| {_err(m_v[key], p_v[key])} | {_fmt(m_r[key], key)} "
+                f"| {_fmt(p_r[key], key)} | {_err(m_r[key], p_r[key])} |"
+            )
         measured_gain, predicted_gain = gains(cal.sides, load.name)
         if measured_gain is not None and predicted_gain is not None:
             lines.append(
@@ -592,8 +674,9 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
                 f"{x.load_average_before} to {x.load_average_after}"
                 + (
                     f", planner calls {c.get('planner_calls', 0):.0f} (fallbacks "
-                    f"{c.get('planner_fallbacks', 0):.0f}), swaps {c.get('swap_outs', 0):.0f}"
-                    f"/{c.get('swap_ins', 0):.0f}"
+                    f"{c.get('planner_fallbacks', 0):.0f}, mean "
+                    f"{1e3 * c.get('planner_call_s', 0) / max(c.get('planner_calls', 0), 1):.2f}"
+                    f" ms), swaps {c.get('swap_outs', 0):.0f}/{c.get('swap_ins', 0):.0f}"
                     if x.side == "rotation"
                     else ""
                 )

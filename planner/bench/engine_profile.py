@@ -26,8 +26,8 @@ How it measures (recorded in the profile's provenance):
    engine's, for a CPU engine).
 
 A client-side latency (HTTP, tokenization, detokenization, streaming) is
-fitted as well, and reported in the profile's notes: the cost model has no
-per-request term.
+fitted as well: the profile's ``request_latency_s``, which the replay adds to
+every request's latencies.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import platform
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,14 @@ from planner.bench.machine import cpu_model, load_average
 from planner.bench.openai_stream import StreamRecord, StreamRequest, run_requests
 from planner.bench.tiny_llama import prompt_text
 from planner.domain.requests import Slo
-from planner.profiles.fit import CostFit, LinearCost, RecordingCost, fit_costs
+from planner.profiles.fit import (
+    CostFit,
+    FloatArray,
+    IterationTime,
+    LinearCost,
+    RecordingCost,
+    fit_costs,
+)
 from planner.profiles.hardware import HardwareProfile
 from planner.profiles.link import GB, LinkModel, MeasuredCurve, MeasuredPoint
 from planner.profiles.loading import MeasuredProfile
@@ -205,6 +212,9 @@ def run_probes(
 
 @dataclass(frozen=True, slots=True)
 class ProbeRows:
+    """A probe run's observation: (iterations, sum P, sum D, sum A) and the
+    measured seconds (none when no request finished)."""
+
     rows: list[tuple[float, float, float, float]]
     measured_s: list[float]
 
@@ -224,11 +234,13 @@ def probe_trace(records: Sequence[StreamRecord]) -> tuple[list[TraceRequest], fl
     ], t0
 
 
-def probe_rows(records: Sequence[StreamRecord], cost: object, limits: EngineLimits) -> ProbeRows:
+def probe_rows(
+    records: Sequence[StreamRecord], cost: IterationTime, limits: EngineLimits
+) -> ProbeRows:
     """Replays one probe run with cost; for each request that finished, the
     (iterations, sum P, sum D, sum A) of the iterations from the start of
     the engine's busy stretch to its last token, and the measured time of
-    that token from the stretch's start."""
+    that token from the stretch's start; averaged over the batch."""
     done = [r for r in records if r.done and r.finish_s is not None and r.prompt_tokens]
     if not done:
         return ProbeRows([], [])
@@ -245,7 +257,7 @@ def probe_rows(records: Sequence[StreamRecord], cost: object, limits: EngineLimi
             slo=Slo(),
         ),
         Fcfs(),
-        recording,  # type: ignore[arg-type]
+        recording,
         LinkModel.flat(1.0, 1.0, full_duplex=True),
         trace,
     )
@@ -267,7 +279,7 @@ def probe_rows(records: Sequence[StreamRecord], cost: object, limits: EngineLimi
     totals = np.cumsum(cumulative, axis=0)
     before = np.vstack((np.zeros((1, 4)), totals[:-1]))[new_stretch][stretch]
     within = totals - before
-    rows: list[tuple[float, float, float, float]] = []
+    rows: list[FloatArray] = []
     measured: list[float] = []
     for outcome, record in zip(result.requests, done, strict=True):
         if outcome.finish_s is None or record.finish_s is None:
@@ -276,9 +288,15 @@ def probe_rows(records: Sequence[StreamRecord], cost: object, limits: EngineLimi
         elapsed = record.finish_s - (stretch_start[k] + t0)
         if elapsed <= 0:
             continue
-        rows.append(tuple(float(v) for v in within[k]))  # type: ignore[arg-type]
+        rows.append(within[k])
         measured.append(elapsed)
-    return ProbeRows(rows, measured)
+    if not rows:
+        return ProbeRows([], [])
+    # The requests of one batch share most of their iterations: their times
+    # are one observation, not B. Their mean (the equations are linear) is
+    # the batch's row.
+    mean = np.mean(rows, axis=0)
+    return ProbeRows([(mean[0], mean[1], mean[2], mean[3])], [float(np.mean(measured))])
 
 
 def fit_probes(
@@ -467,7 +485,7 @@ def build_profile(result: EngineProfile, model: ModelProfile, name: str) -> Meas
         f"fit: median |relative error| {100 * fit.median_abs_error:.1f} %, p90 "
         f"{100 * fit.p90_abs_error:.1f} %, {fit.rows} times kept, {fit.dropped} outliers "
         f"dropped; client-side latency {1e3 * fit.latency_s:.2f} ms per request (HTTP, "
-        "tokenization, streaming; not in the cost model); engine limits: block "
+        "tokenization, streaming: request_latency_s); engine limits: block "
         f"{limits.block_size_tokens} tokens, {limits.gpu_kv_blocks} KV blocks, "
         f"{limits.max_batched_tokens} batched tokens, {limits.max_running} running; load "
         f"average {load_text(result.load_average_before)} before, "
@@ -488,7 +506,25 @@ def build_profile(result: EngineProfile, model: ModelProfile, name: str) -> Meas
         models={model.name: model},
         cost={(model.name, 1): fit.cost.constants()},
         cost_notes={(model.name, 1): notes},
+        request_latency={(model.name, 1): fit.latency_s},
     )
+
+
+def raw_runs(result: EngineProfile) -> dict[str, Any]:
+    """Every probe request's token times, the limits and the copy timings."""
+    return {
+        "limits": asdict(result.limits),
+        "runs": [
+            {
+                "probe": asdict(run.probe),
+                "repeat": run.repeat,
+                "load_average": run.load_average,
+                "records": [asdict(r) for r in run.records],
+            }
+            for run in result.runs
+        ],
+        "copies": [asdict(c) for c in result.copies],
+    }
 
 
 def profile_engine(

@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from planner.bench.engine_profile import (
     DECODE_PROBES,
@@ -30,6 +28,7 @@ from planner.bench.engine_profile import (
     load_text,
     model_from_config,
     profile_engine,
+    raw_runs,
 )
 from planner.bench.openai_stream import Endpoint
 from planner.commands.output_paths import OutputPathError, check_output_file
@@ -178,22 +177,6 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def raw_runs(result: EngineProfile) -> dict[str, Any]:
-    return {
-        "limits": asdict(result.limits),
-        "runs": [
-            {
-                "probe": asdict(run.probe),
-                "repeat": run.repeat,
-                "load_average": run.load_average,
-                "records": [asdict(r) for r in run.records],
-            }
-            for run in result.runs
-        ],
-        "copies": [asdict(c) for c in result.copies],
-    }
-
-
 def summary(result: EngineProfile, model_name: str, out: Path) -> str:
     fit = result.fit
     c = fit.cost
@@ -206,7 +189,7 @@ def summary(result: EngineProfile, model_name: str, out: Path) -> str:
             f"{1e6 * c.prefill_s_per_token:.2f} us/prefill token + "
             f"{1e6 * c.decode_s_per_token:.2f} us/decode token + "
             f"{1e9 * c.attn_s_per_context_token:.2f} ns/attended context token",
-            f"  client-side latency {1e3 * fit.latency_s:.2f} ms per request (not modelled)",
+            f"  client-side latency {1e3 * fit.latency_s:.2f} ms per request (request_latency_s)",
             f"  fit: median |error| {100 * fit.median_abs_error:.1f} %, p90 "
             f"{100 * fit.p90_abs_error:.1f} % over {fit.rows} times ({fit.dropped} outliers), "
             f"{result.rounds} rounds",

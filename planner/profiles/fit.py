@@ -25,7 +25,7 @@ The weights-read floor of the cost model is not fitted (it is 0 in a fitted
 profile): on a CPU there is no roofline; on a GPU the fitted overhead absorbs
 the floor of small batches. ``latency_s`` is what a client sees beyond the
 engine's iterations (the HTTP round trip, tokenization, detokenization and
-streaming), for the caller to report or model.
+streaming): a measured profile's ``request_latency_s``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -56,11 +57,19 @@ _NEVER_AN_OUTLIER = 1e-3
 _TRIM_ROUNDS = 8
 
 
+class IterationTime(Protocol):
+    """An iteration cost model (what the replay engine times iterations with)."""
+
+    def iteration_time_s(
+        self, prefill_tokens: int, decode_tokens: int, attended_context_tokens: int
+    ) -> float: ...
+
+
 class RecordingCost:
     """An iteration cost model that remembers what each iteration did (its
     prefill, decode and attended-context tokens), in call order."""
 
-    def __init__(self, base: object) -> None:
+    def __init__(self, base: IterationTime) -> None:
         self.base = base
         self.iterations: list[tuple[int, int, int]] = []
 
@@ -68,10 +77,7 @@ class RecordingCost:
         self, prefill_tokens: int, decode_tokens: int, attended_context_tokens: int
     ) -> float:
         self.iterations.append((prefill_tokens, decode_tokens, attended_context_tokens))
-        time_s: float = self.base.iteration_time_s(  # type: ignore[attr-defined]
-            prefill_tokens, decode_tokens, attended_context_tokens
-        )
-        return time_s
+        return self.base.iteration_time_s(prefill_tokens, decode_tokens, attended_context_tokens)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ import gc
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -68,6 +68,11 @@ class EngineConfig:
     slo: Slo = field(default_factory=Slo)
     # Stop simulating this long after the last arrival even if requests remain.
     drain_limit_s: float = 3600.0
+    # What a client waits beyond the engine's iterations: the serving front
+    # end's HTTP, tokenization, detokenization and streaming (a measured
+    # profile's request_latency_s). Each request reaches the engine this much
+    # after its arrival; its latencies are still counted from the arrival.
+    request_latency_s: float = 0.0
 
 
 class Engine:
@@ -84,7 +89,8 @@ class Engine:
         self.cost = cost
         self.link = link
         self.trace = trace
-        self.requests = RequestColumns.from_trace(trace, config.slo)
+        seen = _seen_by_engine(trace, config.request_latency_s)
+        self.requests = RequestColumns.from_trace(seen, config.slo)
         self.state = EngineState(
             self.requests, config.gpu_kv_blocks, config.cpu_kv_blocks, config.block_size_tokens
         )
@@ -93,7 +99,7 @@ class Engine:
         # never run: their KV at the last token, or their prompt with one
         # block to spare, exceeds the GPU pool.
         self._arrival_order = np.argsort(r.arrival_s, kind="stable")
-        self._arrivals_s = [trace[i].arrival_s for i in self._arrival_order.tolist()]
+        self._arrivals_s = [seen[i].arrival_s for i in self._arrival_order.tolist()]
         bs = config.block_size_tokens
         most = np.maximum(
             -(-(r.prompt_tokens + r.output_tokens - 1) // bs), -(-r.prompt_tokens // bs) + 1
@@ -517,6 +523,15 @@ class Engine:
                 strict=True,
             )
         ]
+
+
+def _seen_by_engine(trace: Sequence[TraceRequest], latency_s: float) -> Sequence[TraceRequest]:
+    """The trace as the engine sees it: every arrival latency_s later."""
+    if latency_s == 0.0:
+        return trace
+    if not (math.isfinite(latency_s) and latency_s > 0):
+        raise ValueError(f"request_latency_s must be a finite number >= 0, got {latency_s}")
+    return [replace(t, arrival_s=t.arrival_s + latency_s) for t in trace]
 
 
 @contextlib.contextmanager

@@ -66,6 +66,7 @@ class ReplaySetup:
             "block_bytes": e.block_bytes,
             "max_batched_tokens": e.max_batched_tokens,
             "max_running": e.max_running,
+            "request_latency_s": e.request_latency_s,
             "slo_ttft_s": e.slo.ttft_s,
             "slo_tbt_s": e.slo.tbt_s,
             "alpha": self.rotation.params.alpha,
@@ -79,6 +80,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
     """profile: MODEL@HARDWARE with built-in names, or MODEL@FILE.json with a
     measured profile. Raises ProfileError naming what is wrong."""
     model_name, sep, hardware_name = profile.partition("@")
+    request_latency_s = 0.0
     if not sep or not model_name or not hardware_name:
         raise ProfileError("profile", f"expected MODEL@HARDWARE, got {profile!r}")
     if hardware_name.endswith(".json") or Path(hardware_name).is_file():
@@ -88,6 +90,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
             raise ProfileError("profile", f"unknown model {model_name!r}")
         hardware = measured.hardware
         cost = measured.cost_model(model, knobs.tensor_parallel)
+        request_latency_s = measured.request_latency_s(model.name, knobs.tensor_parallel)
     else:
         found_model = find_model(model_name)
         found_hardware = find_hardware(hardware_name)
@@ -121,6 +124,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         max_batched_tokens=knobs.max_batched_tokens,
         max_running=knobs.max_running,
         slo=knobs.slo,
+        request_latency_s=request_latency_s,
     )
     return ReplaySetup(
         profile=profile,

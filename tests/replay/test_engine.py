@@ -551,3 +551,29 @@ def test_lvf_quiet_stretches_copy_eagerly_as_iterations_one_by_one(bytes_per_s: 
     assert engine.stretches > 0 and result.totals.bytes_d2h > 0
     assert (result.totals.stall_s > 0) == (bytes_per_s < 1e5)
     check_all_finished(result, trace)
+
+
+def test_a_request_latency_adds_to_ttft_and_shifts_nothing_else():
+    from planner.profiles.fit import LinearCost
+    from planner.profiles.link import LinkModel
+    from planner.replay.engine import Engine, EngineConfig
+    from planner.replay.schedulers import Fcfs
+    from planner.trace.records import TraceRequest
+
+    trace = [
+        TraceRequest(arrival_s=0.1 * i, prompt_tokens=40 + 7 * i, output_tokens=5 + i, id=str(i))
+        for i in range(6)
+    ]
+    cost = LinearCost(1e-3, 1e-5, 2e-4, 0.0)
+    link = LinkModel.flat(10.0, 10.0, full_duplex=True)
+
+    def run(latency_s: float):
+        config = EngineConfig(
+            gpu_kv_blocks=64, cpu_kv_blocks=0, block_bytes=1, request_latency_s=latency_s
+        )
+        return Engine(config, Fcfs(), cost, link, trace).run()
+
+    plain, late = run(0.0), run(0.025)
+    for a, b in zip(plain.requests, late.requests, strict=True):
+        assert b.arrival_s == a.arrival_s
+        assert b.token_times_s == pytest.approx([t + 0.025 for t in a.token_times_s])
