@@ -95,7 +95,7 @@ $(ENGINES_STAMP): $(ENGINES_BASE)/.installed pyproject.toml
 	$(ENGINES_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(ENGINES_STAMP)
 
-.PHONY: test-engines test-e2e bench-vllm
+.PHONY: test-engines test-e2e bench-vllm bench-calibration
 test-engines: $(ENGINES_STAMP)
 	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m pytest -q -m engines tests/engines
 
@@ -109,6 +109,18 @@ test-e2e: $(ENGINES_STAMP)
 BENCH_VLLM_OUT ?= out/bench-vllm
 bench-vllm: $(ENGINES_STAMP)
 	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m planner.bench.vllm_compare --out $(BENCH_VLLM_OUT)
+
+# How far a replay predicts a real engine (docs/replay.md, "How far to trust
+# a replay"): a real vLLM server (CPU build, the tiny model) and `planner
+# replay` with a profile measured on it (`planner profile`), on the same
+# loads, vLLM's own scheduler and the rotation plugin. About 7 minutes a
+# repeat on 2 cores; rewrites that section of docs/replay.md. CI runs the
+# quick version in the e2e tier (tests/e2e/test_calibration.py).
+CALIBRATION_OUT ?= out/calibration
+CALIBRATION_REPEAT ?= 3
+bench-calibration: $(ENGINES_STAMP)
+	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m planner.cli bench calibration \
+		--repeat $(CALIBRATION_REPEAT) --out $(CALIBRATION_OUT) --markdown docs/replay.md
 
 serve: $(STAMP)
 	$(BIN)/planner serve

@@ -21,6 +21,7 @@ the replays run `python -m planner.cli replay` as a user would.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -127,6 +128,9 @@ ENGINE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("engine_ttft_p99_s", "TTFT p99 s, vLLM's own (API server)", "ttft_p99_s"),
 )
 ALL_KEYS = (*(k for k, _, _ in METRICS), *(k for k, _, _ in ENGINE_ROWS))
+# Tokens a client reads less than this apart came in one burst: no engine
+# iteration is that short here.
+BUNCHED_GAP_S = 0.0005
 # A goodput difference smaller than this, in points, has no sign.
 GAIN_DEAD_ZONE_POINTS = 1.0
 
@@ -144,6 +148,9 @@ class Side:
     requests: int
     failed: int
     merged_chunks: int
+    # Client-side gaps between a request's tokens under BUNCHED_GAP_S: tokens
+    # the client read together (the front end delivered them in a burst).
+    bunched_gaps: float
     wall_s: float
     load_average_before: float | None
     load_average_after: float | None
@@ -292,6 +299,13 @@ def run_trace(records: Sequence[StreamRecord]) -> list[TraceRequest]:
         )
         for r in ordered
     ]
+
+
+def bunched_fraction(records: Sequence[StreamRecord]) -> float:
+    """The share of client-side gaps between a request's consecutive tokens
+    under BUNCHED_GAP_S (0 when there are none)."""
+    gaps = [b - a for r in records for a, b in itertools.pairwise(r.token_times_s)]
+    return sum(g < BUNCHED_GAP_S for g in gaps) / len(gaps) if gaps else 0.0
 
 
 def _diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
@@ -519,6 +533,7 @@ def calibrate(
                     requests=len(run.records),
                     failed=sum(1 for r in run.records if not r.done),
                     merged_chunks=sum(r.merged_chunks for r in run.records),
+                    bunched_gaps=bunched_fraction(run.records),
                     wall_s=run.wall_s,
                     load_average_before=run.load_average_before,
                     load_average_after=run.load_average_after,
@@ -670,7 +685,9 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
             c = x.engine_counters
             extra.append(
                 f"{x.side} repeat {x.repeat}: {x.requests - x.failed}/{x.requests} done, "
-                f"{x.merged_chunks} chunks carried several tokens, load average "
+                f"{100 * x.bunched_gaps:.0f} % of the client's token gaps under "
+                f"{1e3 * BUNCHED_GAP_S:g} ms, {x.merged_chunks} chunks carried several tokens, "
+                "load average "
                 f"{x.load_average_before} to {x.load_average_after}"
                 + (
                     f", planner calls {c.get('planner_calls', 0):.0f} (fallbacks "

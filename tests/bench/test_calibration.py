@@ -15,6 +15,7 @@ from planner.bench.calibration import (
     Calibration,
     Settings,
     Side,
+    bunched_fraction,
     gain_sign,
     histogram_quantile,
     markdown,
@@ -55,6 +56,12 @@ def test_the_clients_view_goes_through_the_replays_metrics():
     assert m.both_attainment == pytest.approx(0.5)
     read = read_metrics(m)
     assert set(read) == {key for key, _, _ in METRICS}
+
+
+def test_bunched_gaps_are_tokens_read_together():
+    records = [_record(0, 0.0, [0.1, 0.1, 0.1001, 0.2]), _record(1, 0.0, [0.3])]
+    assert bunched_fraction(records) == pytest.approx(2 / 3)
+    assert bunched_fraction([_record(0, 0.0, [0.1])]) == 0.0
 
 
 def test_the_trace_is_the_run_as_sent():
@@ -101,6 +108,7 @@ def _side(load: str, side: str, measured: dict, predicted: dict) -> Side:
         requests=10,
         failed=0,
         merged_chunks=0,
+        bunched_gaps=0.25,
         wall_s=1.0,
         load_average_before=1.0,
         load_average_after=1.0,
