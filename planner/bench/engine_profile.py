@@ -550,9 +550,12 @@ def profile_engine(
     runs = run_probes(url, served_model, chosen, repeats, salt, progress=progress)
     wall_s = time.perf_counter() - clock
     after = load_average()
+    records = [r for run in runs for r in run.records]
+    if not any(r.done for r in records):
+        first = next((r.error for r in records if r.error), "no request finished")
+        raise ValueError(f"every probe request failed, e.g. {first}")
     fit, rounds = fit_probes(runs, limits)
     copies = time_copies(model, limits.block_size_tokens)
-    records = [r for run in runs for r in run.records]
     return EngineProfile(
         fit=fit,
         runs=runs,

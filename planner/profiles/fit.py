@@ -170,9 +170,10 @@ def fit_costs(
     trim: float = DEFAULT_TRIM,
 ) -> CostFit:
     """rows: per measured time, (iterations, sum P, sum D, sum A) of the
-    iterations it spans; measured_s: the times (> 0). Fits latency_s and the
-    four constants (module docstring). ValueError when there are fewer rows
-    than terms or a time is not > 0."""
+    iterations it spans (finite, >= 0); measured_s: the times (> 0). Fits
+    latency_s and the four constants (module docstring). ValueError, naming
+    the row and the term, when there are fewer rows than terms, a time is
+    not > 0 or a count is negative or not finite."""
     x = np.asarray(rows, dtype=np.float64)
     y = np.asarray(measured_s, dtype=np.float64)
     if x.ndim != 2 or x.shape[1] != len(FIT_TERMS) - 1:
@@ -183,6 +184,14 @@ def fit_costs(
         raise ValueError(f"at least {len(FIT_TERMS)} measured times needed, got {x.shape[0]}")
     if not (np.isfinite(y).all() and (y > 0).all()):
         raise ValueError("every measured time must be a finite number > 0")
+    for column, term in enumerate(FIT_TERMS[1:]):
+        values = x[:, column]
+        if not (np.isfinite(values).all() and (values >= 0).all()):
+            row = int(np.flatnonzero(~(np.isfinite(values) & (values >= 0)))[0])
+            raise ValueError(
+                f"row {row}: the count multiplying {term} must be a finite number >= 0, "
+                f"got {values[row]}"
+            )
     design = np.column_stack((np.ones(len(y)), x))
     keep = np.ones(len(y), dtype=bool)
     solution = _relative_fit(design, y, keep)

@@ -106,6 +106,65 @@ def test_fit_costs_recovers_exact_constants():
     assert fit.median_abs_error < 1e-9
 
 
+def test_fit_costs_solves_a_hand_made_system_exactly():
+    # Five times, five unknowns: 1 ms latency, 2 ms per iteration, 10 us per
+    # prefill token, 100 us per decode token, 1 us per attended token.
+    rows = [
+        [1, 0, 0, 0],
+        [1, 100, 0, 0],
+        [1, 0, 10, 0],
+        [1, 0, 0, 1000],
+        [3, 200, 20, 500],
+    ]
+    times = [0.003, 0.004, 0.004, 0.004, 0.001 + 0.006 + 0.002 + 0.002 + 0.0005]
+    fit = fit_costs(rows, times)
+    assert fit.latency_s == pytest.approx(0.001, rel=1e-9)
+    assert fit.cost.constants() == pytest.approx(
+        LinearCost(0.002, 10e-6, 100e-6, 1e-6).constants(), rel=1e-9
+    )
+    assert fit.rows == 5 and fit.dropped == 0
+
+
+def test_fit_costs_gives_zero_to_a_term_the_times_do_not_pay_for():
+    free_attention = LinearCost(2.5e-3, 60e-6, 180e-6, 0.0)
+    rows, times = _rows_for(free_attention, 30, seed=6)
+    fit = fit_costs(rows, times)
+    assert fit.cost.attn_s_per_context_token == pytest.approx(0.0, abs=1e-15)
+    assert fit.cost.decode_s_per_token == pytest.approx(180e-6, rel=1e-6)
+    # A term no row exercises is 0, the others exact.
+    rows = [[k, p, d, 0] for k, p, d, _ in rows]
+    times = [
+        LATENCY_S + TRUE.overhead_s * k + TRUE.prefill_s_per_token * p + TRUE.decode_s_per_token * d
+        for k, p, d, _ in rows
+    ]
+    fit = fit_costs(rows, times)
+    assert fit.cost.attn_s_per_context_token == 0.0
+    assert fit.cost.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.floats(0.0, 0.05),
+    st.floats(1e-4, 0.02),
+    st.floats(1e-6, 1e-3),
+    st.floats(1e-6, 1e-3),
+    st.floats(0.0, 1e-6),
+    st.integers(0, 1000),
+)
+def test_fit_costs_recovers_any_non_negative_constants(
+    latency, overhead, prefill, decode, attn, seed
+):
+    true = LinearCost(overhead, prefill, decode, attn)
+    rows, _ = _rows_for(true, 25, seed=seed)
+    times = [latency + overhead * k + prefill * p + decode * d + attn * a for k, p, d, a in rows]
+    fit = fit_costs(rows, times)
+    assert fit.dropped == 0
+    # Exact up to the conditioning of the system: every time is reproduced.
+    assert np.abs(fit.relative_errors).max() < 1e-7
+    assert fit.cost.overhead_s == pytest.approx(overhead, rel=1e-4, abs=1e-9)
+    assert fit.cost.decode_s_per_token == pytest.approx(decode, rel=1e-4, abs=1e-11)
+
+
 def test_fit_costs_drops_times_a_busy_machine_stretched():
     rows, times = _rows_for(TRUE, 60, seed=4)
     for i in (5, 17, 41):
@@ -123,6 +182,28 @@ def test_fit_costs_refuses_too_few_times_and_bad_ones():
         fit_costs(rows, [0.0, *times[1:]])
     with pytest.raises(ValueError, match="columns"):
         fit_costs([r[:3] for r in rows], times)
+    with pytest.raises(ValueError, match="one measured time per row"):
+        fit_costs(rows, times[:-1])
+    with pytest.raises(ValueError, match="> 0"):
+        fit_costs(rows, [*times[:-1], float("nan")])
+    with pytest.raises(ValueError, match="> 0"):
+        fit_costs(rows, [*times[:-1], -1.0])
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "term"),
+    [
+        (0, -1.0, "overhead_s"),
+        (1, float("nan"), "prefill_s_per_token"),
+        (2, float("inf"), "decode_s_per_token"),
+        (3, -5.0, "attn_s_per_context_token"),
+    ],
+)
+def test_fit_costs_names_the_row_and_term_of_a_bad_count(column, value, term):
+    rows, times = _rows_for(TRUE, 8, seed=7)
+    rows[6][column] = value
+    with pytest.raises(ValueError, match=f"row 6: the count multiplying {term}"):
+        fit_costs(rows, times)
 
 
 def _measured_run(probe: Probe, repeat: int, send_gaps_s: float, seed: int) -> ProbeRun:
