@@ -5,9 +5,9 @@ of planner.bench.tiny_llama; streamed over its OpenAI HTTP API, token times
 taken client-side) and replayed by `planner replay` with a profile measured
 on that server just before (`planner profile`) and the server's own limits
 (block size, KV blocks, max batched tokens, max running requests): vLLM's
-own scheduler against the replay's `fcfs`, and the planner's rotation
-(PlannerScheduler with the planner in process and PlannerSwapConnector)
-against the replay's `lvf`. Side by side: TTFT, TBT and TPOT p50/p90/p99,
+own scheduler against the replay's `fcfs-vllm` (fcfs in vLLM V1's order),
+and the planner's rotation (PlannerScheduler with the planner in process and
+PlannerSwapConnector) against the replay's `lvf`. Side by side: TTFT, TBT and TPOT p50/p90/p99,
 output tokens/s, preemptions and goodput, with the replay's relative error,
 and the rotation's goodput gain over the default, measured and predicted.
 
@@ -64,7 +64,7 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 # What each side of the comparison runs: the engine's scheduler and the
 # replay policy that models it.
-SIDES = (("vllm", "fcfs"), ("rotation", "lvf"))
+SIDES = (("vllm", "fcfs-vllm"), ("rotation", "lvf"))
 # vLLM's CPU backend reserves a core for KV connectors unless told
 # (docs/adapters.md).
 ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
@@ -659,7 +659,8 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
         lines += [
             f"**{load.name}**: {load.what}.",
             "",
-            "| | vLLM measured | replay fcfs | error | rotation measured | replay lvf | error |",
+            "| | vLLM measured | replay fcfs-vllm | error "
+            "| rotation measured | replay lvf | error |",
             "|---|---|---|---|---|---|---|",
         ]
         for key, label, _ in METRICS:

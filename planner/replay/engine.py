@@ -444,6 +444,10 @@ class Engine:
         in_order = self.scheduler.in_order
         slots = self.config.max_running - len(s.running.rows) - len(s.in_transit.rows)
         free = s.free_gpu
+        if self.scheduler.running_first:
+            growth = self._decode_growth_blocks()
+            # The decodes will preempt: nothing is admitted this iteration.
+            free = -1 if growth > free else free - growth
         prefill_room: int | None = None
         admitted: list[int] = []
         admitted_needs: list[int] = []
@@ -478,6 +482,18 @@ class Engine:
         if resumed:
             return s.swap_in(resumed, resumed_needs, self.scheduler.keeps_cpu_copies)
         return 0
+
+    def _decode_growth_blocks(self) -> int:
+        """Blocks the running requests' decodes grow into this iteration
+        (those within the token budget whose KV fills their last block), as
+        form_batch takes them."""
+        r = self.requests
+        s = self.state
+        running = s.running.rows
+        kv = r.kv_tokens[running]
+        decoding = (kv >= r.prefill_target[running]).nonzero()[0][: self.config.max_batched_tokens]
+        full = kv[decoding] >= r.gpu_blocks[running[decoding]] * s.block_size
+        return int(np.count_nonzero(full))
 
     def _prefill_room(self) -> int:
         """Tokens of this iteration's budget left after the running requests'

@@ -99,6 +99,13 @@ class Scheduler(Protocol):
     # eager copies (never a preemption or a start), so the engine may run
     # such iterations in one step, still asking it at each.
     copies_only_unless_waiting: bool
+    # The running requests' decodes take the blocks they grow into this
+    # iteration before anything is admitted, and nothing is admitted in an
+    # iteration whose decodes force a preemption (vLLM V1's scheduler:
+    # running requests first, the waiting queue only when none was
+    # preempted). False: admissions first, growth after, taking its blocks
+    # by preemption if need be.
+    running_first: bool
 
     def plan(self, view: EngineView) -> SchedulePlan: ...
 
@@ -110,9 +117,18 @@ class Fcfs:
     in_order = True
     idle_unless_waiting = True
     copies_only_unless_waiting = False
+    running_first = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan(start=view.queued)
+
+
+class FcfsVllm(Fcfs):
+    """fcfs in vLLM V1's order: running requests take their blocks first,
+    and no request is admitted in an iteration that preempts."""
+
+    name = "fcfs-vllm"
+    running_first = True
 
 
 class WaitingFirst:
@@ -122,6 +138,7 @@ class WaitingFirst:
     in_order = True
     idle_unless_waiting = True
     copies_only_unless_waiting = False
+    running_first = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         """The queue's head that can start, with room made by swapping out
@@ -179,6 +196,7 @@ class SwappedFirst:
     in_order = True
     idle_unless_waiting = True
     copies_only_unless_waiting = False
+    running_first = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         resumed = int(view.requests.start_blocks[view.rotary].sum())
@@ -208,6 +226,7 @@ class Lvf:
     # plans then (nothing to admit or resume: no contention).
     idle_unless_waiting: bool = False
     copies_only_unless_waiting: bool = True
+    running_first: bool = False
     # Wall seconds spent in the rotation policy itself: what a run cannot go
     # below (planner bench replay reports it).
     policy_s: float = field(default=0.0, init=False)
@@ -490,7 +509,10 @@ def last_progress_s(requests: RequestColumns, rows: IntArray) -> FloatArray:
     return when
 
 
-POLICY_NAMES = ("fcfs", "lvf", "lvf-paper", "waiting-first", "swapped-first", "cfs", "cfs-peer")
+POLICY_NAMES = (
+    "fcfs",
+    "fcfs-vllm",
+    "lvf", "lvf-paper", "waiting-first", "swapped-first", "cfs", "cfs-peer")
 
 
 def make_scheduler(name: str, inputs: RotationInputs, cfs: CfsKnobs | None = None) -> Scheduler:
@@ -501,6 +523,8 @@ def make_scheduler(name: str, inputs: RotationInputs, cfs: CfsKnobs | None = Non
         return Cfs(name, cfs if cfs is not None else CfsKnobs())
     if name == "fcfs":
         return Fcfs()
+    if name == "fcfs-vllm":
+        return FcfsVllm()
     if name == "lvf":
         return Lvf(replace(inputs, params=replace(inputs.params, variant=RotationVariant.LVF)))
     if name == "lvf-paper":

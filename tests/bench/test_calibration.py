@@ -101,7 +101,7 @@ def _side(load: str, side: str, measured: dict, predicted: dict) -> Side:
     return Side(
         load=load,
         side=side,
-        policy="fcfs" if side == "vllm" else "lvf",
+        policy="fcfs-vllm" if side == "vllm" else "lvf",
         repeat=0,
         measured=measured,
         predicted=predicted,

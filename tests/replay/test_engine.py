@@ -331,7 +331,7 @@ def test_tight_pool_never_overflows_and_every_request_finishes(policy: str, seed
     assert totals.preemptions == sum(o.preemptions for o in result.requests)
     assert totals.swap_outs == sum(o.swap_outs for o in result.requests)
     assert totals.swap_ins == sum(o.swap_ins for o in result.requests)
-    if policy == "fcfs":
+    if policy in ("fcfs", "fcfs-vllm"):
         assert totals.swap_outs == totals.swap_ins == 0 and totals.bytes_d2h == 0
         assert sum(o.recomputed_tokens for o in result.requests) > 0
     else:
@@ -456,6 +456,7 @@ class NeverStart:
     in_order = True
     idle_unless_waiting = True
     copies_only_unless_waiting = False
+    running_first = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan()
@@ -577,3 +578,24 @@ def test_a_request_latency_adds_to_ttft_and_shifts_nothing_else():
     for a, b in zip(plain.requests, late.requests, strict=True):
         assert b.arrival_s == a.arrival_s
         assert b.token_times_s == pytest.approx([t + 0.025 for t in a.token_times_s])
+
+
+@pytest.mark.parametrize(("policy", "b_preemptions"), [("fcfs", 1), ("fcfs-vllm", 0)])
+def test_fcfs_vllm_admits_nothing_in_an_iteration_whose_decodes_need_the_blocks(
+    policy: str, b_preemptions: int
+) -> None:
+    # 3 blocks of 4 tokens. a (1 block) decodes from the second iteration
+    # on and grows into a second block then; b (8 tokens, 2 blocks) arrives
+    # during the first. fcfs admits b into the 2 free blocks, and a's growth
+    # takes one back by preempting b in the same iteration; fcfs-vllm leaves
+    # b waiting (vLLM V1: running requests first, no admission in a step
+    # that preempts). b starts once a is done (3 blocks at its last token)
+    # either way: 0.074 + 10 ms + 8 prefill tokens.
+    trace = [req(0.0, 4, 6, "a"), req(0.005, 8, 2, "b")]
+    scheduler = make_scheduler(policy, rotation_inputs())
+    result = Engine(config(gpu=3, cpu=0, bs=4), scheduler, AffineCost(), Link(), trace).run()
+    a, b = result.requests
+    assert a.token_times_s == pytest.approx([0.014, 0.026, 0.038, 0.05, 0.062, 0.074])
+    assert a.preemptions == 0
+    assert b.token_times_s == pytest.approx([0.092, 0.104])
+    assert b.preemptions == b_preemptions

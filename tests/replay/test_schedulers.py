@@ -226,6 +226,7 @@ def test_make_scheduler_names_and_flags() -> None:
     assert {name: s.name for name, s in made.items()} == {n: n for n in POLICY_NAMES}
     assert {name: (s.swaps, s.keeps_cpu_copies) for name, s in made.items()} == {
         "fcfs": (False, False),
+        "fcfs-vllm": (False, False),
         "lvf": (True, True),
         "lvf-paper": (True, True),
         "waiting-first": (True, False),
@@ -233,6 +234,7 @@ def test_make_scheduler_names_and_flags() -> None:
         "cfs": (True, False),
         "cfs-peer": (True, False),
     }
+    assert [name for name, s in made.items() if s.running_first] == ["fcfs-vllm"]
     with pytest.raises(ValueError, match="unknown policy 'sjf'"):
         make_scheduler("sjf", RotationInputs())
 
