@@ -113,7 +113,7 @@ bench-vllm: $(ENGINES_STAMP)
 # How far a replay predicts a real engine (docs/replay.md, "How far to trust
 # a replay"): a real vLLM server (CPU build, the tiny model) and `planner
 # replay` with a profile measured on it (`planner profile`), on the same
-# loads, vLLM's own scheduler and the rotation plugin. About 7 minutes a
+# loads, vLLM's own scheduler and the rotation plugin. About 2-3 minutes a
 # repeat on 2 cores; rewrites that section of docs/replay.md. CI runs the
 # quick version in the e2e tier (tests/e2e/test_calibration.py).
 CALIBRATION_OUT ?= out/calibration
