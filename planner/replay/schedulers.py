@@ -512,7 +512,13 @@ def last_progress_s(requests: RequestColumns, rows: IntArray) -> FloatArray:
 POLICY_NAMES = (
     "fcfs",
     "fcfs-vllm",
-    "lvf", "lvf-paper", "waiting-first", "swapped-first", "cfs", "cfs-peer")
+    "lvf",
+    "lvf-paper",
+    "waiting-first",
+    "swapped-first",
+    "cfs",
+    "cfs-peer",
+)
 
 
 def make_scheduler(name: str, inputs: RotationInputs, cfs: CfsKnobs | None = None) -> Scheduler:
