@@ -5,6 +5,7 @@ are called in process; see planner.replay."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 from dataclasses import replace
@@ -30,9 +31,9 @@ from planner.replay.cfs_scheduler import (
 from planner.replay.cluster_engine import CLUSTER_POLICY_NAMES, ClusterEngine, ClusterRun
 from planner.replay.cluster_report import (
     ClusterMetrics,
+    cluster_json,
     print_cluster_report,
     summarize_cluster,
-    write_cluster_json,
 )
 from planner.replay.cluster_setup import (
     DEFAULT_INSTANCES,
@@ -45,9 +46,9 @@ from planner.replay.longctx_engine import LongctxEngine, LongctxRun
 from planner.replay.longctx_policies import LONGCTX_POLICY_NAMES, make_longctx_policy
 from planner.replay.longctx_report import (
     LongctxMetrics,
+    longctx_json,
     print_longctx_report,
     summarize_longctx,
-    write_longctx_json,
 )
 from planner.replay.longctx_setup import (
     REPLAY_OFFLOAD_PARAMS,
@@ -57,10 +58,12 @@ from planner.replay.longctx_setup import (
 )
 from planner.replay.metrics import PolicyMetrics, compare
 from planner.replay.noise import JitteredCost
+from planner.replay.outputs import is_stdout, table_suffix_error, write_json_document, write_table
 from planner.replay.plots import write_report
 from planner.replay.progress import replay_progress
 from planner.replay.records import ReplayResult
 from planner.replay.report import print_report, write_json
+from planner.replay.request_table import request_table
 from planner.replay.schedulers import POLICY_NAMES, make_scheduler
 from planner.replay.serverless_engine import (
     SERVERLESS_POLICY_NAMES,
@@ -70,8 +73,8 @@ from planner.replay.serverless_engine import (
 from planner.replay.serverless_report import (
     ServerlessMetrics,
     print_serverless_report,
+    serverless_json,
     summarize_serverless,
-    write_serverless_json,
 )
 from planner.replay.serverless_setup import (
     DEFAULT_MIG,
@@ -319,7 +322,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="c2cserve and the streaming baselines: engine setup on a model switch, s "
         f"(default {DEFAULT_SWITCH_SETUP_S:g})",
     )
-    p.add_argument("--json-out", type=Path, help="write every number as JSON here")
+    p.add_argument(
+        "--json-out", type=Path, help="write every number as JSON here (- for standard output)"
+    )
+    p.add_argument(
+        "--requests-out",
+        type=Path,
+        metavar="FILE.csv|FILE.parquet",
+        help="write one row per request per run (every policy and rate scale): arrival, "
+        "first token, finish, tokens, TTFT, TPOT, max TBT, SLOs met, preemptions, swaps "
+        "(- for CSV on standard output)",
+    )
     p.add_argument("--report-dir", type=Path, help="write PNG plots here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -331,7 +344,15 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    # With a document on standard output, the report goes to standard error.
+    args.stdout = sys.stdout
+    on_stdout = [f for f in ("json_out", "requests_out") if is_stdout(getattr(args, f))]
+    if len(on_stdout) > 1:
+        return _fail("only one of --json-out and --requests-out can be - (standard output)")
     try:
+        if on_stdout:
+            with contextlib.redirect_stdout(sys.stderr):
+                return _replay(args)
         return _replay(args)
     except OSError as exc:
         # Output paths are checked before the run; a disk that fills up
@@ -358,10 +379,14 @@ def _replay(args: argparse.Namespace) -> int:
         if scale > MAX_RATE_SCALE:
             return _fail(f"--rate-scale must be at most {MAX_RATE_SCALE:g}, got {scale:g}")
     try:
-        check_output_file("--json-out", args.json_out)
+        for flag, path in (("--json-out", args.json_out), ("--requests-out", args.requests_out)):
+            if not is_stdout(path):
+                check_output_file(flag, path)
         check_output_folder("--report-dir", args.report_dir)
     except OutputPathError as exc:
         return _fail(str(exc))
+    if args.requests_out is not None and (problem := table_suffix_error(args.requests_out)):
+        return _fail(f"--requests-out {args.requests_out}: {problem}")
     if args.cpu_kv_gb is not None and not (math.isfinite(args.cpu_kv_gb) and args.cpu_kv_gb >= 0):
         return _fail(f"--cpu-kv-gb must be a finite number >= 0, got {args.cpu_kv_gb}")
     if not (math.isfinite(args.alpha) and args.alpha >= 0):
@@ -475,6 +500,7 @@ def _replay(args: argparse.Namespace) -> int:
         return _fail(f"--policy {CFS_PEER}: {setup.hardware.name} has no NVLink bandwidth")
     sweep: dict[float, list[PolicyMetrics]] = {}
     main_results: list[ReplayResult] = []
+    every_result: list[ReplayResult] = []
     for scale in scales:
         scaled = scale_rate(trace, scale)
         results = [
@@ -495,6 +521,7 @@ def _replay(args: argparse.Namespace) -> int:
             for policy in policies
         ]
         sweep[scale] = compare(results)
+        every_result.extend(results)
         if not main_results:
             main_results = results
     metrics = sweep[scales[0]]
@@ -507,14 +534,33 @@ def _replay(args: argparse.Namespace) -> int:
         sweep=sweep if len(scales) > 1 else None,
     )
     if args.json_out is not None:
-        write_json(args.json_out, main_results, metrics, sweep=sweep if len(scales) > 1 else None)
-        print(f"wrote {args.json_out}")
+        write_json(
+            args.json_out,
+            main_results,
+            metrics,
+            sweep=sweep if len(scales) > 1 else None,
+            stdout=args.stdout,
+        )
+        _wrote(args.json_out)
+    _write_requests(args, every_result)
     if args.report_dir is not None:
         paths = write_report(
             args.report_dir, main_results, metrics, sweep=sweep if len(scales) > 1 else None
         )
         print(f"wrote {len(paths)} plots to {args.report_dir}")
     return 0
+
+
+def _wrote(path: Path) -> None:
+    if not is_stdout(path):
+        print(f"wrote {path}")
+
+
+def _write_requests(args: argparse.Namespace, results: list[ReplayResult]) -> None:
+    if args.requests_out is None:
+        return
+    write_table(args.requests_out, request_table(results), args.stdout)
+    _wrote(args.requests_out)
 
 
 def _run_one(
@@ -604,6 +650,7 @@ def _run_long_context(
         return _fail(f"--gpu-kv-gb: {exc}")
     design = design_tokens(trace)
     first: tuple[list[LongctxRun], list[LongctxMetrics]] | None = None
+    every_run: list[LongctxRun] = []
     for scale in scales:
         scaled = scale_rate(trace, scale)
         runs: list[LongctxRun] = []
@@ -637,6 +684,7 @@ def _run_long_context(
                 }
             )
             runs.append(run)
+            every_run.append(run)
         metrics = [summarize_longctx(r) for r in runs]
         gpu_gb = config.gpu_block_budget * config.layer_block_bytes / 1e9
         print_longctx_report(
@@ -650,8 +698,9 @@ def _run_long_context(
         if first is None:
             first = (runs, metrics)
     if args.json_out is not None and first is not None:
-        write_longctx_json(args.json_out, *first)
-        print(f"wrote {args.json_out}")
+        write_json_document(args.json_out, longctx_json(*first), args.stdout)
+        _wrote(args.json_out)
+    _write_requests(args, [run.result for run in every_run])
     return 0
 
 
@@ -688,6 +737,7 @@ def _run_cluster(
     except ValueError as exc:
         return _fail(str(exc))
     first: tuple[list[ClusterRun], list[ClusterMetrics]] | None = None
+    every_run: list[ClusterRun] = []
     for scale in scales:
         scaled = scale_rate(trace, scale)
         runs: list[ClusterRun] = []
@@ -718,6 +768,7 @@ def _run_cluster(
                 }
             )
             runs.append(run)
+            every_run.append(run)
         metrics = [summarize_cluster(r) for r in runs]
         kv_gb = config.kv_blocks_per_instance * config.block_bytes / 1e9
         print_cluster_report(
@@ -731,8 +782,9 @@ def _run_cluster(
         if first is None:
             first = (runs, metrics)
     if args.json_out is not None and first is not None:
-        write_cluster_json(args.json_out, *first)
-        print(f"wrote {args.json_out}")
+        write_json_document(args.json_out, cluster_json(*first), args.stdout)
+        _wrote(args.json_out)
+    _write_requests(args, [run.result for run in every_run])
     return 0
 
 
@@ -764,6 +816,7 @@ def _run_serverless(
     except ValueError as exc:
         return _fail(str(exc))
     first: tuple[list[ServerlessRun], list[ServerlessMetrics]] | None = None
+    every_run: list[ServerlessRun] = []
     for scale in scales:
         scaled = scale_rate(trace, scale)
         runs: list[ServerlessRun] = []
@@ -794,6 +847,7 @@ def _run_serverless(
                 }
             )
             runs.append(run)
+            every_run.append(run)
         metrics = [summarize_serverless(r) for r in runs]
         models = len({t.model for t in trace})
         print_serverless_report(
@@ -807,6 +861,7 @@ def _run_serverless(
         if first is None:
             first = (runs, metrics)
     if args.json_out is not None and first is not None:
-        write_serverless_json(args.json_out, *first)
-        print(f"wrote {args.json_out}")
+        write_json_document(args.json_out, serverless_json(*first), args.stdout)
+        _wrote(args.json_out)
+    _write_requests(args, [run.result for run in every_run])
     return 0

@@ -6,12 +6,8 @@ C2C link utilization and the mean rho."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -138,22 +134,3 @@ def serverless_json(
     for entry, m in zip(data["policies"], metrics, strict=True):
         entry["serverless"] = m.serverless_json()
     return data
-
-
-def write_serverless_json(
-    path: Path, runs: Sequence[ServerlessRun], metrics: Sequence[ServerlessMetrics]
-) -> Path:
-    """Atomically, like planner.replay.report.write_json."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(serverless_json(runs, metrics), indent=2, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
