@@ -92,8 +92,19 @@ def test_requests_out_writes_every_policy_and_rate_scale(
     trace = write_trace(tmp_path / "t.jsonl", models=topology == "serverless")
     out = tmp_path / "deep" / "r.parquet"
     code = main(
-        ["replay", str(trace), "--topology", topology, "--quiet"]
-        + ["--rate-scale", "1", "--rate-scale", "2", "--requests-out", str(out)]
+        [
+            "replay",
+            str(trace),
+            "--topology",
+            topology,
+            "--quiet",
+            "--rate-scale",
+            "1",
+            "--rate-scale",
+            "2",
+            "--requests-out",
+            str(out),
+        ]
     )
     assert code == 0, capsys.readouterr().err
     table = pd.read_parquet(out)
@@ -144,7 +155,7 @@ def test_bad_requests_out_is_refused_before_the_run(
     monkeypatch.chdir(tmp_path)
     trace = write_trace(tmp_path / "t.jsonl")
     code = main(["replay", str(trace), "--quiet", *args])
-    out, err = capsys.readouterr()
+    _out, err = capsys.readouterr()
     assert code == 2
     assert err.startswith("planner replay: ") and message in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]
