@@ -34,7 +34,7 @@ from planner.service.idempotency import KeyedCall, RecordedCall
 from planner.service.ledger_sqlite import SqliteLedgerBackend
 from planner.service.placement_ledger import LedgerStore
 from planner.service.store import MEMORY, SCHEMA_VERSION, SqliteDatabase
-from planner.service.store_location import is_postgresql_url
+from planner.service.store_location import is_postgresql_url, without_password
 
 T = TypeVar("T")
 R = TypeVar("R", bound=Message)
@@ -56,10 +56,16 @@ class ClusterStore:
         self.db: Database
         self._backend: ClusterBackend
         if location is not None and is_postgresql_url(str(location)):
-            # psycopg is imported only for a PostgreSQL store.
-            from planner.service.cluster_postgres import PostgresClusterBackend
-            from planner.service.ledger_postgres import PostgresLedgerBackend
-            from planner.service.postgres_database import PostgresDatabase
+            # psycopg (the postgresql extra) is imported only for this store.
+            try:
+                from planner.service.cluster_postgres import PostgresClusterBackend
+                from planner.service.ledger_postgres import PostgresLedgerBackend
+                from planner.service.postgres_database import PostgresDatabase
+            except ImportError as exc:
+                raise OSError(
+                    f"cannot open store {without_password(str(location))}: a PostgreSQL store "
+                    f"needs psycopg and psycopg-pool (pip install 'planner[postgresql]'): {exc}"
+                ) from None
 
             postgres = PostgresDatabase(str(location), pool_size)
             self.db = postgres
