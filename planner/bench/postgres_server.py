@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 import psycopg
+from psycopg import sql
 
 BIN_ENV = "PLANNER_POSTGRES_BIN"
 DEBIAN_BIN_GLOB = "/usr/lib/postgresql/*/bin"
@@ -114,9 +115,7 @@ class LocalPostgres:
         return self.folder / "server.log"
 
     def _run(self, *command: str) -> None:
-        kwargs: dict[str, object] = {}
-        if self._user is not None:
-            kwargs = {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
+        user = self._user
         done = subprocess.run(
             command,
             cwd=self.folder,
@@ -124,7 +123,9 @@ class LocalPostgres:
             text=True,
             env={**os.environ, "LC_ALL": "C", "PGTZ": "UTC"},
             check=False,
-            **kwargs,  # type: ignore[arg-type]
+            user=None if user is None else user.pw_uid,
+            group=None if user is None else user.pw_gid,
+            extra_groups=None if user is None else [],
         )
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip()[-2000:]
@@ -200,7 +201,7 @@ class LocalPostgres:
             self._databases += 1
             name = f"planner_{self._databases}"
         with psycopg.connect(self.url(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         return self.url(name)
 
     def stop(self) -> None:

@@ -143,9 +143,7 @@ class PostgresDatabase:
             return pool
 
     def _migrate(self) -> None:
-        with psycopg.connect(
-            self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-        ) as conn:
+        with psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
             _configure(conn)
             conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
             try:
@@ -297,8 +295,7 @@ def _apply_migrations(conn: psycopg.Connection) -> None:
     current = int(row[0]) if row is not None else 0
     if current > LATEST_VERSION:
         raise SchemaTooNewError(
-            f"written by a newer planner (schema {current}, this one reads up to "
-            f"{LATEST_VERSION})"
+            f"written by a newer planner (schema {current}, this one reads up to {LATEST_VERSION})"
         )
     for migration in MIGRATIONS:
         if migration.version <= current:
