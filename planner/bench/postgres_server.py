@@ -116,16 +116,27 @@ class LocalPostgres:
 
     def _run(self, *command: str) -> None:
         user = self._user
+        # setpriv changes the user in the child after exec: a Python-level
+        # user= would fork without exec first, and gRPC's fork handlers in
+        # a process with live channels can crash that child.
+        prefix = (
+            []
+            if user is None
+            else [
+                _setpriv(),
+                f"--reuid={user.pw_uid}",
+                f"--regid={user.pw_gid}",
+                "--clear-groups",
+                "--",
+            ]
+        )
         done = subprocess.run(
-            command,
+            [*prefix, *command],
             cwd=self.folder,
             capture_output=True,
             text=True,
             env={**os.environ, "LC_ALL": "C", "PGTZ": "UTC"},
             check=False,
-            user=None if user is None else user.pw_uid,
-            group=None if user is None else user.pw_gid,
-            extra_groups=None if user is None else [],
         )
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip()[-2000:]
@@ -161,35 +172,46 @@ class LocalPostgres:
         password_file.unlink()
 
     def _start(self) -> None:
+        # A port picked free may be taken before the server binds it: try again.
+        for attempt in range(3):
+            self.port = free_port()
+            try:
+                self._pg_ctl_start()
+                return
+            except PostgresUnavailableError:
+                if attempt == 2:
+                    raise
+
+    def _pg_ctl_start(self) -> None:
         settings = [
+            f"port={self.port}",
             "listen_addresses=127.0.0.1",
             f"unix_socket_directories={self.folder}",
             f"max_connections={MAX_CONNECTIONS}",
         ]
         if not self.durable:
             settings += FAST_SETTINGS
-        # A port picked free may be taken before the server binds it: try again.
-        for attempt in range(3):
-            self.port = free_port()
-            options = " ".join(f"-c {s}" for s in [f"port={self.port}", *settings])
-            try:
-                self._run(
-                    str(self.binaries / "pg_ctl"),
-                    "--pgdata",
-                    str(self.data),
-                    "--log",
-                    str(self.log),
-                    "--wait",
-                    "--timeout",
-                    str(START_TIMEOUT_S),
-                    "--options",
-                    options,
-                    "start",
-                )
-                return
-            except PostgresUnavailableError:
-                if attempt == 2:
-                    raise
+        self._run(
+            str(self.binaries / "pg_ctl"),
+            "--pgdata",
+            str(self.data),
+            "--log",
+            str(self.log),
+            "--wait",
+            "--timeout",
+            str(START_TIMEOUT_S),
+            "--options",
+            " ".join(f"-c {s}" for s in settings),
+            "start",
+        )
+
+    def pause(self) -> None:
+        """Stops the server (connections are cut), keeping its data."""
+        self._pg_ctl_stop("fast")
+
+    def resume(self) -> None:
+        """Starts the paused server again on the same port."""
+        self._pg_ctl_start()
 
     def url(self, database: str = "postgres", *, password: str | None = PASSWORD) -> str:
         user = SUPERUSER if password is None else f"{SUPERUSER}:{password}"
@@ -204,18 +226,22 @@ class LocalPostgres:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         return self.url(name)
 
+    def _pg_ctl_stop(self, mode: str) -> None:
+        self._run(
+            str(self.binaries / "pg_ctl"),
+            "--pgdata",
+            str(self.data),
+            "--mode",
+            mode,
+            "--wait",
+            "stop",
+        )
+
     def stop(self) -> None:
-        if self.data.exists():
+        """Stops the server and deletes its folder."""
+        if (self.data / "postmaster.pid").exists():
             try:
-                self._run(
-                    str(self.binaries / "pg_ctl"),
-                    "--pgdata",
-                    str(self.data),
-                    "--mode",
-                    "immediate",
-                    "--wait",
-                    "stop",
-                )
+                self._pg_ctl_stop("immediate")
             except PostgresUnavailableError:
                 pass
         self._remove()
@@ -233,6 +259,16 @@ class LocalPostgres:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _setpriv() -> str:
+    found = shutil.which("setpriv")
+    if found is None:
+        raise PostgresUnavailableError(
+            "running as root, and setpriv (util-linux) is not found to run PostgreSQL as "
+            "an unprivileged user"
+        )
+    return found
 
 
 def _unprivileged_user() -> pwd.struct_passwd | None:

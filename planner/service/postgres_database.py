@@ -46,8 +46,12 @@ T = TypeVar("T")
 
 DEFAULT_POOL_SIZE = 8
 CONNECT_TIMEOUT_S = 10
-# Longest wait for a pooled connection (all busy, or the server gone).
+# Longest wait for a pooled connection (all busy, or the server gone); once
+# the store is failing, calls give up sooner, until a write commits again.
 CONNECTION_WAIT_S = 5.0
+FAILING_CONNECTION_WAIT_S = 0.5
+# Connecting once more to learn why the pool has no connection.
+DIAGNOSE_TIMEOUT_S = 2
 # Each connection's session: the longest wait for a row or advisory lock
 # (like SQLite's busy timeout), and how long the server keeps a transaction
 # its client left open (a planner that hangs).
@@ -100,6 +104,7 @@ class PostgresDatabase:
         self._pool: ConnectionPool | None = None
         self._closed = False
         self._listeners = Listeners()
+        self._failing = False
         # Transactions run again after a serialization failure (for benches).
         self.retries = 0
 
@@ -175,9 +180,11 @@ class PostgresDatabase:
         try:
             result = self._run_with_retries(work, lock, read_only)
         except StoreUnavailableError as exc:
+            self._failing = True
             self._listeners.failed(exc.reason)
             raise
         if not read_only:
+            self._failing = False
             self._listeners.recovered()
         return result
 
@@ -205,17 +212,14 @@ class PostgresDatabase:
                 raise StoreUnavailableError(self._reason(exc)) from None
 
     def _why_no_connection(self) -> str:
-        """The pool had no connection to give within CONNECTION_WAIT_S: the
-        server's own reason when it refuses a new one."""
+        """The pool had no connection to give in time: the server's own
+        reason when it refuses a new one."""
         try:
-            with psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S):
+            with psycopg.connect(self.url, connect_timeout=DIAGNOSE_TIMEOUT_S):
                 pass
         except psycopg.Error as exc:
             return f"{self.path}: {self._reason(exc)}"
-        return (
-            f"{self.path}: no free connection within {CONNECTION_WAIT_S:g} s "
-            f"(pool of {self.pool_size})"
-        )
+        return f"{self.path}: no free connection in time (pool of {self.pool_size})"
 
     def _attempt(
         self, work: Callable[[psycopg.Connection], T], lock: LockKey | None, read_only: bool
@@ -224,7 +228,8 @@ class PostgresDatabase:
             pool = self._get_pool()
         except OSError as exc:
             raise StoreUnavailableError(str(exc)) from None
-        with pool.connection() as conn:
+        wait_s = FAILING_CONNECTION_WAIT_S if self._failing else CONNECTION_WAIT_S
+        with pool.connection(timeout=wait_s) as conn:
             if lock is not None:
                 conn.execute(
                     "SELECT pg_advisory_lock(%s, hashtext(encode(%s, 'hex')))",
