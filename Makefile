@@ -14,7 +14,7 @@ PROTO_FILES := $(wildcard proto/planner/v1/*.proto)
 # proto/BREAKING_BASE (the last landed contract), or BREAKING_BASE=<ref>.
 BREAKING_BASE ?= $(shell cat proto/BREAKING_BASE 2>/dev/null)
 
-.PHONY: run test test-slow test-gpu bench-gpu proto proto-check lint format bench bench-quick serve buf clean
+.PHONY: run test test-slow test-gpu bench-gpu proto proto-check lint format bench bench-quick serve buf clean postgresql-server
 
 # torch is pinned and installed first so pip takes the local CPU wheel where
 # one is on disk (an unpinned torch pulls several GB of CUDA packages); the
@@ -34,6 +34,22 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The PostgreSQL server binaries the store suites start their own server
+# from (tests/conftest.py; without them those tests skip, saying why):
+# Debian's postgresql package, installed when initdb is not found, as root
+# or through passwordless sudo. No cluster of the package's own is created.
+PG_CREATECLUSTER_CONF := /etc/postgresql-common/createcluster.d/planner.conf
+postgresql-server:
+	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "PostgreSQL server binaries: present"; \
+	else \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+		$$SUDO mkdir -p $$(dirname $(PG_CREATECLUSTER_CONF)) && \
+		{ [ -e $(PG_CREATECLUSTER_CONF) ] || echo "create_main_cluster = false" | $$SUDO tee $(PG_CREATECLUSTER_CONF) >/dev/null; } && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; \
+	fi
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
