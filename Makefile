@@ -154,7 +154,7 @@ bench-quick: $(STAMP)
 	$(BIN)/planner bench solvers --problem offload --sizes 4x32,16x32 --instances 8 --pruning-instances 0 --out $(BENCH_QUICK_OUT)/solvers_offload.json
 	$(BIN)/planner bench solvers --problem placement --gpus 16,64 --limits 0.5 --out $(BENCH_QUICK_OUT)/solvers_placement.json
 	$(BIN)/planner bench service --clients 16 --duration-s 5 --overload --overload-duration-s 3 --overload-limits 8:8,1:2 --out $(BENCH_QUICK_OUT)/service.json $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)/service.json)
-	$(BIN)/planner bench ledger --producers 10,1000 --calls 50 --busy-clients 2 --out $(BENCH_QUICK_OUT)/ledger.json
+	$(BIN)/planner bench ledger --producers 10,1000 --calls 50 --busy-clients 2 --replicas 1,2 --write-clients 4 --write-duration-s 3 --out $(BENCH_QUICK_OUT)/ledger.json
 
 $(BUF):
 	mkdir -p .tools

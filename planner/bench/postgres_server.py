@@ -12,6 +12,7 @@ production.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -240,10 +241,8 @@ class LocalPostgres:
     def stop(self) -> None:
         """Stops the server and deletes its folder."""
         if (self.data / "postmaster.pid").exists():
-            try:
+            with contextlib.suppress(PostgresUnavailableError):
                 self._pg_ctl_stop("immediate")
-            except PostgresUnavailableError:
-                pass
         self._remove()
 
     def _remove(self) -> None:
