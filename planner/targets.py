@@ -83,10 +83,10 @@ def resolve(targets: Sequence[str]) -> Replicas:
     for target in targets:
         host, port = host_and_port(target)
         found = _addresses(host, port, target)
-        for family in by_family:
+        for family, known in by_family.items():
             mine = found.get(family, [])
             complete[family] = complete[family] and bool(mine)
-            by_family[family].extend(a for a in mine if a not in by_family[family])
+            known.extend(a for a in mine if a not in known)
     for family in (socket.AF_INET, socket.AF_INET6):
         if complete[family]:
             return Replicas(tuple(targets), tuple(by_family[family]), family)

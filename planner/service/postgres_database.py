@@ -12,10 +12,13 @@ already sees the previous holder's commit. It is released when the
 transaction ends, or by the server when the connection dies (a replica
 killed with kill -9 holds nothing).
 
-Connections come from a psycopg pool (one per worker thread at most). A
-failure of the server, the network or the pool (refused, lost, timed out,
-read-only, out of disk) is a StoreUnavailableError with the reason, and
-listeners hear of it, and of the next write that commits.
+Connections come from a psycopg pool (one per worker thread at most),
+unchecked: a pooled connection the server dropped (a restart) fails at the
+first statement, before anything was sent that could commit, and the
+transaction runs again on another. A failure of the server, the network or
+the pool (refused, lost, timed out, read-only, out of disk) is a
+StoreUnavailableError with the reason, and listeners hear of it, and of the
+next write that commits.
 
 Opening connects once directly (so an unreachable server is reported with
 libpq's reason and the URL, without its password), then brings the schema
@@ -78,6 +81,15 @@ class SchemaTooNewError(Exception):
     pass
 
 
+class _BrokenBeforeCommitError(Exception):
+    """The connection was lost before COMMIT was sent: nothing of the
+    transaction can have been committed, so it may run again."""
+
+    def __init__(self, cause: psycopg.Error) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 @dataclass(frozen=True, slots=True)
 class LockKey:
     """A session advisory lock: a namespace and a name hashed by the server."""
@@ -105,8 +117,10 @@ class PostgresDatabase:
         self._closed = False
         self._listeners = Listeners()
         self._failing = False
-        # Transactions run again after a serialization failure (for benches).
+        # Transactions run again after a serialization failure, and after
+        # finding their pooled connection dropped by the server.
         self.retries = 0
+        self.reconnects = 0
 
     @property
     def durable(self) -> bool:
@@ -136,7 +150,6 @@ class PostgresDatabase:
                     max_size=self.pool_size,
                     kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
                     configure=_configure,
-                    check=ConnectionPool.check_connection,
                     timeout=CONNECTION_WAIT_S,
                     name="planner-store",
                     open=False,
@@ -191,19 +204,27 @@ class PostgresDatabase:
     def _run_with_retries(
         self, work: Callable[[psycopg.Connection], T], lock: LockKey | None, read_only: bool
     ) -> T:
-        attempt = 1
+        conflicts = 0
+        # Every pooled connection may be one the server dropped.
+        broken_left = self.pool_size + 1
         while True:
             try:
                 return self._attempt(work, lock, read_only)
             except _RETRYABLE as exc:
-                if attempt >= MAX_ATTEMPTS:
+                conflicts += 1
+                if conflicts >= MAX_ATTEMPTS:
                     raise StoreUnavailableError(
-                        f"{self._reason(exc)} ({attempt} attempts)"
+                        f"{self._reason(exc)} ({conflicts} attempts)"
                     ) from None
                 with self._lock:
                     self.retries += 1
-                time.sleep(random.uniform(0, min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2**attempt)))
-                attempt += 1
+                time.sleep(random.uniform(0, min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2**conflicts)))
+            except _BrokenBeforeCommitError as exc:
+                broken_left -= 1
+                if broken_left <= 0:
+                    raise StoreUnavailableError(self._reason(exc.cause)) from None
+                with self._lock:
+                    self.reconnects += 1
             except PoolTimeout:
                 raise StoreUnavailableError(self._why_no_connection()) from None
             except psycopg.Error as exc:
@@ -230,22 +251,28 @@ class PostgresDatabase:
             raise StoreUnavailableError(str(exc)) from None
         wait_s = FAILING_CONNECTION_WAIT_S if self._failing else CONNECTION_WAIT_S
         with pool.connection(timeout=wait_s) as conn:
-            if lock is not None:
-                conn.execute(
-                    "SELECT pg_advisory_lock(%s, hashtext(encode(%s, 'hex')))",
-                    (lock.namespace, lock.name),
-                )
+            commit_sent = False
             try:
-                conn.execute(_BEGIN_READ if read_only else _BEGIN)
+                if lock is not None:
+                    conn.execute(
+                        "SELECT pg_advisory_lock(%s, hashtext(encode(%s, 'hex')))",
+                        (lock.namespace, lock.name),
+                    )
                 try:
+                    conn.execute(_BEGIN_READ if read_only else _BEGIN)
                     result = work(conn)
+                    commit_sent = True
                     conn.execute("COMMIT")
                 except BaseException:
                     _rollback(conn)
                     raise
-            finally:
-                if lock is not None:
-                    _unlock(conn, lock)
+                finally:
+                    if lock is not None:
+                        _unlock(conn, lock)
+            except psycopg.OperationalError as exc:
+                if conn.closed and not commit_sent and not isinstance(exc, _RETRYABLE):
+                    raise _BrokenBeforeCommitError(exc) from None
+                raise
         return result
 
     def probe(self) -> None:

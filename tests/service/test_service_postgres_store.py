@@ -27,7 +27,12 @@ import pytest
 from grpc_health.v1 import health_pb2
 from test_service_store_failures import HealthWatch, assert_other_services_serve, check, offer
 
-from planner.bench.postgres_server import PASSWORD, LocalPostgres, free_port
+from planner.bench.postgres_server import (
+    PASSWORD,
+    LocalPostgres,
+    PostgresUnavailableError,
+    free_port,
+)
 from planner.client import PlannerClient
 from planner.service.cluster_store import ClusterStore
 from planner.service.postgres_database import PostgresDatabase
@@ -254,36 +259,71 @@ def test_the_same_key_sent_to_both_replicas_at_once_applies_once(two_replicas):
         c.close()
 
 
-def test_the_server_going_away_turns_health_not_serving_until_it_is_back():
-    with LocalPostgres() as pg:
-        url = pg.create_database()
-        server = PlannerServer(ServerConfig(port=0, store_path=url))
-        server.start()
-        channel = grpc.insecure_channel(server.address)
-        watch = HealthWatch(channel, PLACEMENT)
-        try:
-            ledger = placement_pb2_grpc.PlacementServiceStub(channel)
-            assert watch.next() == SERVING
-            assert ledger.OfferMemory(offer("first"), timeout=TIMEOUT_S).revision == 1
-            pg.pause()
-            with pytest.raises(grpc.RpcError) as failed:
-                ledger.OfferMemory(offer("second"), timeout=TIMEOUT_S)
-            assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
-            detail = failed.value.details()
-            assert detail.startswith(f"store unavailable: {without_password(url)}: "), detail
-            assert "***" in detail and PASSWORD not in detail
-            assert watch.next() == NOT_SERVING
-            assert check(channel, CLUSTER) == NOT_SERVING
-            assert_other_services_serve(channel)
-            pg.resume()
-            # The probe reconnects and writes, without any call.
-            assert watch.next() == SERVING
-            again = ledger.OfferMemory(offer("second"), timeout=TIMEOUT_S)
-            assert not again.replayed and again.revision == 2
-        finally:
-            watch.close()
-            channel.close()
-            server.stop(grace_s=1.0)
+@pytest.fixture(scope="module")
+def own_postgresql() -> Iterator[LocalPostgres]:
+    """A server of this module's own, to stop and start again."""
+    try:
+        pg = LocalPostgres()
+    except PostgresUnavailableError as exc:
+        pytest.skip(f"no PostgreSQL server for this test: {exc}")
+    yield pg
+    pg.stop()
+
+
+def test_connections_the_server_dropped_are_replaced_without_an_error(own_postgresql):
+    """After a restart of PostgreSQL every pooled connection is dead; the
+    first statement finds out, before anything could commit, and the
+    transaction runs again on a new connection."""
+    pg = own_postgresql
+    db = PostgresDatabase(pg.create_database(), pool_size=3)
+    db.open()
+    together = threading.Barrier(3)
+
+    def hold(conn: psycopg.Connection) -> None:
+        together.wait(TIMEOUT_S)
+
+    threads = [threading.Thread(target=db.run, args=(hold,)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT_S)
+    pg.pause()
+    pg.resume()
+    db.probe()
+    assert db.reconnects >= 1
+    db.close()
+
+
+def test_the_server_going_away_turns_health_not_serving_until_it_is_back(own_postgresql):
+    pg = own_postgresql
+    url = pg.create_database()
+    server = PlannerServer(ServerConfig(port=0, store_path=url))
+    server.start()
+    channel = grpc.insecure_channel(server.address)
+    watch = HealthWatch(channel, PLACEMENT)
+    try:
+        ledger = placement_pb2_grpc.PlacementServiceStub(channel)
+        assert watch.next() == SERVING
+        assert ledger.OfferMemory(offer("first"), timeout=TIMEOUT_S).revision == 1
+        pg.pause()
+        with pytest.raises(grpc.RpcError) as failed:
+            ledger.OfferMemory(offer("second"), timeout=TIMEOUT_S)
+        assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+        detail = failed.value.details()
+        assert detail.startswith(f"store unavailable: {without_password(url)}: "), detail
+        assert "***" in detail and PASSWORD not in detail
+        assert watch.next() == NOT_SERVING
+        assert check(channel, CLUSTER) == NOT_SERVING
+        assert_other_services_serve(channel)
+        pg.resume()
+        # The probe reconnects and writes, without any call.
+        assert watch.next() == SERVING
+        again = ledger.OfferMemory(offer("second"), timeout=TIMEOUT_S)
+        assert not again.replayed and again.revision == 2
+    finally:
+        watch.close()
+        channel.close()
+        server.stop(grace_s=1.0)
 
 
 def test_ids_with_nul_characters_round_trip(postgresql_url):
