@@ -13,6 +13,7 @@ from planner.adapters.common.counters import FallbackCounters
 from valid_requests import ENGINE, GPU, VALID
 
 from planner.affinity import AFFINITY_FIELDS, affinity_key, rendezvous_order
+from planner.cli import main
 from planner.client import PlannerClient, RetryPolicy
 from planner.rpc import RPCS
 from planner.service.limits import ServiceLimits
@@ -210,3 +211,15 @@ def test_a_single_target_uri_is_passed_to_grpc_as_it_is(start_server):
     with PlannerClient(f"dns:///{server.address}", deadline_s=10) as client:
         assert client.replicas is None
         assert client.info().version
+
+
+def test_planner_call_takes_several_targets(start_server, tmp_path, capsys):
+    servers = [start_server() for _ in range(2)]
+    request = tmp_path / "info.json"
+    request.write_text("{}", encoding="utf-8")
+    targets = ",".join(s.address for s in servers)
+    for _ in range(2):
+        argv = ["call", "PlannerInfoService.GetPlannerInfo", "--json", str(request)]
+        assert main([*argv, "--target", targets]) == 0
+        assert '"version"' in capsys.readouterr().out
+    assert sum(started(s, INFO) for s in servers) == 2

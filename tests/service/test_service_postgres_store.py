@@ -35,6 +35,7 @@ from planner.bench.postgres_server import (
 )
 from planner.client import PlannerClient
 from planner.service.cluster_store import ClusterStore
+from planner.service.errors import StoreUnavailableError
 from planner.service.postgres_database import PostgresDatabase
 from planner.service.postgres_schema import LATEST_VERSION
 from planner.service.server import PlannerServer, ServerConfig
@@ -291,6 +292,33 @@ def test_connections_the_server_dropped_are_replaced_without_an_error(own_postgr
     pg.resume()
     db.probe()
     assert db.reconnects >= 1
+    db.close()
+
+
+def test_a_database_turned_read_only_is_unavailable_until_it_is_writable(postgresql_url):
+    """As after a failover that left the planner on a demoted primary."""
+    db = PostgresDatabase(postgresql_url, pool_size=2)
+    db.open()
+    db.probe()
+
+    def turn(read_only: bool) -> None:
+        base, name = postgresql_url.rsplit("/", 1)
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+            setting = "on" if read_only else "off"
+            conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = {setting}')
+            # Sessions read the setting when they start: end the pooled
+            # ones (waiting until each has ended).
+            conn.execute(
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+
+    turn(read_only=True)
+    with pytest.raises(StoreUnavailableError, match="read-only transaction"):
+        db.probe()
+    turn(read_only=False)
+    db.probe()
     db.close()
 
 
