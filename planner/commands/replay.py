@@ -34,6 +34,7 @@ from planner.replay.cluster_setup import (
     ClusterKnobs,
     cluster_config,
 )
+from planner.replay.console import print_table
 from planner.replay.engine import Engine
 from planner.replay.longctx_engine import LongctxEngine, LongctxRun
 from planner.replay.longctx_policies import LONGCTX_POLICY_NAMES, make_longctx_policy
@@ -56,17 +57,23 @@ from planner.replay.serverless_engine import (
     ServerlessEngine,
     ServerlessRun,
 )
+from planner.replay.serverless_plots import write_serverless_report
 from planner.replay.serverless_report import (
     ServerlessMetrics,
+    compare_serverless,
     print_serverless_report,
-    summarize_serverless,
+    serverless_sweep_table,
     write_serverless_json,
 )
 from planner.replay.serverless_setup import (
     DEFAULT_MIG,
     DEFAULT_SWITCH_SETUP_S,
     LOAD_LINKS,
+    MIN_HOLD_TTFT,
+    PREEMPT_AFTER_TTFT,
+    STARVE_AFTER_TTFT,
     ServerlessKnobs,
+    describe,
     serverless_config,
 )
 from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, ReplaySetup, build_setup, scale_rate
@@ -264,7 +271,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument(
         "--load-link",
         choices=LOAD_LINKS,
-        help="dedicated: the link weights load over on a model switch (default pcie, 55 GB/s)",
+        help="dedicated, sllm, aegaeon: the link weights load over on a model switch "
+        "(default: pcie at 55 GB/s for dedicated, c2c for sllm and aegaeon)",
+    )
+    v.add_argument(
+        "--preempt-after",
+        type=float,
+        help="policies that preempt: a waiting model may take a slice from an active one "
+        f"once it has waited this long, s (default {PREEMPT_AFTER_TTFT:g} x the TTFT SLO)",
+    )
+    v.add_argument(
+        "--min-hold",
+        type=float,
+        help="policies that preempt: a model keeps a slice at least this long once ready, s "
+        f"(default {MIN_HOLD_TTFT:g} x the TTFT SLO)",
+    )
+    v.add_argument(
+        "--victim-slack",
+        type=float,
+        help="policies that preempt: the slack every request of a preempted model needs, s "
+        "(default --preempt-after + --min-hold)",
+    )
+    v.add_argument(
+        "--starve-after",
+        type=float,
+        help="policies that preempt: after this long waiting a model preempts whatever the "
+        f"slack (the starvation backstop), s (default {STARVE_AFTER_TTFT:g} x the TTFT SLO)",
     )
     v.add_argument(
         "--switch-setup",
@@ -346,7 +378,16 @@ def run(args: argparse.Namespace) -> int:
         if not (math.isfinite(value) and low_ok):
             bound = ">= 0" if name == "restore_hold" else "> 0"
             return _fail(f"{flag} must be a finite number {bound}, got {value}")
-    for name in ("mig", "c2c_gbps", "load_link", "switch_setup"):
+    for name in (
+        "mig",
+        "c2c_gbps",
+        "load_link",
+        "switch_setup",
+        "preempt_after",
+        "min_hold",
+        "victim_slack",
+        "starve_after",
+    ):
         value = getattr(args, name)
         if value is None:
             continue
@@ -355,7 +396,9 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"{flag} applies to --topology {SERVERLESS} only")
         if name == "c2c_gbps" and not (math.isfinite(value) and value > 0):
             return _fail(f"{flag} must be a finite number > 0, got {value}")
-        if name == "switch_setup" and not (math.isfinite(value) and value >= 0):
+        if name not in ("mig", "c2c_gbps", "load_link") and not (
+            math.isfinite(value) and value >= 0
+        ):
             return _fail(f"{flag} must be a finite number >= 0, got {value}")
     try:
         # The serverless topology takes merged per-model traces: sorted here.
@@ -658,8 +701,6 @@ def _run_serverless(
     scales: list[float],
 ) -> int:
     """The serverless topology (planner.replay.serverless_engine)."""
-    if args.report_dir is not None:
-        return _fail(f"--report-dir is not available with --topology {SERVERLESS} yet")
     if args.compute_jitter:
         return _fail(f"--compute-jitter is not available with --topology {SERVERLESS} yet")
     defaults = ServerlessKnobs()
@@ -667,10 +708,14 @@ def _run_serverless(
         defaults,
         mig=args.mig if args.mig is not None else defaults.mig,
         c2c_gbps=args.c2c_gbps if args.c2c_gbps is not None else defaults.c2c_gbps,
-        load_link=args.load_link if args.load_link is not None else defaults.load_link,
+        load_link=args.load_link,
         switch_setup_s=(
             args.switch_setup if args.switch_setup is not None else defaults.switch_setup_s
         ),
+        preempt_after_s=args.preempt_after,
+        min_hold_s=args.min_hold,
+        victim_slack_s=args.victim_slack,
+        starve_after_s=args.starve_after,
         seed=args.seed,
     )
     try:
@@ -678,6 +723,7 @@ def _run_serverless(
     except ValueError as exc:
         return _fail(str(exc))
     first: tuple[list[ServerlessRun], list[ServerlessMetrics]] | None = None
+    sweep: dict[float, list[ServerlessMetrics]] = {}
     for scale in scales:
         scaled = scale_rate(trace, scale)
         runs: list[ServerlessRun] = []
@@ -695,20 +741,12 @@ def _run_serverless(
                     "model": setup.model.name,
                     "rate_scale": scale,
                     "seed": args.seed,
-                    "slo_ttft_s": config.slo.ttft_s,
-                    "slo_tbt_s": config.slo.tbt_s,
-                    "mig": [p.name for p in config.slices],
-                    "c2c_gbps": config.link_gbps,
-                    "load_link": config.load_link,
-                    "load_gbps": config.load_gbps,
-                    "switch_setup_s": config.switch_setup_s,
-                    "static_chunk": config.static_chunk,
-                    "max_running": config.max_running,
-                    "replan_s": config.replan_s,
+                    **describe(config, name),
                 }
             )
             runs.append(run)
-        metrics = [summarize_serverless(r) for r in runs]
+        metrics = compare_serverless(runs)
+        sweep[scale] = metrics
         models = len({t.model for t in trace})
         print_serverless_report(
             metrics,
@@ -716,11 +754,18 @@ def _run_serverless(
             f"models, rate x{scale:g}, {setup.model.name} architecture)",
             caption=f"SLO TTFT {config.slo.ttft_s:g} s, TPOT {config.slo.tbt_s * 1e3:g} ms; "
             f"{len(config.slices)} x {config.slices[0].name}; C2C {config.link_gbps:g} GB/s; "
-            f"dedicated loads over {config.load_link} at {config.load_gbps:g} GB/s",
+            f"preemption W {config.preemption.preempt_after_s:g} s, Q "
+            f"{config.preemption.min_hold_s:g} s, victim slack "
+            f"{config.preemption.victim_slack_s:g} s, W_s {config.preemption.starve_after_s:g} s",
         )
         if first is None:
             first = (runs, metrics)
+    if len(scales) > 1:
+        print_table(serverless_sweep_table(sweep))
     if args.json_out is not None and first is not None:
-        write_serverless_json(args.json_out, *first)
+        write_serverless_json(args.json_out, *first, sweep=sweep if len(scales) > 1 else None)
         print(f"wrote {args.json_out}")
+    if args.report_dir is not None and first is not None:
+        paths = write_serverless_report(args.report_dir, *first, sweep=sweep)
+        print(f"wrote {len(paths)} plots to {args.report_dir}")
     return 0

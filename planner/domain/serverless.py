@@ -4,6 +4,7 @@ link, and the plans the serverless policy makes for them."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner.profiles.mig import GB, MigSliceProfile
@@ -122,6 +123,58 @@ class SliceState:
     in_flight: int = 0
     # When it last served a request (the caller's clock).
     last_used_s: float = 0.0
+    # When its model became ready to run there (after the switch).
+    active_since_s: float = 0.0
+    # The least slack among its requests: for a request still waiting for
+    # its first token, TTFT deadline - now; for one decoding, the time it
+    # may pause now and keep its mean TPOT within the target ((tokens - 1)
+    # x TPOT target - time since its first token). inf: nothing with a
+    # deadline.
+    slack_s: float = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionParams:
+    """When a waiting model may take a slice from an active model of equal
+    priority (queue-aware routing). Only a model that has been ready on its
+    slice for at least ``min_hold_s`` (Q) can be preempted, and only by a
+    model whose oldest request has waited ``preempt_after_s`` (W):
+
+    - if every request on that slice has at least ``victim_slack_s`` of
+      slack (it can wait a round trip and keep its targets);
+    - regardless of slack once the waiting model has waited
+      ``starve_after_s`` (W_s >= W): the backstop that, with waiting models
+      served oldest first, bounds every model's wait
+      (``starvation_bound_s``).
+    """
+
+    preempt_after_s: float
+    min_hold_s: float
+    victim_slack_s: float = 0.0
+    starve_after_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("preempt_after_s", "min_hold_s", "victim_slack_s", "starve_after_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+
+    @property
+    def starving_after_s(self) -> float:
+        """When the backstop applies: W_s, never before W."""
+        return max(self.preempt_after_s, self.starve_after_s)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingModel:
+    """A model with requests waiting for a slice."""
+
+    model: ServerlessModel
+    priority: float
+    # When its oldest waiting request started waiting (its arrival, or when
+    # it was preempted off a slice).
+    waiting_since_s: float
+    requests: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +187,17 @@ class RouteDecision:
     link_demand_gbps: float
     link_budget_gbps: float
     reason: str
+    # The evicted model has requests in flight, which the engine requeues
+    # (their KV moves to host memory).
+    preempts: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRoute:
+    """One waiting model's decision within a scheduling round."""
+
+    model: str
+    decision: RouteDecision
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,80 +1,138 @@
-"""The serverless topology (issue 7, C2CServe): one GH200 split into MIG
-slices that share one NVLink-C2C link, many models with per-model arrivals.
+"""The serverless topology (C2CServe): one GH200 split into MIG slices that
+share one NVLink-C2C link, many models with per-model arrivals.
 
 Every model has the architecture of the replay profile's model (its weights
-are a distinct copy, as fine-tunes of one base are). A slice serves one
-model at a time; its requests are batched Sarathi-style: each iteration runs
-one prefill chunk of the oldest unprefilled request plus one decode token of
+are a distinct copy, as fine-tunes of one base are). A slice runs one model
+at a time and batches that model's requests Sarathi-style: each iteration
+runs one prefill chunk of the first placed request plus one decode token of
 every running one, timed by the C2C cost model
-(:func:`planner.profiles.c2c_cost.model_pass_cost`).
+(:func:`planner.profiles.c2c_cost.model_pass_cost`). What each policy does
+is in :mod:`planner.replay.serverless_policies`.
 
-Policies:
+Requests wait in one queue, oldest first (their arrival, or when they were
+preempted). The waiting models are scheduled by the policy function
+:func:`planner.policies.serverless.schedule_waiting` on every arrival, when a
+slice goes inactive, and at an iteration boundary whenever a preemption may
+be due; a model handed a slice takes all its waiting requests there, where
+they batch.
 
-- ``c2cserve``: weights stay in CPU memory and stream over C2C. Routing is
-  the landed :func:`route_request` (active slice, idle slice within the link
-  budget W/TPOT, evict an inactive model, else queue); every ``replan_s`` the
-  landed greedy :func:`plan_placement` over the models with recent arrivals
-  (weight = arrivals) sets up idle slices ahead of demand; the chunk comes
-  from :func:`choose_chunk` on :func:`chunk_table`, the kernel family from
-  :func:`choose_kernel`, and rho from one :class:`RhoTuner` per slice fed
-  every iteration's latency and utilizations (restarted on a switch). A
-  switch costs ``switch_setup_s`` (engine setup, no weight load).
-- ``dedicated``: weights are loaded into the slice's HBM on each model
-  switch: cold start = weight bytes / the load link's bandwidth (PCIe or
-  C2C); iterations read weights from HBM (the weight stream is timed at the
-  slice's HBM bandwidth); fixed chunk ``static_chunk``; LRU eviction of an
-  inactive slice; no link budget.
-- ``random``: c2cserve's streaming, chunk, kernel and tuner, but a model
-  without an active slice goes to a slice drawn (seeded) among those idle or
-  inactive, ignoring the link budget.
-- ``static-chunk``: c2cserve with every chunk ``static_chunk`` tokens.
-- ``static-rho``: c2cserve with rho fixed at the cost model's best static rho
-  on an uncontended link (per pass shape), no tuner.
-
-Link sharing: an iteration that starts while k - 1 other slices are streaming
-gets 1/k of the link's sustained bandwidth (fair share at its start); its
-rate (C2C bytes / its time) is what the others see. Link utilization is the
-C2C bytes moved (streams and, for ``dedicated`` over C2C, loads) over the
-sustained bandwidth times the simulated span.
+- Preemption: the evicted model's requests leave when its iteration in
+  progress ends; their KV moves to host memory over the link (device to
+  host, full bandwidth) and they wait again from then, keeping their
+  progress; placed again, their KV moves back before they run.
+- KV capacity: a slice holds the KV tokens its HBM leaves
+  (:func:`planner.profiles.c2c_cost.kv_capacity_tokens`: weights too for the
+  HBM-resident baselines). A prefill starts only when its chunk fits; when
+  the decodes' growth does not fit, the youngest running request's KV moves
+  to host memory and it waits at the front of the slice's queue. A request
+  whose KV cannot fit an empty slice is rejected (left unfinished).
+- Switches: streaming policies pay engine set-up (``switch_setup_s``);
+  HBM-resident baselines load the weights over their load link, shared
+  fairly by the loads in flight (:class:`SharedLink`), then pay their engine
+  work (``planner.profiles.switch_costs``).
+- Link sharing of streams: an iteration that starts while k - 1 other
+  slices are streaming gets 1/k of the link's sustained bandwidth; its rate
+  (C2C bytes / its time) is what the others see. Link utilization is the
+  C2C bytes moved (streams, KV moved in, and loads over C2C) over the
+  sustained bandwidth times the simulated span.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from planner.domain.requests import Slo
-from planner.domain.serverless import MigSlice, PlacementParams, ServerlessModel, SliceState
+from planner.domain.serverless import (
+    MigSlice,
+    PlacementParams,
+    PreemptionParams,
+    RouteDecision,
+    ScheduledRoute,
+    ServerlessModel,
+    SliceState,
+    WaitingModel,
+)
 from planner.policies.serverless import (
     ACTIVE,
     EVICT,
     IDLE,
+    QUEUE,
     KnobObservation,
     RhoTuner,
     choose_chunk,
     choose_kernel,
+    eviction_order,
     plan_placement,
-    route_request,
+    schedule_waiting,
+    starvation_bound_s,
 )
-from planner.profiles.c2c_cost import GemmTiles, best_static_rho, chunk_table, model_pass_cost
+from planner.policies.serverless.placement import fits
+from planner.profiles.c2c_cost import (
+    RUNTIME_RESERVE_BYTES,
+    GemmTiles,
+    best_static_rho,
+    chunk_table,
+    kv_capacity_tokens,
+    model_pass_cost,
+)
 from planner.profiles.mig import GB, MigSliceProfile
 from planner.profiles.models import ModelProfile
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
+from planner.replay.serverless_link import SharedLink
+from planner.replay.serverless_policies import (
+    AEGAEON,
+    BEST_STATIC,
+    C2CSERVE,
+    C2CSERVE_INACTIVE,
+    DEDICATED,
+    RANDOM,
+    RANDOM_PLACEMENT,
+    SERVERLESS_POLICIES,
+    SERVERLESS_POLICY_NAMES,
+    SLLM,
+    STATIC,
+    STATIC_CHUNK,
+    STATIC_RHO,
+    TUNER,
+    ServerlessPolicy,
+)
 from planner.trace.records import TraceRequest
 
-C2CSERVE = "c2cserve"
-DEDICATED = "dedicated"
-RANDOM = "random"
-STATIC_CHUNK = "static-chunk"
-STATIC_RHO = "static-rho"
-SERVERLESS_POLICY_NAMES = (C2CSERVE, DEDICATED, RANDOM, STATIC_CHUNK, STATIC_RHO)
+__all__ = [
+    "AEGAEON",
+    "C2CSERVE",
+    "C2CSERVE_INACTIVE",
+    "DEDICATED",
+    "DEFAULT_MODEL",
+    "RANDOM",
+    "SERVERLESS_POLICY_NAMES",
+    "SLLM",
+    "STATIC_CHUNK",
+    "STATIC_RHO",
+    "ServerlessConfig",
+    "ServerlessEngine",
+    "ServerlessRun",
+    "ServerlessStats",
+    "SwitchRecord",
+]
+
 DEFAULT_MODEL = "default"
+LOAD_LINKS = ("pcie", "c2c")
+# Preemption for a 5 s TTFT target (serverless_setup derives it from the SLO).
+DEFAULT_PREEMPTION = PreemptionParams(
+    preempt_after_s=0.5, min_hold_s=2.5, victim_slack_s=3.0, starve_after_s=10.0
+)
+# Event kinds, in the order they run at one instant.
+_ARRIVAL, _ITERATION, _LOAD_START, _LOAD_DONE = range(4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +142,15 @@ class ServerlessConfig:
     model: ModelProfile
     # Sustained host-to-device C2C bandwidth shared by all slices, GB/s.
     link_gbps: float
-    # dedicated: the link weights are loaded over ("pcie" or "c2c") and its GB/s.
-    load_link: str
-    load_gbps: float
     slo: Slo
-    # c2cserve/random/static-*: engine setup on a model switch, s.
+    # The HBM-resident baselines' weight-load link ("pcie" or "c2c"; None:
+    # each policy's default) and PCIe's bandwidth, GB/s.
+    load_link: str | None = None
+    pcie_gbps: float = 55.0
+    # Streaming policies: engine set-up on a model switch, s.
     switch_setup_s: float = 0.05
+    # When a waiting model may preempt (policies that preempt).
+    preemption: PreemptionParams = DEFAULT_PREEMPTION
     static_chunk: int = 2048
     max_running: int = 64
     replan_s: float = 10.0
@@ -99,16 +160,24 @@ class ServerlessConfig:
     def check(self) -> None:
         if not self.slices:
             raise ValueError("no MIG slice")
-        for name in ("link_gbps", "load_gbps", "replan_s"):
+        for name in ("link_gbps", "pcie_gbps", "replan_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {v}")
         if not (math.isfinite(self.switch_setup_s) and self.switch_setup_s >= 0):
             raise ValueError(f"switch_setup_s must be >= 0, got {self.switch_setup_s}")
+        if self.load_link is not None and self.load_link not in LOAD_LINKS:
+            raise ValueError(f"load_link must be one of {', '.join(LOAD_LINKS)}")
         if self.static_chunk <= 0 or self.max_running <= 0:
             raise ValueError("static_chunk and max_running must be > 0")
         if self.model.param_bytes <= 0:
             raise ValueError(f"model {self.model.name} has no parameter bytes")
+
+    def load_link_of(self, policy: ServerlessPolicy) -> str:
+        return self.load_link if self.load_link is not None else policy.default_load_link
+
+    def load_gbps_of(self, policy: ServerlessPolicy) -> float:
+        return self.pcie_gbps if self.load_link_of(policy) == "pcie" else self.link_gbps
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +188,12 @@ class SwitchRecord:
     to_model: str
     # From the switch decision until the slice can run the new model.
     latency_s: float
-    # Bytes loaded (dedicated) or 0.
+    # Weight bytes loaded (HBM-resident baselines) or 0.
     load_bytes: float
+    # KV bytes of the evicted model's requests moved to host memory.
+    kv_out_bytes: float = 0.0
+    # The evicted model had requests in flight.
+    preempted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +209,24 @@ class ServerlessStats:
     queued: int
     mean_rho: float | None
     models: int
+    # Models evicted with requests in flight.
+    preemptions: int = 0
+    # Running requests whose KV moved to host memory for lack of KV room.
+    kv_swaps: int = 0
+    # Requests whose KV cannot fit an empty slice.
+    rejected: int = 0
+    # TTFT of each request whose arrival found no slice running its model
+    # and that a switch then served (the paper's cold start).
+    cold_ttft_s: tuple[float, ...] = ()
+    # For each slice handed to a waiting model: how long that model had
+    # waited (from its oldest request's arrival or preemption).
+    placement_wait_s: tuple[float, ...] = ()
+    # The starvation bound (policies that preempt; None otherwise) with the
+    # most models that waited at once, the longest iteration and switch.
+    starvation_bound_s: float | None = None
+    max_waiting_models: int = 0
+    max_iteration_s: float = 0.0
+    max_switch_s: float = 0.0
 
     @property
     def link_utilization(self) -> float | None:
@@ -155,8 +246,38 @@ class ServerlessRun:
 class _Req:
     out: RequestOutcome
     model: str
+    priority: float
+    # Arrival, or when it was last preempted off a slice.
+    waiting_since: float
+    seq: int
     prefilled: int = 0
     chunk: int = 0
+    # Its KV is on its slice (or the request may start) from then on.
+    ready_s: float = 0.0
+    # Its KV is in host memory (preempted or swapped out for room).
+    kv_in_host: bool = False
+    # Its arrival found no slice running its model.
+    cold: bool = False
+
+    @property
+    def generated(self) -> int:
+        return len(self.out.token_times_s)
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prefilled + max(0, self.generated - 1)
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.prefilled >= self.out.prompt_tokens
+
+    def slack_s(self, now: float) -> float:
+        """TTFT deadline - now before the first token; after it, the pause
+        that keeps its mean TPOT so far within the target."""
+        o = self.out
+        if not o.token_times_s:
+            return o.arrival_s + o.slo_ttft_s - now
+        return (self.generated - 1) * o.slo_tbt_s - (now - o.token_times_s[0])
 
 
 @dataclass(slots=True)
@@ -164,55 +285,124 @@ class _Slice:
     index: int
     id: str
     profile: MigSliceProfile
+    kv_capacity: int
     model: str = ""
+    priority: float = 1.0
+    # It can iterate from then (inf while its weights load).
     ready_s: float = 0.0
+    active_since_s: float = 0.0
+    # An iteration event is pending; the current iteration ends then.
     busy: bool = False
+    iter_end_s: float = 0.0
     rate_gbps: float = 0.0
     last_used_s: float = 0.0
     queue: deque[_Req] = field(default_factory=deque)
     running: list[_Req] = field(default_factory=list)
     tuner: RhoTuner | None = None
+    # The switch record being completed by a weight load.
+    loading: int | None = None
 
     @property
     def in_flight(self) -> int:
         return len(self.queue) + len(self.running)
 
 
+def _wait_key(r: _Req) -> tuple[float, int]:
+    return (r.waiting_since, r.seq)
+
+
 class ServerlessEngine:
     def __init__(self, config: ServerlessConfig, policy: str, trace: list[TraceRequest]) -> None:
         config.check()
-        if policy not in SERVERLESS_POLICY_NAMES:
+        if policy not in SERVERLESS_POLICIES:
             raise ValueError(f"unknown serverless policy {policy!r}")
         self.config = config
         self.policy = policy
+        self._p = SERVERLESS_POLICIES[policy]
         self.trace = trace
         self._rng = np.random.default_rng(config.seed)
-        self._slices = [_Slice(i, f"mig{i}", p) for i, p in enumerate(config.slices)]
+        self._slices = [
+            _Slice(
+                i,
+                f"mig{i}",
+                p,
+                kv_capacity_tokens(config.model, p, weights_in_hbm=not self._p.streams),
+            )
+            for i, p in enumerate(config.slices)
+        ]
         self._weight_bytes = float(config.model.param_bytes)
+        self._kv_token_bytes = float(config.model.kv_bytes_per_token())
         self._tpot = config.slo.tbt_s
         self._cache_chunk: dict[tuple[str, int], int] = {}
         self._cache_tiles: dict[tuple[str, bool], GemmTiles] = {}
         self._cache_rho: dict[tuple[str, bool], float] = {}
         self._rhos: list[float] = []
-        self._budget = PlacementParams(link_gbps=config.link_gbps).link_budget_gbps
+        self._budget = (
+            PlacementParams(link_gbps=config.link_gbps).link_budget_gbps
+            if self._p.respects_link_budget
+            else math.inf
+        )
+        self._load_link = SharedLink(config.load_gbps_of(self._p))
+        self._load_version = 0
+        self._init_s = (
+            self._p.switch_profile.engine_init_s() if self._p.switch_profile is not None else 0.0
+        )
         self._events: list[tuple[float, int, int, int]] = []
         self._seq = 0
-        self._pending: deque[_Req] = deque()
+        self._pending: list[_Req] = []
         self._switches: list[SwitchRecord] = []
         self._c2c_bytes = 0.0
         self._load_bytes = 0.0
         self._iterations = 0
         self._replans = 0
+        self._preemptions = 0
+        self._kv_swaps = 0
+        self._rejected = 0
+        self._placement_waits: list[float] = []
+        self._max_waiting = 0
+        self._max_iteration = 0.0
         self._last = 0.0
 
-    # -- policy pieces -------------------------------------------------
-    @property
-    def _streams(self) -> bool:
-        return self.policy != DEDICATED
-
+    # -- what the policy sees ---------------------------------------------
     def _serverless_model(self, name: str, weight: float = 1.0) -> ServerlessModel:
-        return ServerlessModel(name, int(self._weight_bytes), self._tpot, weight=weight)
+        hbm = RUNTIME_RESERVE_BYTES + (0.0 if self._p.streams else self._weight_bytes)
+        return ServerlessModel(
+            name, int(self._weight_bytes), self._tpot, hbm_bytes=int(hbm), weight=weight
+        )
 
+    @staticmethod
+    def _priority(s: _Slice) -> float:
+        return max((r.priority for r in (*s.queue, *s.running)), default=s.priority)
+
+    def _state(self, s: _Slice, now: float) -> SliceState:
+        on = [*s.queue, *s.running]
+        return SliceState(
+            s.id,
+            s.profile,
+            model=s.model,
+            model_c2c_gbps=self._serverless_model(s.model).c2c_gbps if s.model else 0.0,
+            model_priority=self._priority(s),
+            in_flight=len(on),
+            last_used_s=s.last_used_s,
+            active_since_s=s.active_since_s,
+            slack_s=min((r.slack_s(now) for r in on), default=math.inf),
+        )
+
+    def _waiting(self) -> list[WaitingModel]:
+        heads: dict[str, WaitingModel] = {}
+        for r in self._pending:
+            w = heads.get(r.model)
+            if w is None:
+                heads[r.model] = WaitingModel(
+                    self._serverless_model(r.model), r.priority, r.waiting_since, 1
+                )
+            else:
+                heads[r.model] = dataclasses.replace(
+                    w, priority=max(w.priority, r.priority), requests=w.requests + 1
+                )
+        return list(heads.values())
+
+    # -- per-policy choices ------------------------------------------------
     def _tiles(self, s: _Slice, tokens: int) -> GemmTiles:
         key = (s.profile.name, tokens <= 64)
         if key not in self._cache_tiles:
@@ -221,7 +411,7 @@ class ServerlessEngine:
         return self._cache_tiles[key]
 
     def _chunk(self, s: _Slice, prompt: int) -> int:
-        if self.policy in (DEDICATED, STATIC_CHUNK):
+        if self._p.chunk == STATIC:
             return self.config.static_chunk
         bucket = 1 << max(0, math.ceil(math.log2(max(prompt, 1))))
         key = (s.profile.name, bucket)
@@ -239,9 +429,7 @@ class ServerlessEngine:
         return self._cache_chunk[key]
 
     def _rho(self, s: _Slice, tokens: int) -> float:
-        if self.policy == DEDICATED:
-            return 0.0
-        if self.policy == STATIC_RHO:
+        if self._p.rho == BEST_STATIC:
             key = (s.profile.name, tokens <= 64)
             if key not in self._cache_rho:
                 probe = 8 if key[1] else self.config.static_chunk
@@ -253,139 +441,289 @@ class ServerlessEngine:
                     tiles=self._tiles(s, probe),
                 )
             return self._cache_rho[key]
-        assert s.tuner is not None
-        return s.tuner.state.rho
+        if self._p.rho == TUNER:
+            assert s.tuner is not None
+            return s.tuner.state.rho
+        return 0.0
 
-    def _states(self, now: float) -> list[SliceState]:
-        c2c = self._serverless_model("x").c2c_gbps
-        return [
-            SliceState(
-                s.id,
-                s.profile,
-                model=s.model,
-                model_c2c_gbps=c2c if s.model else 0.0,
-                model_priority=1.0,
-                in_flight=s.in_flight,
-                last_used_s=s.last_used_s,
-            )
-            for s in self._slices
-        ]
+    # -- scheduling ---------------------------------------------------------
+    def _may_preempt(self, now: float) -> bool:
+        """Whether a scheduling round at this boundary could preempt (the
+        same conditions as eviction_order's, checked cheaply)."""
+        if not self._p.preempts or not self._pending:
+            return False
+        top = max(r.priority for r in self._pending)
+        if any(s.in_flight and self._priority(s) < top for s in self._slices):
+            return True
+        p = self.config.preemption
+        if now - self._pending[0].waiting_since < p.preempt_after_s:
+            return False
+        return any(s.model and now - s.active_since_s >= p.min_hold_s for s in self._slices)
 
-    def _route(self, model: str, now: float) -> _Slice | None:
-        """The slice a request for ``model`` goes to (switching it when its
-        model differs), or None: wait."""
-        slices = self._slices
-        active = [s for s in slices if s.model == model]
-        if self.policy in (C2CSERVE, STATIC_CHUNK, STATIC_RHO):
-            d = route_request(
-                self._serverless_model(model),
-                self._states(now),
-                priority=1.0,
-                link_budget_gbps=self._budget,
-                allow_preempt=False,
-            )
-            if d.action == ACTIVE:
-                return next(s for s in slices if s.id == d.slice_id)
-            if d.action in (IDLE, EVICT):
-                target = next(s for s in slices if s.id == d.slice_id)
-                self._switch(target, model, now)
-                return target
-            return None
-        if active:
-            return min(active, key=lambda s: (s.in_flight, s.index))
-        free = [s for s in slices if s.in_flight == 0 and not s.busy]
-        if self.policy == DEDICATED:
-            free = [s for s in free if s.profile.hbm_bytes >= self._weight_bytes]
-            if not free:
-                return None
-            empty = [s for s in free if not s.model]
-            target = empty[0] if empty else min(free, key=lambda s: (s.last_used_s, s.index))
+    def _schedule(self, now: float) -> None:
+        if not self._pending:
+            return
+        waiting = self._waiting()
+        self._max_waiting = max(self._max_waiting, len(waiting))
+        states = [self._state(s, now) for s in self._slices]
+        routes: Sequence[ScheduledRoute]
+        if self._p.placement == RANDOM_PLACEMENT:
+            routes = self._random_round(waiting, states, now)
         else:
+            routes = schedule_waiting(
+                waiting,
+                states,
+                now_s=now,
+                link_budget_gbps=self._budget,
+                allow_preempt=self._p.preempts,
+                preemption=self.config.preemption if self._p.preempts else None,
+            )
+        by_id = {s.id: s for s in self._slices}
+        since = {w.model.name: w.waiting_since_s for w in waiting}
+        for route in routes:
+            d = route.decision
+            if d.action == QUEUE:
+                continue
+            s = by_id[d.slice_id]
+            if d.action in (IDLE, EVICT):
+                self._placement_waits.append(now - since[route.model])
+                self._switch(s, route.model, now)
+            self._place(s, route.model, now)
+
+    def _random_round(
+        self, waiting: list[WaitingModel], states: list[SliceState], now: float
+    ) -> list[ScheduledRoute]:
+        """Random placement: each waiting model (in schedule_waiting's
+        order) on a slice drawn among the idle ones that fit and the first
+        kind of eviction candidates, ignoring the link budget."""
+        out: list[ScheduledRoute] = []
+        taken: set[str] = set()
+        order = sorted(waiting, key=lambda w: (-w.priority, w.waiting_since_s, w.model.name))
+        for w in order:
+            active = [s for s in states if s.model == w.model.name]
+            if active:
+                best = min(active, key=lambda s: (s.in_flight, s.id))
+                d = dataclasses.replace(_QUEUED, action=ACTIVE, slice_id=best.id)
+                out.append(ScheduledRoute(w.model.name, d))
+                continue
+            free = [
+                s
+                for s in states
+                if not s.model and s.id not in taken and fits(w.model, MigSlice(s.id, s.profile))
+            ]
+            kind = IDLE
             if not free:
-                return None
-            target = free[int(self._rng.integers(len(free)))]
-        self._switch(target, model, now)
-        return target
+                order_ = eviction_order(
+                    w.model,
+                    [s for s in states if s.id not in taken],
+                    priority=w.priority,
+                    link_budget_gbps=math.inf,
+                    now_s=now,
+                    waited_s=now - w.waiting_since_s,
+                    preemption=self.config.preemption,
+                )
+                if order_:
+                    first = order_[0][1]
+                    free = [s for s, k in order_ if k == first]
+                    kind = EVICT
+            if not free:
+                out.append(ScheduledRoute(w.model.name, _QUEUED))
+                continue
+            pick = free[int(self._rng.integers(len(free)))]
+            taken.add(pick.id)
+            d = dataclasses.replace(
+                _QUEUED, action=kind, slice_id=pick.id, evicted_model=pick.model
+            )
+            out.append(ScheduledRoute(w.model.name, d))
+        return out
+
+    def _place(self, s: _Slice, model: str, now: float) -> None:
+        """Every waiting request of ``model`` joins slice ``s``'s queue."""
+        kept: list[_Req] = []
+        for r in self._pending:
+            if r.model == model:
+                s.queue.append(r)
+            else:
+                kept.append(r)
+        self._pending = kept
+        self._kick(s, now)
 
     def _switch(self, s: _Slice, model: str, now: float) -> None:
-        if self.policy == DEDICATED:
-            latency = self._weight_bytes / (self.config.load_gbps * GB)
-            loaded = self._weight_bytes
-            if self.config.load_link == "c2c":
-                self._c2c_bytes += loaded
-            self._load_bytes += loaded
-        else:
-            latency = self.config.switch_setup_s
-            loaded = 0.0
-        self._switches.append(SwitchRecord(now, s.id, s.model, model, latency, loaded))
+        """Hand ``s`` to ``model``: the requests on it leave when its
+        iteration in progress ends (KV to host), then the new model is set
+        up (and, for the HBM-resident baselines, its weights loaded)."""
+        start = max(now, s.iter_end_s) if s.busy else now
+        evicted = [*s.running, *s.queue]
+        kv_out = sum(r.kv_tokens for r in evicted if not r.kv_in_host) * self._kv_token_bytes
+        out_s = kv_out / (self.config.link_gbps * GB)
+        for r in evicted:
+            if r.kv_tokens > 0 and not r.kv_in_host:
+                r.kv_in_host = True
+                r.out.swap_outs += 1
+            r.out.preemptions += 1
+            r.waiting_since = start
+            r.ready_s = start + out_s
+            bisect.insort(self._pending, r, key=_wait_key)
+        if evicted:
+            self._preemptions += 1
+        s.running = []
+        s.queue = deque()
+        s.rate_gbps = 0.0
+        record = SwitchRecord(
+            now, s.id, s.model, model, 0.0, 0.0, kv_out_bytes=kv_out, preempted=bool(evicted)
+        )
+        mine = [r for r in self._pending if r.model == model]
         s.model = model
-        s.ready_s = max(s.ready_s, now) + latency
-        s.tuner = RhoTuner() if self.policy not in (DEDICATED, STATIC_RHO) else None
+        s.priority = max((r.priority for r in mine), default=1.0)
         s.last_used_s = now
+        s.tuner = RhoTuner() if self._p.rho == TUNER else None
+        if mine and not mine[0].out.token_times_s and not mine[0].kv_in_host:
+            mine[0].cold = True
+        if self._p.streams:
+            s.ready_s = start + out_s + self.config.switch_setup_s
+            s.active_since_s = s.ready_s
+            self._switches.append(dataclasses.replace(record, latency_s=s.ready_s - now))
+            return
+        # Weights into HBM: the load starts once the old model's KV is out.
+        s.ready_s = math.inf
+        s.active_since_s = math.inf
+        s.loading = len(self._switches)
+        self._switches.append(dataclasses.replace(record, load_bytes=self._weight_bytes))
+        self._push(start + out_s, _LOAD_START, s.index)
 
-    # -- simulation ----------------------------------------------------
+    def _load_start(self, s: _Slice, now: float) -> None:
+        self._load_link.start(s.index, self._weight_bytes, now)
+        self._load_bytes += self._weight_bytes
+        if self.config.load_link_of(self._p) == "c2c":
+            self._c2c_bytes += self._weight_bytes
+        self._next_load_event()
+
+    def _next_load_event(self) -> None:
+        self._load_version += 1
+        t = self._load_link.next_finish_s()
+        if t is not None:
+            self._push(t, _LOAD_DONE, self._load_version)
+
+    def _loads_done(self, now: float, version: int) -> None:
+        if version != self._load_version:
+            return
+        for index in self._load_link.finished(now):
+            s = self._slices[index]
+            s.ready_s = now + self._init_s
+            s.active_since_s = s.ready_s
+            assert s.loading is not None
+            rec = self._switches[s.loading]
+            self._switches[s.loading] = dataclasses.replace(rec, latency_s=s.ready_s - rec.time_s)
+            s.loading = None
+            self._kick(s, now)
+        self._next_load_event()
+
+    # -- simulation ---------------------------------------------------------
     def _push(self, t: float, kind: int, index: int) -> None:
         self._seq += 1
         heapq.heappush(self._events, (t, kind, self._seq, index))
 
     def _kick(self, s: _Slice, now: float) -> None:
-        if not s.busy and s.in_flight:
+        if not s.busy and s.in_flight and math.isfinite(s.ready_s):
             s.busy = True
-            self._push(max(now, s.ready_s), 1, s.index)
+            s.iter_end_s = max(now, s.ready_s)
+            self._push(s.iter_end_s, _ITERATION, s.index)
 
-    def _drain(self, now: float) -> None:
-        """Route waiting requests in arrival order; once a model finds no
-        slice, its later requests wait too (no overtaking within a model)."""
-        if not self._pending:
-            return
-        free = any(s.in_flight == 0 for s in self._slices)
-        active = {s.model for s in self._slices if s.model}
-        failed: set[str] = set()
-        kept: deque[_Req] = deque()
-        for r in self._pending:
-            if r.model in failed or (not free and r.model not in active):
-                kept.append(r)
-                continue
-            s = self._route(r.model, now)
-            if s is None:
-                failed.add(r.model)
-                kept.append(r)
-                continue
-            s.queue.append(r)
-            self._kick(s, now)
-            active.add(s.model)
-            free = any(o.in_flight == 0 for o in self._slices)
-        self._pending = kept
+    def _share(self, s: _Slice) -> tuple[float, list[_Slice]]:
+        if not self._p.streams:
+            return s.profile.hbm_bytes_per_s / GB, []
+        others = [o for o in self._slices if o is not s and o.rate_gbps > 0]
+        return self.config.link_gbps / (1 + len(others)), others
+
+    def _admit(self, s: _Slice, now: float) -> _Req | None:
+        """Make KV room and pick the request to prefill this iteration:
+        swap the youngest running requests out while the decodes' growth
+        does not fit, move swapped requests at the front of the queue back
+        in when they fit, and return the queue head when its chunk fits."""
+        cap = s.kv_capacity
+        used = sum(r.kv_tokens for r in s.running) + sum(
+            r.kv_tokens for r in s.queue if not r.kv_in_host
+        )
+        while s.running and used + len(s.running) > cap:
+            r = s.running.pop()
+            used -= r.kv_tokens
+            r.kv_in_host = True
+            r.ready_s = max(r.ready_s, now) + r.kv_tokens * self._kv_token_bytes / (
+                self.config.link_gbps * GB
+            )
+            r.out.swap_outs += 1
+            s.queue.appendleft(r)
+            self._kv_swaps += 1
+        while s.queue:
+            head = s.queue[0]
+            if head.kv_in_host:
+                if used + head.kv_tokens + 1 > cap or len(s.running) >= self.config.max_running:
+                    if not s.running and used == 0:
+                        # Alone on the slice and still too big: it never fits.
+                        s.queue.popleft()
+                        self._rejected += 1
+                        continue
+                    break
+                share, _ = self._share(s)
+                moved = head.kv_tokens * self._kv_token_bytes
+                head.ready_s = max(head.ready_s, now) + moved / (share * GB)
+                if self._p.streams:
+                    self._c2c_bytes += moved
+                head.kv_in_host = False
+                head.out.swap_ins += 1
+                used += head.kv_tokens
+            if not head.prefill_done:
+                break
+            s.queue.popleft()
+            s.running.append(head)
+        if not s.queue or len(s.running) >= self.config.max_running:
+            return None
+        head = s.queue[0]
+        if head.kv_in_host or head.ready_s > now:
+            return None
+        if head.chunk == 0:
+            head.chunk = self._chunk(s, head.out.prompt_tokens)
+        chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
+        if used + chunk + len(s.running) > cap:
+            if not s.running and used == head.kv_tokens:
+                # Alone on the slice and still too big: it never fits.
+                s.queue.popleft()
+                self._rejected += 1
+            return None
+        return head
 
     def _iterate(self, s: _Slice, now: float) -> None:
         cfg = self.config
+        s.busy = False
         if now < s.ready_s:
-            self._push(s.ready_s, 1, s.index)
+            self._kick(s, now)
             return
-        head = s.queue[0] if s.queue and len(s.running) < cfg.max_running else None
-        decodes = s.running
+        if self._may_preempt(now):
+            self._schedule(now)
+            if now < s.ready_s or s.busy:
+                self._kick(s, now)
+                return
+        head = self._admit(s, now)
+        decodes = [r for r in s.running if r.ready_s <= now]
         chunk = 0
         if head is not None:
-            if head.chunk == 0:
-                head.chunk = self._chunk(s, head.out.prompt_tokens)
             chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
         tokens = chunk + len(decodes)
         if tokens == 0:
-            s.busy = False
             s.rate_gbps = 0.0
-            self._drain(now)
+            later = [r.ready_s for r in (*s.running, *s.queue) if r.ready_s > now]
+            if later:
+                s.busy = True
+                s.iter_end_s = min(later)
+                self._push(s.iter_end_s, _ITERATION, s.index)
+            elif s.in_flight == 0:
+                self._schedule(now)
             return
-        context = sum(r.out.prompt_tokens + len(r.out.token_times_s) for r in decodes)
+        context = sum(r.out.prompt_tokens + r.generated for r in decodes)
         start = head.prefilled if head is not None else 0
         pairs = float(context) + chunk * (start + chunk / 2.0)
         rho = self._rho(s, tokens)
-        tiles = self._tiles(s, tokens)
-        if self._streams:
-            others = [o for o in self._slices if o is not s and o.rate_gbps > 0]
-            share = cfg.link_gbps / (1 + len(others))
-        else:
-            others = []
-            share = s.profile.hbm_bytes_per_s / GB
+        share, others = self._share(s)
         cost = model_pass_cost(
             cfg.model,
             tokens,
@@ -394,10 +732,10 @@ class ServerlessEngine:
             c2c_gbps=share,
             attended_pairs=pairs,
             kv_read_tokens=float(context + start),
-            tiles=tiles,
+            tiles=self._tiles(s, tokens),
         )
         dt = cost.time_s
-        if self._streams:
+        if self._p.streams:
             s.rate_gbps = cost.c2c_bytes / dt / GB
             self._c2c_bytes += cost.c2c_bytes
             self._rhos.append(rho)
@@ -414,19 +752,17 @@ class ServerlessEngine:
                     )
                 )
         self._iterations += 1
+        self._max_iteration = max(self._max_iteration, dt)
         end = now + dt
         s.last_used_s = end
-        still: list[_Req] = []
         for r in decodes:
             r.out.token_times_s.append(end)
-            if len(r.out.token_times_s) >= r.out.output_tokens:
+            if r.generated >= r.out.output_tokens:
                 r.out.finish_s = end
-            else:
-                still.append(r)
-        s.running = still
+        s.running = [r for r in s.running if r.out.finish_s is None]
         if head is not None:
             head.prefilled += chunk
-            if head.prefilled >= head.out.prompt_tokens:
+            if head.prefill_done:
                 s.queue.popleft()
                 head.out.token_times_s.append(end)
                 if head.out.output_tokens <= 1:
@@ -434,7 +770,9 @@ class ServerlessEngine:
                 else:
                     s.running.append(head)
         self._last = max(self._last, end)
-        self._push(end, 1, s.index)
+        s.busy = True
+        s.iter_end_s = end
+        self._push(end, _ITERATION, s.index)
 
     def _replan(self, now: float, window: list[str]) -> None:
         counts: dict[str, int] = {}
@@ -450,16 +788,36 @@ class ServerlessEngine:
         self._replans += 1
         by_id = {s.id: s for s in self._slices}
         active = {s.model for s in self._slices if s.model}
+        demand = self._serverless_model("x").c2c_gbps
         for a in plan.assignments:
             s = by_id[a.slice_id]
-            if a.model in active or s.in_flight or s.busy:
+            if a.model in active or s.in_flight or s.busy or s.model:
                 continue
-            budget_ok = (
-                sum(1 for o in self._slices if o.model and o is not s) + 1
-            ) * self._serverless_model(a.model).c2c_gbps <= self._budget * (1 + 1e-9)
-            if not s.model and budget_ok:
+            others = sum(1 for o in self._slices if o.model and o is not s)
+            if (others + 1) * demand <= self._budget * (1 + 1e-9):
                 self._switch(s, a.model, now)
                 active.add(a.model)
+
+    def _starvation_bound(self, max_switch: float) -> float | None:
+        if not self._p.preempts or self._max_waiting == 0:
+            return None
+        model = self._serverless_model("x")
+        fitting = sum(1 for s in self._slices if fits(model, MigSlice(s.id, s.profile)))
+        by_link = (
+            int(self._budget * (1 + 1e-9) // model.c2c_gbps)
+            if math.isfinite(self._budget)
+            else fitting
+        )
+        usable = min(fitting, by_link)
+        if usable <= 0:
+            return None
+        return starvation_bound_s(
+            ahead=self._max_waiting - 1,
+            usable_slices=usable,
+            preemption=self.config.preemption,
+            iteration_s=self._max_iteration,
+            switch_s=max_switch,
+        )
 
     def run(self, progress: Callable[[float], None] | None = None) -> ServerlessRun:
         cfg = self.config
@@ -477,41 +835,39 @@ class ServerlessEngine:
                 slo_ttft_s=t.slo_ttft_s if t.slo_ttft_s is not None else cfg.slo.ttft_s,
                 slo_tbt_s=t.slo_tbt_s if t.slo_tbt_s is not None else cfg.slo.tbt_s,
             )
-            reqs.append(_Req(out, t.model or DEFAULT_MODEL))
-            self._push(t.arrival_s, 0, i)
+            priority = float(t.priority) if t.priority is not None else 1.0
+            reqs.append(_Req(out, t.model or DEFAULT_MODEL, priority, t.arrival_s, i))
+            self._push(t.arrival_s, _ARRIVAL, i)
         replan_at = 0.0
         window: list[str] = []
         while self._events:
             now, kind, _, index = heapq.heappop(self._events)
-            if kind == 0:
+            if kind == _ARRIVAL:
                 r = reqs[index]
                 self._last = max(self._last, now)
                 window.append(r.model)
-                if self.policy == C2CSERVE and now >= replan_at:
+                if self._p.prewarm and now >= replan_at:
                     self._replan(now, window)
                     window = []
                     replan_at = now + cfg.replan_s
-                # A request of an active model joins its slice; any other
-                # waits behind the earlier waiting requests.
-                waiting = any(p.model == r.model for p in self._pending)
-                s = None
-                if not waiting and any(o.model == r.model for o in self._slices):
-                    s = self._route(r.model, now)
-                if s is None:
+                if not any(s.model == r.model for s in self._slices):
                     queued += 1
-                    self._pending.append(r)
-                    self._drain(now)
-                else:
-                    s.queue.append(r)
-                    self._kick(s, now)
+                bisect.insort(self._pending, r, key=_wait_key)
+                self._schedule(now)
                 if progress is not None:
                     progress(now)
-            else:
+            elif kind == _ITERATION:
                 self._iterate(self._slices[index], now)
+            elif kind == _LOAD_START:
+                self._load_start(self._slices[index], now)
+            else:
+                self._loads_done(now, index)
         outcomes = [r.out for r in reqs]
         first = min((r.arrival_s for r in outcomes), default=0.0)
         span = max(0.0, self._last - first)
         wall_s = time.perf_counter() - wall
+        switch_s = tuple(w.latency_s for w in self._switches)
+        max_switch = max(switch_s, default=0.0)
         result = ReplayResult(
             policy=self.policy,
             requests=outcomes,
@@ -520,19 +876,19 @@ class ServerlessEngine:
                 iterations=self._iterations,
                 simulated_s=span,
                 wall_s=wall_s,
-                bytes_d2h=0,
+                bytes_d2h=int(sum(w.kv_out_bytes for w in self._switches)),
                 bytes_h2d=int(self._c2c_bytes + self._load_bytes),
                 stall_s=0.0,
-                preemptions=0,
-                swap_outs=0,
-                swap_ins=0,
+                preemptions=self._preemptions,
+                swap_outs=sum(o.swap_outs for o in outcomes),
+                swap_ins=sum(o.swap_ins for o in outcomes),
                 peak_gpu_kv_blocks=0,
                 gpu_kv_blocks_total=0,
             ),
         )
         stats = ServerlessStats(
             switches=len(self._switches),
-            switch_latency_s=tuple(w.latency_s for w in self._switches),
+            switch_latency_s=switch_s,
             c2c_bytes=self._c2c_bytes,
             load_bytes=self._load_bytes,
             link_gbps=cfg.link_gbps,
@@ -542,5 +898,21 @@ class ServerlessEngine:
             queued=queued,
             mean_rho=float(np.mean(self._rhos)) if self._rhos else None,
             models=len({r.model for r in reqs}),
+            preemptions=self._preemptions,
+            kv_swaps=self._kv_swaps,
+            rejected=self._rejected,
+            cold_ttft_s=tuple(
+                r.out.token_times_s[0] - r.out.arrival_s
+                for r in reqs
+                if r.cold and r.out.token_times_s
+            ),
+            placement_wait_s=tuple(self._placement_waits),
+            starvation_bound_s=self._starvation_bound(max_switch),
+            max_waiting_models=self._max_waiting,
+            max_iteration_s=self._max_iteration,
+            max_switch_s=max_switch,
         )
         return ServerlessRun(result, stats, self._switches)
+
+
+_QUEUED = RouteDecision(QUEUE, "", "", 0.0, math.inf, "queue: no idle or evictable slice")

@@ -15,6 +15,7 @@ from planner.profiles.c2c_cost import GemmTiles, model_pass_cost
 from planner.profiles.mig import GB
 from planner.replay.serverless_engine import (
     C2CSERVE,
+    C2CSERVE_INACTIVE,
     DEDICATED,
     RANDOM,
     SERVERLESS_POLICY_NAMES,
@@ -73,7 +74,7 @@ def test_one_request_static_chunk_hand_checked() -> None:
     assert len(out.token_times_s) == 3
     assert out.finish_s == out.token_times_s[-1]
     assert run.stats.switches == 1
-    assert run.switches[0].latency_s == cfg.switch_setup_s
+    assert run.switches[0].latency_s == pytest.approx(cfg.switch_setup_s)
     # The C2C bytes moved fill the link for the busy time at most.
     assert 0 < run.stats.c2c_bytes <= cfg.link_gbps * GB * (out.finish_s - 1.0) + 1
 
@@ -116,12 +117,16 @@ def test_dedicated_cold_start_is_weight_bytes_over_the_link(link: str, gbps: flo
     run = ServerlessEngine(cfg, DEDICATED, reqs).run()
     cold = cfg.model.param_bytes / (gbps * GB)
     assert run.stats.switches == 2
+    # Both loads start at 0 and share the link: each takes twice as long.
     for w in run.switches:
-        assert w.latency_s == pytest.approx(cold)
+        assert w.latency_s == pytest.approx(2 * cold)
         assert w.load_bytes == cfg.model.param_bytes
     # The first token waits for the load.
-    assert run.result.requests[0].token_times_s[0] > cold
+    assert run.result.requests[0].token_times_s[0] > 2 * cold
     assert (run.stats.c2c_bytes > 0) == (link == "c2c")
+    # Alone, a load takes weight bytes / the link's bandwidth.
+    alone = ServerlessEngine(cfg, DEDICATED, reqs[:1]).run()
+    assert alone.switches[0].latency_s == pytest.approx(cold)
 
 
 def test_c2cserve_link_budget_limits_active_models() -> None:
@@ -131,16 +136,27 @@ def test_c2cserve_link_budget_limits_active_models() -> None:
         "llama-3-8b@h100-sxm-80gb",
         ReplayKnobs(slo=Slo(ttft_s=5.0, tbt_s=0.1), max_batched_tokens=512, max_running=16),
     )
-    cfg = serverless_config(setup, ServerlessKnobs())
+    # Preempt any model that held its slice for Q, whatever its slack.
+    cfg = serverless_config(setup, ServerlessKnobs(victim_slack_s=0.0))
     reqs = [
         TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=50, model=m)
         for m in ("a", "b", "c")
     ]
-    ours = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    inactive = ServerlessEngine(cfg, C2CSERVE_INACTIVE, reqs).run()
+    assert inactive.stats.switches == 2 + 1  # the third waits for a slice to go inactive
+    assert inactive.switches[-1].time_s > 0.0
     rand = ServerlessEngine(cfg, RANDOM, reqs).run()
-    assert ours.stats.switches == 2 + 1  # the third waits for a slice to go inactive
-    assert ours.switches[-1].time_s > 0.0
     assert [w.time_s for w in rand.switches] == [0.0, 0.0, 0.0]
+    # c2cserve preempts instead (c waits W = 0.5 s, a model holds its slice
+    # for Q = 2.5 s), but still never runs three models: every later switch
+    # trades one of the two first slices.
+    ours = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    first = {w.slice_id for w in ours.switches[:2]}
+    assert [w.time_s for w in ours.switches[:2]] == [0.0, 0.0]
+    assert ours.stats.switches > 3 and ours.stats.preemptions > 0
+    assert all(w.slice_id in first and w.from_model for w in ours.switches[2:])
+    c = 2
+    assert ours.result.requests[c].token_times_s[0] < inactive.result.requests[c].token_times_s[0]
 
 
 def test_one_engine_runs_once() -> None:

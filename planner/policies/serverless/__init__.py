@@ -14,7 +14,20 @@ from planner.policies.serverless.placement import (
     plan_placement,
     violation,
 )
-from planner.policies.serverless.routing import ACTIVE, EVICT, IDLE, QUEUE, route_request
+from planner.policies.serverless.routing import (
+    ACTIVE,
+    EVICT,
+    HELD,
+    IDLE,
+    INACTIVE,
+    LOWER_PRIORITY,
+    QUEUE,
+    STARVING,
+    eviction_order,
+    route_request,
+    schedule_waiting,
+    starvation_bound_s,
+)
 from planner.policies.serverless.tuner import (
     KnobDecision,
     KnobObservation,
@@ -27,10 +40,14 @@ from planner.policies.serverless.tuner import (
 __all__ = [
     "ACTIVE",
     "EVICT",
+    "HELD",
     "IDLE",
+    "INACTIVE",
     "KERNEL_REPOSITORY",
+    "LOWER_PRIORITY",
     "PRECISIONS",
     "QUEUE",
+    "STARVING",
     "UNPLACED",
     "KnobDecision",
     "KnobObservation",
@@ -40,12 +57,15 @@ __all__ = [
     "choose_chunk",
     "choose_kernel",
     "contention",
+    "eviction_order",
     "fits",
     "greedy_assignment",
     "lexicographic_key",
     "objective",
     "plan_placement",
     "route_request",
+    "schedule_waiting",
+    "starvation_bound_s",
     "tune",
     "violation",
 ]
