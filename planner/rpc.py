@@ -154,6 +154,12 @@ RPCS: dict[str, Rpc] = {
         ),
         Rpc(
             "ServerlessService",
+            "ScheduleWaiting",
+            serverless_pb2.ScheduleWaitingRequest,
+            serverless_pb2.ScheduleWaitingResponse,
+        ),
+        Rpc(
+            "ServerlessService",
             "ChooseChunkSize",
             serverless_pb2.ChooseChunkSizeRequest,
             serverless_pb2.ChooseChunkSizeResponse,

@@ -70,8 +70,9 @@ from planner.replay.serverless_setup import (
     DEFAULT_SWITCH_SETUP_S,
     LOAD_LINKS,
     MIN_HOLD_TTFT,
-    PREEMPT_AFTER_TTFT,
     STARVE_AFTER_TTFT,
+    URGENT_SLACK_TTFT,
+    VICTIM_SLACK_TTFT,
     ServerlessKnobs,
     describe,
     serverless_config,
@@ -275,10 +276,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(default: pcie at 55 GB/s for dedicated, c2c for sllm and aegaeon)",
     )
     v.add_argument(
-        "--preempt-after",
+        "--models-per-slice",
+        type=int,
+        help="c2cserve: models resident on one slice at once, taking turns (default "
+        f"{ServerlessKnobs().max_models_per_slice})",
+    )
+    v.add_argument(
+        "--urgent-slack",
         type=float,
         help="policies that preempt: a waiting model may take a slice from an active one "
-        f"once it has waited this long, s (default {PREEMPT_AFTER_TTFT:g} x the TTFT SLO)",
+        "once its most urgent request has this much slack left, s (TTFT deadline - now, or "
+        f"the pause its mean TPOT allows; default {URGENT_SLACK_TTFT:g} x the TTFT SLO)",
     )
     v.add_argument(
         "--min-hold",
@@ -290,7 +298,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--victim-slack",
         type=float,
         help="policies that preempt: the slack every request of a preempted model needs, s "
-        "(default --preempt-after + --min-hold)",
+        f"(default {VICTIM_SLACK_TTFT:g} x the TTFT SLO)",
     )
     v.add_argument(
         "--starve-after",
@@ -383,7 +391,8 @@ def run(args: argparse.Namespace) -> int:
         "c2c_gbps",
         "load_link",
         "switch_setup",
-        "preempt_after",
+        "urgent_slack",
+        "models_per_slice",
         "min_hold",
         "victim_slack",
         "starve_after",
@@ -396,7 +405,11 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"{flag} applies to --topology {SERVERLESS} only")
         if name == "c2c_gbps" and not (math.isfinite(value) and value > 0):
             return _fail(f"{flag} must be a finite number > 0, got {value}")
-        if name not in ("mig", "c2c_gbps", "load_link") and not (
+        if name == "urgent_slack" and not math.isfinite(value):
+            return _fail(f"{flag} must be a finite number, got {value}")
+        if name == "models_per_slice" and value < 1:
+            return _fail(f"{flag} must be >= 1, got {value}")
+        if name not in ("mig", "c2c_gbps", "load_link", "urgent_slack") and not (
             math.isfinite(value) and value >= 0
         ):
             return _fail(f"{flag} must be a finite number >= 0, got {value}")
@@ -712,7 +725,12 @@ def _run_serverless(
         switch_setup_s=(
             args.switch_setup if args.switch_setup is not None else defaults.switch_setup_s
         ),
-        preempt_after_s=args.preempt_after,
+        urgent_slack_s=args.urgent_slack,
+        max_models_per_slice=(
+            args.models_per_slice
+            if args.models_per_slice is not None
+            else defaults.max_models_per_slice
+        ),
         min_hold_s=args.min_hold,
         victim_slack_s=args.victim_slack,
         starve_after_s=args.starve_after,
@@ -754,9 +772,10 @@ def _run_serverless(
             f"models, rate x{scale:g}, {setup.model.name} architecture)",
             caption=f"SLO TTFT {config.slo.ttft_s:g} s, TPOT {config.slo.tbt_s * 1e3:g} ms; "
             f"{len(config.slices)} x {config.slices[0].name}; C2C {config.link_gbps:g} GB/s; "
-            f"preemption W {config.preemption.preempt_after_s:g} s, Q "
+            f"preemption: urgent at {config.preemption.urgent_slack_s:g} s of slack, hold "
             f"{config.preemption.min_hold_s:g} s, victim slack "
-            f"{config.preemption.victim_slack_s:g} s, W_s {config.preemption.starve_after_s:g} s",
+            f"{config.preemption.victim_slack_s:g} s, starving after "
+            f"{config.preemption.starve_after_s:g} s",
         )
         if first is None:
             first = (runs, metrics)

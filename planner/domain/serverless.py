@@ -137,32 +137,34 @@ class SliceState:
 class PreemptionParams:
     """When a waiting model may take a slice from an active model of equal
     priority (queue-aware routing). Only a model that has been ready on its
-    slice for at least ``min_hold_s`` (Q) can be preempted, and only by a
-    model whose oldest request has waited ``preempt_after_s`` (W):
+    slice for at least ``min_hold_s`` (Q) can be preempted:
 
-    - if every request on that slice has at least ``victim_slack_s`` of
-      slack (it can wait a round trip and keep its targets);
-    - regardless of slack once the waiting model has waited
-      ``starve_after_s`` (W_s >= W): the backstop that, with waiting models
+    - by a waiting model whose most urgent request has at most
+      ``urgent_slack_s`` (U) of slack left, if every request on that slice
+      has at least ``victim_slack_s`` (V) of slack (it can wait until it is
+      urgent itself and then get a slice back, and still keep its targets);
+    - by a waiting model whose oldest request has waited ``starve_after_s``
+      (W_s), whatever the slack: the backstop that, with starving models
       served oldest first, bounds every model's wait
       (``starvation_bound_s``).
+
+    Slack: for a request without its first token, TTFT deadline - now; for
+    one decoding, the pause it can take now and keep its mean TPOT within
+    the target ((tokens - 1) x TPOT target - time since its first token).
     """
 
-    preempt_after_s: float
     min_hold_s: float
-    victim_slack_s: float = 0.0
-    starve_after_s: float = 0.0
+    urgent_slack_s: float
+    victim_slack_s: float
+    starve_after_s: float
 
     def __post_init__(self) -> None:
-        for name in ("preempt_after_s", "min_hold_s", "victim_slack_s", "starve_after_s"):
+        for name in ("min_hold_s", "victim_slack_s", "starve_after_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-
-    @property
-    def starving_after_s(self) -> float:
-        """When the backstop applies: W_s, never before W."""
-        return max(self.preempt_after_s, self.starve_after_s)
+        if not math.isfinite(self.urgent_slack_s):
+            raise ValueError(f"urgent_slack_s must be a finite number, got {self.urgent_slack_s}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +177,8 @@ class WaitingModel:
     # it was preempted off a slice).
     waiting_since_s: float
     requests: int = 1
+    # The least slack among its waiting requests (see PreemptionParams).
+    slack_s: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +194,9 @@ class RouteDecision:
     # The evicted model has requests in flight, which the engine requeues
     # (their KV moves to host memory).
     preempts: bool = False
+    # Why that slice could be taken: "inactive", "lower-priority", "held"
+    # (the waiting model is urgent, the victim has slack) or "starving".
+    eviction: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,7 @@ from planner.policies.serverless import (
     EVICT,
     IDLE,
     QUEUE,
+    SHARE,
     KnobObservation,
     RhoTuner,
     choose_chunk,
@@ -73,6 +74,7 @@ from planner.policies.serverless import (
     eviction_order,
     plan_placement,
     schedule_waiting,
+    service_order,
     starvation_bound_s,
 )
 from planner.policies.serverless.placement import fits
@@ -129,7 +131,7 @@ DEFAULT_MODEL = "default"
 LOAD_LINKS = ("pcie", "c2c")
 # Preemption for a 5 s TTFT target (serverless_setup derives it from the SLO).
 DEFAULT_PREEMPTION = PreemptionParams(
-    preempt_after_s=0.5, min_hold_s=2.5, victim_slack_s=3.0, starve_after_s=10.0
+    min_hold_s=2.5, urgent_slack_s=2.5, victim_slack_s=40.0, starve_after_s=60.0
 )
 # Event kinds, in the order they run at one instant.
 _ARRIVAL, _ITERATION, _LOAD_START, _LOAD_DONE = range(4)
@@ -151,6 +153,9 @@ class ServerlessConfig:
     switch_setup_s: float = 0.05
     # When a waiting model may preempt (policies that preempt).
     preemption: PreemptionParams = DEFAULT_PREEMPTION
+    # Models resident on one slice at once, taking turns (policies that
+    # share; the HBM-resident baselines hold one).
+    max_models_per_slice: int = 2
     static_chunk: int = 2048
     max_running: int = 64
     replan_s: float = 10.0
@@ -168,8 +173,8 @@ class ServerlessConfig:
             raise ValueError(f"switch_setup_s must be >= 0, got {self.switch_setup_s}")
         if self.load_link is not None and self.load_link not in LOAD_LINKS:
             raise ValueError(f"load_link must be one of {', '.join(LOAD_LINKS)}")
-        if self.static_chunk <= 0 or self.max_running <= 0:
-            raise ValueError("static_chunk and max_running must be > 0")
+        if self.static_chunk <= 0 or self.max_running <= 0 or self.max_models_per_slice <= 0:
+            raise ValueError("static_chunk, max_running and max_models_per_slice must be > 0")
         if self.model.param_bytes <= 0:
             raise ValueError(f"model {self.model.name} has no parameter bytes")
 
@@ -211,6 +216,10 @@ class ServerlessStats:
     models: int
     # Models evicted with requests in flight.
     preemptions: int = 0
+    # Evictions by why the slice could be taken (routing's eviction kinds).
+    evictions: tuple[tuple[str, int], ...] = ()
+    # Models set up on a slice another model was running on (taking turns).
+    shares: int = 0
     # Running requests whose KV moved to host memory for lack of KV room.
     kv_swaps: int = 0
     # Requests whose KV cannot fit an empty slice.
@@ -271,13 +280,42 @@ class _Req:
     def prefill_done(self) -> bool:
         return self.prefilled >= self.out.prompt_tokens
 
-    def slack_s(self, now: float) -> float:
-        """TTFT deadline - now before the first token; after it, the pause
-        that keeps its mean TPOT so far within the target."""
+    @property
+    def deadline_s(self) -> float:
+        """Its TTFT deadline before the first token; after it, when its mean
+        TPOT so far would reach the target if no token came."""
         o = self.out
         if not o.token_times_s:
-            return o.arrival_s + o.slo_ttft_s - now
-        return (self.generated - 1) * o.slo_tbt_s - (now - o.token_times_s[0])
+            return o.arrival_s + o.slo_ttft_s
+        return o.token_times_s[0] + (self.generated - 1) * o.slo_tbt_s
+
+    def slack_s(self, now: float) -> float:
+        return self.deadline_s - now
+
+
+@dataclass(slots=True)
+class _Resident:
+    """A model set up on a slice, with its requests there."""
+
+    model: str
+    priority: float
+    # It can run from then (inf while its weights load).
+    ready_s: float
+    active_since_s: float
+    last_used_s: float
+    queue: deque[_Req] = field(default_factory=deque)
+    running: list[_Req] = field(default_factory=list)
+    tuner: RhoTuner | None = None
+    # The switch record its weight load completes.
+    loading: int | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.queue) + len(self.running)
+
+    @property
+    def requests(self) -> list[_Req]:
+        return [*self.queue, *self.running]
 
 
 @dataclass(slots=True)
@@ -286,25 +324,21 @@ class _Slice:
     id: str
     profile: MigSliceProfile
     kv_capacity: int
-    model: str = ""
-    priority: float = 1.0
-    # It can iterate from then (inf while its weights load).
-    ready_s: float = 0.0
-    active_since_s: float = 0.0
+    # The models set up on it, in the order they take turns.
+    residents: list[_Resident] = field(default_factory=list)
+    # The resident whose turn is next.
+    turn: int = 0
     # An iteration event is pending; the current iteration ends then.
     busy: bool = False
     iter_end_s: float = 0.0
     rate_gbps: float = 0.0
-    last_used_s: float = 0.0
-    queue: deque[_Req] = field(default_factory=deque)
-    running: list[_Req] = field(default_factory=list)
-    tuner: RhoTuner | None = None
-    # The switch record being completed by a weight load.
-    loading: int | None = None
 
     @property
     def in_flight(self) -> int:
-        return len(self.queue) + len(self.running)
+        return sum(r.in_flight for r in self.residents)
+
+    def resident(self, model: str) -> _Resident | None:
+        return next((r for r in self.residents if r.model == model), None)
 
 
 def _wait_key(r: _Req) -> tuple[float, int]:
@@ -330,6 +364,7 @@ class ServerlessEngine:
             )
             for i, p in enumerate(config.slices)
         ]
+        self._per_slice = config.max_models_per_slice if self._p.shares else 1
         self._weight_bytes = float(config.model.param_bytes)
         self._kv_token_bytes = float(config.model.kv_bytes_per_token())
         self._tpot = config.slo.tbt_s
@@ -344,21 +379,26 @@ class ServerlessEngine:
         )
         self._load_link = SharedLink(config.load_gbps_of(self._p))
         self._load_version = 0
+        self._loads: dict[int, _Resident] = {}
         self._init_s = (
             self._p.switch_profile.engine_init_s() if self._p.switch_profile is not None else 0.0
         )
         self._events: list[tuple[float, int, int, int]] = []
         self._seq = 0
         self._pending: list[_Req] = []
+        self._pending_deadline = math.inf
+        self._pending_priority = -math.inf
         self._switches: list[SwitchRecord] = []
         self._c2c_bytes = 0.0
         self._load_bytes = 0.0
         self._iterations = 0
         self._replans = 0
         self._preemptions = 0
+        self._shares = 0
         self._kv_swaps = 0
         self._rejected = 0
         self._placement_waits: list[float] = []
+        self._evictions: dict[str, int] = {}
         self._max_waiting = 0
         self._max_iteration = 0.0
         self._last = 0.0
@@ -371,36 +411,57 @@ class ServerlessEngine:
         )
 
     @staticmethod
-    def _priority(s: _Slice) -> float:
-        return max((r.priority for r in (*s.queue, *s.running)), default=s.priority)
+    def _priority(r: _Resident) -> float:
+        return max((q.priority for q in r.requests), default=r.priority)
 
-    def _state(self, s: _Slice, now: float) -> SliceState:
-        on = [*s.queue, *s.running]
-        return SliceState(
-            s.id,
-            s.profile,
-            model=s.model,
-            model_c2c_gbps=self._serverless_model(s.model).c2c_gbps if s.model else 0.0,
-            model_priority=self._priority(s),
-            in_flight=len(on),
-            last_used_s=s.last_used_s,
-            active_since_s=s.active_since_s,
-            slack_s=min((r.slack_s(now) for r in on), default=math.inf),
-        )
+    def _states(self, now: float) -> list[SliceState]:
+        """One entry per resident model, one empty entry per idle slice."""
+        demand = self._serverless_model("x").c2c_gbps if self._p.streams else 0.0
+        out: list[SliceState] = []
+        for s in self._slices:
+            if not s.residents:
+                out.append(SliceState(s.id, s.profile))
+            for r in s.residents:
+                on = r.requests
+                out.append(
+                    SliceState(
+                        s.id,
+                        s.profile,
+                        model=r.model,
+                        model_c2c_gbps=demand,
+                        model_priority=self._priority(r),
+                        in_flight=len(on),
+                        last_used_s=r.last_used_s,
+                        active_since_s=r.active_since_s,
+                        slack_s=min((q.slack_s(now) for q in on), default=math.inf),
+                    )
+                )
+        return out
 
-    def _waiting(self) -> list[WaitingModel]:
+    def _waiting(self, now: float) -> list[WaitingModel]:
         heads: dict[str, WaitingModel] = {}
         for r in self._pending:
             w = heads.get(r.model)
             if w is None:
                 heads[r.model] = WaitingModel(
-                    self._serverless_model(r.model), r.priority, r.waiting_since, 1
+                    self._serverless_model(r.model),
+                    r.priority,
+                    r.waiting_since,
+                    1,
+                    r.slack_s(now),
                 )
             else:
                 heads[r.model] = dataclasses.replace(
-                    w, priority=max(w.priority, r.priority), requests=w.requests + 1
+                    w,
+                    priority=max(w.priority, r.priority),
+                    requests=w.requests + 1,
+                    slack_s=min(w.slack_s, r.slack_s(now)),
                 )
         return list(heads.values())
+
+    def _pending_changed(self) -> None:
+        self._pending_deadline = min((r.deadline_s for r in self._pending), default=math.inf)
+        self._pending_priority = max((r.priority for r in self._pending), default=-math.inf)
 
     # -- per-policy choices ------------------------------------------------
     def _tiles(self, s: _Slice, tokens: int) -> GemmTiles:
@@ -428,7 +489,7 @@ class ServerlessEngine:
             self._cache_chunk[key] = choice.chunk_tokens
         return self._cache_chunk[key]
 
-    def _rho(self, s: _Slice, tokens: int) -> float:
+    def _rho(self, s: _Slice, r: _Resident, tokens: int) -> float:
         if self._p.rho == BEST_STATIC:
             key = (s.profile.name, tokens <= 64)
             if key not in self._cache_rho:
@@ -442,30 +503,32 @@ class ServerlessEngine:
                 )
             return self._cache_rho[key]
         if self._p.rho == TUNER:
-            assert s.tuner is not None
-            return s.tuner.state.rho
+            assert r.tuner is not None
+            return r.tuner.state.rho
         return 0.0
 
     # -- scheduling ---------------------------------------------------------
     def _may_preempt(self, now: float) -> bool:
-        """Whether a scheduling round at this boundary could preempt (the
-        same conditions as eviction_order's, checked cheaply)."""
+        """Whether a scheduling round at this boundary could preempt (a
+        superset of eviction_order's conditions, checked cheaply)."""
         if not self._p.preempts or not self._pending:
             return False
-        top = max(r.priority for r in self._pending)
-        if any(s.in_flight and self._priority(s) < top for s in self._slices):
+        top = self._pending_priority
+        residents = [r for s in self._slices for r in s.residents]
+        if any(r.in_flight and self._priority(r) < top for r in residents):
             return True
         p = self.config.preemption
-        if now - self._pending[0].waiting_since < p.preempt_after_s:
+        urgent = self._pending_deadline - now <= p.urgent_slack_s
+        if not urgent and now - self._pending[0].waiting_since < p.starve_after_s:
             return False
-        return any(s.model and now - s.active_since_s >= p.min_hold_s for s in self._slices)
+        return any(now - r.active_since_s >= p.min_hold_s for r in residents)
 
     def _schedule(self, now: float) -> None:
         if not self._pending:
             return
-        waiting = self._waiting()
+        waiting = self._waiting(now)
         self._max_waiting = max(self._max_waiting, len(waiting))
-        states = [self._state(s, now) for s in self._slices]
+        states = self._states(now)
         routes: Sequence[ScheduledRoute]
         if self._p.placement == RANDOM_PLACEMENT:
             routes = self._random_round(waiting, states, now)
@@ -477,6 +540,7 @@ class ServerlessEngine:
                 link_budget_gbps=self._budget,
                 allow_preempt=self._p.preempts,
                 preemption=self.config.preemption if self._p.preempts else None,
+                max_models_per_slice=self._per_slice,
             )
         by_id = {s.id: s for s in self._slices}
         since = {w.model.name: w.waiting_since_s for w in waiting}
@@ -485,21 +549,25 @@ class ServerlessEngine:
             if d.action == QUEUE:
                 continue
             s = by_id[d.slice_id]
-            if d.action in (IDLE, EVICT):
+            if d.action != ACTIVE:
                 self._placement_waits.append(now - since[route.model])
-                self._switch(s, route.model, now)
+            if d.eviction:
+                self._evictions[d.eviction] = self._evictions.get(d.eviction, 0) + 1
+            if d.action == SHARE:
+                self._shares += 1
+            if d.action in (IDLE, EVICT, SHARE):
+                self._set_up(s, route.model, now, replacing=d.evicted_model)
             self._place(s, route.model, now)
 
     def _random_round(
         self, waiting: list[WaitingModel], states: list[SliceState], now: float
     ) -> list[ScheduledRoute]:
-        """Random placement: each waiting model (in schedule_waiting's
-        order) on a slice drawn among the idle ones that fit and the first
-        kind of eviction candidates, ignoring the link budget."""
+        """Random placement: each waiting model (in service order) on a
+        slice drawn among the idle ones that fit and the first kind of
+        eviction candidates, ignoring the link budget."""
         out: list[ScheduledRoute] = []
         taken: set[str] = set()
-        order = sorted(waiting, key=lambda w: (-w.priority, w.waiting_since_s, w.model.name))
-        for w in order:
+        for w in service_order(waiting, now_s=now, preemption=self.config.preemption):
             active = [s for s in states if s.model == w.model.name]
             if active:
                 best = min(active, key=lambda s: (s.in_flight, s.id))
@@ -512,19 +580,21 @@ class ServerlessEngine:
                 if not s.model and s.id not in taken and fits(w.model, MigSlice(s.id, s.profile))
             ]
             kind = IDLE
+            why = ""
             if not free:
-                order_ = eviction_order(
+                order = eviction_order(
                     w.model,
                     [s for s in states if s.id not in taken],
                     priority=w.priority,
                     link_budget_gbps=math.inf,
                     now_s=now,
                     waited_s=now - w.waiting_since_s,
+                    waiter_slack_s=w.slack_s,
                     preemption=self.config.preemption,
                 )
-                if order_:
-                    first = order_[0][1]
-                    free = [s for s, k in order_ if k == first]
+                if order:
+                    why = order[0][1]
+                    free = [s for s, k in order if k == why]
                     kind = EVICT
             if not free:
                 out.append(ScheduledRoute(w.model.name, _QUEUED))
@@ -532,66 +602,98 @@ class ServerlessEngine:
             pick = free[int(self._rng.integers(len(free)))]
             taken.add(pick.id)
             d = dataclasses.replace(
-                _QUEUED, action=kind, slice_id=pick.id, evicted_model=pick.model
+                _QUEUED, action=kind, slice_id=pick.id, evicted_model=pick.model, eviction=why
             )
             out.append(ScheduledRoute(w.model.name, d))
         return out
 
     def _place(self, s: _Slice, model: str, now: float) -> None:
-        """Every waiting request of ``model`` joins slice ``s``'s queue."""
+        """Every waiting request of ``model`` joins its resident on ``s``."""
+        r = s.resident(model)
+        assert r is not None
         kept: list[_Req] = []
-        for r in self._pending:
-            if r.model == model:
-                s.queue.append(r)
+        for q in self._pending:
+            if q.model == model:
+                r.queue.append(q)
             else:
-                kept.append(r)
+                kept.append(q)
         self._pending = kept
+        self._pending_changed()
         self._kick(s, now)
 
-    def _switch(self, s: _Slice, model: str, now: float) -> None:
-        """Hand ``s`` to ``model``: the requests on it leave when its
-        iteration in progress ends (KV to host), then the new model is set
-        up (and, for the HBM-resident baselines, its weights loaded)."""
+    def _evict(self, s: _Slice, r: _Resident, now: float) -> tuple[float, float]:
+        """Take resident ``r`` off ``s``: its requests leave when the
+        iteration in progress ends, their KV moving to host memory, and wait
+        again from then. Returns (when the slice is free of them, KV bytes
+        moved)."""
         start = max(now, s.iter_end_s) if s.busy else now
-        evicted = [*s.running, *s.queue]
-        kv_out = sum(r.kv_tokens for r in evicted if not r.kv_in_host) * self._kv_token_bytes
+        evicted = r.requests
+        kv_out = sum(q.kv_tokens for q in evicted if not q.kv_in_host) * self._kv_token_bytes
         out_s = kv_out / (self.config.link_gbps * GB)
-        for r in evicted:
-            if r.kv_tokens > 0 and not r.kv_in_host:
-                r.kv_in_host = True
-                r.out.swap_outs += 1
-            r.out.preemptions += 1
-            r.waiting_since = start
-            r.ready_s = start + out_s
-            bisect.insort(self._pending, r, key=_wait_key)
+        for q in evicted:
+            if q.kv_tokens > 0 and not q.kv_in_host:
+                q.kv_in_host = True
+                q.out.swap_outs += 1
+            q.out.preemptions += 1
+            q.waiting_since = start
+            q.ready_s = start + out_s
+            bisect.insort(self._pending, q, key=_wait_key)
         if evicted:
             self._preemptions += 1
-        s.running = []
-        s.queue = deque()
-        s.rate_gbps = 0.0
-        record = SwitchRecord(
-            now, s.id, s.model, model, 0.0, 0.0, kv_out_bytes=kv_out, preempted=bool(evicted)
-        )
-        mine = [r for r in self._pending if r.model == model]
-        s.model = model
-        s.priority = max((r.priority for r in mine), default=1.0)
-        s.last_used_s = now
-        s.tuner = RhoTuner() if self._p.rho == TUNER else None
+            self._pending_changed()
+        s.residents.remove(r)
+        if self._loads.get(s.index) is r:
+            # Its weights were still loading: the others get the link.
+            del self._loads[s.index]
+            self._load_link.cancel(s.index, now)
+            self._next_load_event()
+        return start + out_s, kv_out
+
+    def _set_up(self, s: _Slice, model: str, now: float, *, replacing: str) -> None:
+        """Make ``model`` a resident of ``s`` (in place of ``replacing``, if
+        given): engine set-up for streaming policies, weight load then
+        engine work for the HBM-resident baselines."""
+        free_at, kv_out = now, 0.0
+        old = s.resident(replacing) if replacing else None
+        if old is not None:
+            free_at, kv_out = self._evict(s, old, now)
+        mine = [q for q in self._pending if q.model == model]
         if mine and not mine[0].out.token_times_s and not mine[0].kv_in_host:
             mine[0].cold = True
+        r = _Resident(
+            model,
+            max((q.priority for q in mine), default=1.0),
+            ready_s=math.inf,
+            active_since_s=math.inf,
+            last_used_s=now,
+            tuner=RhoTuner() if self._p.rho == TUNER else None,
+        )
+        s.residents.append(r)
+        record = SwitchRecord(
+            now,
+            s.id,
+            replacing,
+            model,
+            0.0,
+            0.0,
+            kv_out_bytes=kv_out,
+            preempted=old is not None and kv_out > 0,
+        )
         if self._p.streams:
-            s.ready_s = start + out_s + self.config.switch_setup_s
-            s.active_since_s = s.ready_s
-            self._switches.append(dataclasses.replace(record, latency_s=s.ready_s - now))
+            r.ready_s = r.active_since_s = free_at + self.config.switch_setup_s
+            self._switches.append(dataclasses.replace(record, latency_s=r.ready_s - now))
             return
-        # Weights into HBM: the load starts once the old model's KV is out.
-        s.ready_s = math.inf
-        s.active_since_s = math.inf
-        s.loading = len(self._switches)
+        r.loading = len(self._switches)
         self._switches.append(dataclasses.replace(record, load_bytes=self._weight_bytes))
-        self._push(start + out_s, _LOAD_START, s.index)
+        self._push(free_at, _LOAD_START, s.index)
 
     def _load_start(self, s: _Slice, now: float) -> None:
+        if s.index in self._loads:
+            return
+        r = next((x for x in s.residents if x.loading is not None), None)
+        if r is None:
+            return  # evicted before its load began
+        self._loads[s.index] = r
         self._load_link.start(s.index, self._weight_bytes, now)
         self._load_bytes += self._weight_bytes
         if self.config.load_link_of(self._p) == "c2c":
@@ -609,12 +711,12 @@ class ServerlessEngine:
             return
         for index in self._load_link.finished(now):
             s = self._slices[index]
-            s.ready_s = now + self._init_s
-            s.active_since_s = s.ready_s
-            assert s.loading is not None
-            rec = self._switches[s.loading]
-            self._switches[s.loading] = dataclasses.replace(rec, latency_s=s.ready_s - rec.time_s)
-            s.loading = None
+            r = self._loads.pop(index)
+            r.ready_s = r.active_since_s = now + self._init_s
+            assert r.loading is not None
+            rec = self._switches[r.loading]
+            self._switches[r.loading] = dataclasses.replace(rec, latency_s=r.ready_s - rec.time_s)
+            r.loading = None
             self._kick(s, now)
         self._next_load_event()
 
@@ -624,9 +726,12 @@ class ServerlessEngine:
         heapq.heappush(self._events, (t, kind, self._seq, index))
 
     def _kick(self, s: _Slice, now: float) -> None:
-        if not s.busy and s.in_flight and math.isfinite(s.ready_s):
+        if s.busy:
+            return
+        starts = [r.ready_s for r in s.residents if r.in_flight and math.isfinite(r.ready_s)]
+        if starts:
             s.busy = True
-            s.iter_end_s = max(now, s.ready_s)
+            s.iter_end_s = max(now, min(starts))
             self._push(s.iter_end_s, _ITERATION, s.index)
 
     def _share(self, s: _Slice) -> tuple[float, list[_Slice]]:
@@ -635,32 +740,33 @@ class ServerlessEngine:
         others = [o for o in self._slices if o is not s and o.rate_gbps > 0]
         return self.config.link_gbps / (1 + len(others)), others
 
-    def _admit(self, s: _Slice, now: float) -> _Req | None:
-        """Make KV room and pick the request to prefill this iteration:
-        swap the youngest running requests out while the decodes' growth
-        does not fit, move swapped requests at the front of the queue back
-        in when they fit, and return the queue head when its chunk fits."""
+    def _kv_used(self, s: _Slice) -> int:
+        return sum(q.kv_tokens for r in s.residents for q in r.requests if not q.kv_in_host)
+
+    def _admit(self, s: _Slice, r: _Resident, now: float) -> _Req | None:
+        """Make KV room for ``r``'s turn and pick the request to prefill: swap
+        its youngest running requests out while its decodes' growth does not
+        fit, move swapped requests at the front of its queue back in when
+        they fit, and return its queue head when that chunk fits."""
         cap = s.kv_capacity
-        used = sum(r.kv_tokens for r in s.running) + sum(
-            r.kv_tokens for r in s.queue if not r.kv_in_host
-        )
-        while s.running and used + len(s.running) > cap:
-            r = s.running.pop()
-            used -= r.kv_tokens
-            r.kv_in_host = True
-            r.ready_s = max(r.ready_s, now) + r.kv_tokens * self._kv_token_bytes / (
+        used = self._kv_used(s)
+        while r.running and used + len(r.running) > cap:
+            q = r.running.pop()
+            used -= q.kv_tokens
+            q.kv_in_host = True
+            q.ready_s = max(q.ready_s, now) + q.kv_tokens * self._kv_token_bytes / (
                 self.config.link_gbps * GB
             )
-            r.out.swap_outs += 1
-            s.queue.appendleft(r)
+            q.out.swap_outs += 1
+            r.queue.appendleft(q)
             self._kv_swaps += 1
-        while s.queue:
-            head = s.queue[0]
+        while r.queue:
+            head = r.queue[0]
             if head.kv_in_host:
-                if used + head.kv_tokens + 1 > cap or len(s.running) >= self.config.max_running:
-                    if not s.running and used == 0:
+                if used + head.kv_tokens + 1 > cap or len(r.running) >= self.config.max_running:
+                    if used == 0:
                         # Alone on the slice and still too big: it never fits.
-                        s.queue.popleft()
+                        r.queue.popleft()
                         self._rejected += 1
                         continue
                     break
@@ -674,44 +780,55 @@ class ServerlessEngine:
                 used += head.kv_tokens
             if not head.prefill_done:
                 break
-            s.queue.popleft()
-            s.running.append(head)
-        if not s.queue or len(s.running) >= self.config.max_running:
+            r.queue.popleft()
+            r.running.append(head)
+        if not r.queue or len(r.running) >= self.config.max_running:
             return None
-        head = s.queue[0]
+        head = r.queue[0]
         if head.kv_in_host or head.ready_s > now:
             return None
         if head.chunk == 0:
             head.chunk = self._chunk(s, head.out.prompt_tokens)
         chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
-        if used + chunk + len(s.running) > cap:
-            if not s.running and used == head.kv_tokens:
+        if used + chunk + len(r.running) > cap:
+            if used == head.kv_tokens:
                 # Alone on the slice and still too big: it never fits.
-                s.queue.popleft()
+                r.queue.popleft()
                 self._rejected += 1
             return None
         return head
 
+    def _next_turn(self, s: _Slice, now: float) -> tuple[_Resident, _Req | None, list[_Req]]:
+        """The first resident from ``s.turn`` on that has tokens to run now;
+        None's resident when none has."""
+        n = len(s.residents)
+        for k in range(n):
+            r = s.residents[(s.turn + k) % n]
+            if r.ready_s > now or not r.in_flight:
+                continue
+            head = self._admit(s, r, now)
+            decodes = [q for q in r.running if q.ready_s <= now]
+            if head is not None or decodes:
+                s.turn = (s.turn + k + 1) % n
+                return r, head, decodes
+        return _NOBODY, None, []
+
     def _iterate(self, s: _Slice, now: float) -> None:
         cfg = self.config
         s.busy = False
-        if now < s.ready_s:
-            self._kick(s, now)
-            return
         if self._may_preempt(now):
             self._schedule(now)
-            if now < s.ready_s or s.busy:
-                self._kick(s, now)
+            if s.busy:
                 return
-        head = self._admit(s, now)
-        decodes = [r for r in s.running if r.ready_s <= now]
-        chunk = 0
-        if head is not None:
-            chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
-        tokens = chunk + len(decodes)
-        if tokens == 0:
+        r, head, decodes = self._next_turn(s, now) if s.residents else (_NOBODY, None, [])
+        if r is _NOBODY:
             s.rate_gbps = 0.0
-            later = [r.ready_s for r in (*s.running, *s.queue) if r.ready_s > now]
+            later = [
+                max(x.ready_s, min((q.ready_s for q in x.requests), default=x.ready_s))
+                for x in s.residents
+                if x.in_flight
+            ]
+            later = [t for t in later if now < t < math.inf]
             if later:
                 s.busy = True
                 s.iter_end_s = min(later)
@@ -719,10 +836,14 @@ class ServerlessEngine:
             elif s.in_flight == 0:
                 self._schedule(now)
             return
-        context = sum(r.out.prompt_tokens + r.generated for r in decodes)
+        chunk = 0
+        if head is not None:
+            chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
+        tokens = chunk + len(decodes)
+        context = sum(q.out.prompt_tokens + q.generated for q in decodes)
         start = head.prefilled if head is not None else 0
         pairs = float(context) + chunk * (start + chunk / 2.0)
-        rho = self._rho(s, tokens)
+        rho = self._rho(s, r, tokens)
         share, others = self._share(s)
         cost = model_pass_cost(
             cfg.model,
@@ -739,10 +860,10 @@ class ServerlessEngine:
             s.rate_gbps = cost.c2c_bytes / dt / GB
             self._c2c_bytes += cost.c2c_bytes
             self._rhos.append(rho)
-            if s.tuner is not None:
+            if r.tuner is not None:
                 u_c2c = min(1.0, (s.rate_gbps + sum(o.rate_gbps for o in others)) / cfg.link_gbps)
                 u_hbm = min(1.0, cost.hbm_bytes / dt / s.profile.hbm_bytes_per_s)
-                s.tuner.observe(
+                r.tuner.observe(
                     KnobObservation(
                         now_s=now + dt,
                         latency_s=dt,
@@ -754,21 +875,21 @@ class ServerlessEngine:
         self._iterations += 1
         self._max_iteration = max(self._max_iteration, dt)
         end = now + dt
-        s.last_used_s = end
-        for r in decodes:
-            r.out.token_times_s.append(end)
-            if r.generated >= r.out.output_tokens:
-                r.out.finish_s = end
-        s.running = [r for r in s.running if r.out.finish_s is None]
+        r.last_used_s = end
+        for q in decodes:
+            q.out.token_times_s.append(end)
+            if q.generated >= q.out.output_tokens:
+                q.out.finish_s = end
+        r.running = [q for q in r.running if q.out.finish_s is None]
         if head is not None:
             head.prefilled += chunk
             if head.prefill_done:
-                s.queue.popleft()
+                r.queue.popleft()
                 head.out.token_times_s.append(end)
                 if head.out.output_tokens <= 1:
                     head.out.finish_s = end
                 else:
-                    s.running.append(head)
+                    r.running.append(head)
         self._last = max(self._last, end)
         s.busy = True
         s.iter_end_s = end
@@ -787,15 +908,14 @@ class ServerlessEngine:
         )
         self._replans += 1
         by_id = {s.id: s for s in self._slices}
-        active = {s.model for s in self._slices if s.model}
+        active = {r.model for s in self._slices for r in s.residents}
         demand = self._serverless_model("x").c2c_gbps
         for a in plan.assignments:
             s = by_id[a.slice_id]
-            if a.model in active or s.in_flight or s.busy or s.model:
+            if a.model in active or s.residents or s.busy:
                 continue
-            others = sum(1 for o in self._slices if o.model and o is not s)
-            if (others + 1) * demand <= self._budget * (1 + 1e-9):
-                self._switch(s, a.model, now)
+            if (len(active) + 1) * demand <= self._budget * (1 + 1e-9):
+                self._set_up(s, a.model, now, replacing="")
                 active.add(a.model)
 
     def _starvation_bound(self, max_switch: float) -> float | None:
@@ -803,17 +923,14 @@ class ServerlessEngine:
             return None
         model = self._serverless_model("x")
         fitting = sum(1 for s in self._slices if fits(model, MigSlice(s.id, s.profile)))
-        by_link = (
-            int(self._budget * (1 + 1e-9) // model.c2c_gbps)
-            if math.isfinite(self._budget)
-            else fitting
-        )
-        usable = min(fitting, by_link)
-        if usable <= 0:
+        places = fitting * self._per_slice
+        if math.isfinite(self._budget):
+            places = min(places, int(self._budget * (1 + 1e-9) // model.c2c_gbps))
+        if places <= 0:
             return None
         return starvation_bound_s(
             ahead=self._max_waiting - 1,
-            usable_slices=usable,
+            usable_slices=places,
             preemption=self.config.preemption,
             iteration_s=self._max_iteration,
             switch_s=max_switch,
@@ -850,9 +967,10 @@ class ServerlessEngine:
                     self._replan(now, window)
                     window = []
                     replan_at = now + cfg.replan_s
-                if not any(s.model == r.model for s in self._slices):
+                if all(s.resident(r.model) is None for s in self._slices):
                     queued += 1
                 bisect.insort(self._pending, r, key=_wait_key)
+                self._pending_changed()
                 self._schedule(now)
                 if progress is not None:
                     progress(now)
@@ -899,6 +1017,8 @@ class ServerlessEngine:
             mean_rho=float(np.mean(self._rhos)) if self._rhos else None,
             models=len({r.model for r in reqs}),
             preemptions=self._preemptions,
+            evictions=tuple(sorted(self._evictions.items())),
+            shares=self._shares,
             kv_swaps=self._kv_swaps,
             rejected=self._rejected,
             cold_ttft_s=tuple(
@@ -915,4 +1035,5 @@ class ServerlessEngine:
         return ServerlessRun(result, stats, self._switches)
 
 
+_NOBODY = _Resident("", 0.0, math.inf, math.inf, 0.0)
 _QUEUED = RouteDecision(QUEUE, "", "", 0.0, math.inf, "queue: no idle or evictable slice")

@@ -43,6 +43,11 @@ class SharedLink:
         self._advance(now_s)
         self._left[key] = nbytes
 
+    def cancel(self, key: int, now_s: float) -> None:
+        """Drop a transfer in flight (the others speed up from now)."""
+        self._advance(now_s)
+        del self._left[key]
+
     def next_finish_s(self) -> float | None:
         """When the first transfer in flight finishes if none starts before."""
         if not self._left:

@@ -3,17 +3,24 @@ how it places models on slices, how it chunks prefills and sets rho, and
 what a model switch costs it.
 
 - ``c2cserve``: weights stream from host memory over C2C; the queue-aware
-  scheduler (``schedule_waiting``: active slice, idle slice within the link
-  budget, evict an inactive model, a lower-priority one, or, once a model
-  has waited W, one of equal priority that has held its slice for Q, its
-  requests' KV moved to host memory); idle slices prewarmed by
-  ``plan_placement``; ``choose_chunk``; one ``RhoTuner`` per slice; a switch
-  costs engine set-up (the paper's 50 ms).
-- ``c2cserve-inactive``: the same, but it evicts inactive models only (no
-  preemption): the routing before the queue-aware scheduler.
-- ``random``: c2cserve's streaming, preemption, chunk and tuner, but a
-  waiting model goes to a slice drawn (seeded) among the idle and
-  evictable ones, ignoring the link budget (the paper's §9.4.2 ablation).
+  scheduler (``schedule_waiting``): a model's requests go where it is
+  resident; else to an idle slice within the link budget; else it takes the
+  place of an inactive model; else it shares a busy slice (up to
+  ``max_models_per_slice`` models take turns iteration by iteration, within
+  the link budget); else it takes the place of a lower-priority model, or,
+  urgent, of one with enough slack, or, starving, of any that has held its
+  place for Q (the preempted requests' KV moves to host memory); idle
+  slices prewarmed by ``plan_placement``; ``choose_chunk``; one
+  ``RhoTuner`` per resident model; a switch costs engine set-up (the
+  paper's 50 ms).
+- ``c2cserve-exclusive``: c2cserve with one model per slice (no sharing).
+- ``c2cserve-inactive``: one model per slice and it evicts inactive models
+  only (no preemption, no sharing): the routing before the queue-aware
+  scheduler.
+- ``random``: c2cserve's streaming, preemption, chunk and tuner, one model
+  per slice, but a waiting model goes to a slice drawn (seeded) among the
+  idle and evictable ones, ignoring the link budget (the paper's §9.4.2
+  ablation).
 - ``static-chunk``: c2cserve with every chunk the engine's token budget.
 - ``static-rho``: c2cserve with rho fixed at the cost model's best static
   rho on an uncontended link, no tuner.
@@ -47,9 +54,11 @@ class ServerlessPolicy:
     name: str
     # Weights stream from host memory over C2C (else: loaded into HBM).
     streams: bool
-    # Preempt active models (lower priority at once; equal priority after W
-    # and Q) instead of evicting inactive ones only.
+    # Preempt active models (lower priority at once; equal priority when
+    # urgent or starving) instead of evicting inactive ones only.
     preempts: bool
+    # Several models may be resident on one slice (taking turns).
+    shares: bool = False
     placement: str = SCHEDULER
     # Set idle slices up ahead of demand every replan interval.
     prewarm: bool = False
@@ -67,6 +76,7 @@ class ServerlessPolicy:
 
 
 C2CSERVE = "c2cserve"
+C2CSERVE_EXCLUSIVE = "c2cserve-exclusive"
 C2CSERVE_INACTIVE = "c2cserve-inactive"
 DEDICATED = "dedicated"
 RANDOM = "random"
@@ -78,7 +88,8 @@ AEGAEON = "aegaeon"
 SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
     p.name: p
     for p in (
-        ServerlessPolicy(C2CSERVE, streams=True, preempts=True, prewarm=True),
+        ServerlessPolicy(C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True),
+        ServerlessPolicy(C2CSERVE_EXCLUSIVE, streams=True, preempts=True, prewarm=True),
         ServerlessPolicy(C2CSERVE_INACTIVE, streams=True, preempts=False, prewarm=True),
         ServerlessPolicy(
             DEDICATED,
@@ -89,8 +100,12 @@ SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
             default_load_link="pcie",
         ),
         ServerlessPolicy(RANDOM, streams=True, preempts=True, placement=RANDOM_PLACEMENT),
-        ServerlessPolicy(STATIC_CHUNK, streams=True, preempts=True, prewarm=True, chunk=STATIC),
-        ServerlessPolicy(STATIC_RHO, streams=True, preempts=True, prewarm=True, rho=BEST_STATIC),
+        ServerlessPolicy(
+            STATIC_CHUNK, streams=True, preempts=True, shares=True, prewarm=True, chunk=STATIC
+        ),
+        ServerlessPolicy(
+            STATIC_RHO, streams=True, preempts=True, shares=True, prewarm=True, rho=BEST_STATIC
+        ),
         ServerlessPolicy(
             SLLM,
             streams=False,

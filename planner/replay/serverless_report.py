@@ -66,6 +66,8 @@ class ServerlessMetrics:
             "queued_on_arrival": s.queued,
             "mean_rho": s.mean_rho,
             "preemptions": s.preemptions,
+            "evictions": dict(s.evictions),
+            "shares": s.shares,
             "kv_swaps": s.kv_swaps,
             "rejected": s.rejected,
             "cold_start_s": self.cold_start_s.to_json(),
@@ -147,6 +149,7 @@ def _rows() -> list[tuple[str, list[_Row]]]:
                     f"Cold start / {COLD_START_REFERENCE}'s", lambda m: m.cold_start_ratio, _ratio
                 ),
                 _Row("Preemptions", lambda m: m.stats.preemptions, _int),
+                _Row("Shared slices (models taking turns)", lambda m: m.stats.shares, _int),
                 _Row("KV swaps (room)", lambda m: m.stats.kv_swaps, _int),
             ],
         ),

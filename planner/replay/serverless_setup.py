@@ -20,14 +20,16 @@ PCIE_GBPS = 55.0
 DEFAULT_MIG = "3"
 DEFAULT_SWITCH_SETUP_S = 0.05
 # Preemption knobs as multiples of the TTFT target when not given
-# (docs/serverless.md: chosen by measurement): a model waits a tenth of its
-# TTFT target before it may preempt (W), a placement holds its slice for
-# half of it (Q), a victim needs the slack of one round trip (W + Q), and
-# a model that has waited twice its TTFT target preempts whatever the slack
+# (docs/serverless.md: chosen by measurement): a waiting model may preempt
+# once its most urgent request has half its TTFT target of slack left (U),
+# a placement holds its place for half of it (Q), a victim needs 8x of slack
+# (V: measured, a preempted model rarely gets a place back sooner), and a
+# model that has waited 12x its TTFT target preempts whatever the slack
 # (W_s, the starvation backstop).
-PREEMPT_AFTER_TTFT = 0.1
+URGENT_SLACK_TTFT = 0.5
 MIN_HOLD_TTFT = 0.5
-STARVE_AFTER_TTFT = 2.0
+VICTIM_SLACK_TTFT = 8.0
+STARVE_AFTER_TTFT = 12.0
 
 __all__ = ["DEFAULT_MIG", "DEFAULT_SWITCH_SETUP_S", "LOAD_LINKS", "PCIE_GBPS"]
 
@@ -41,8 +43,9 @@ class ServerlessKnobs:
     switch_setup_s: float = DEFAULT_SWITCH_SETUP_S
     replan_s: float = 10.0
     seed: int = 0
-    # W, Q, the victim's slack and W_s (None: from the TTFT target).
-    preempt_after_s: float | None = None
+    max_models_per_slice: int = 2
+    # U, Q, V and W_s (None: from the TTFT target).
+    urgent_slack_s: float | None = None
     min_hold_s: float | None = None
     victim_slack_s: float | None = None
     starve_after_s: float | None = None
@@ -61,13 +64,13 @@ def serverless_config(setup: ReplaySetup, knobs: ServerlessKnobs) -> ServerlessC
     if knobs.load_link is not None and knobs.load_link not in LOAD_LINKS:
         raise ValueError(f"--load-link must be one of {', '.join(LOAD_LINKS)}")
     ttft = setup.engine.slo.ttft_s
-    w = _or(knobs.preempt_after_s, PREEMPT_AFTER_TTFT * ttft)
+    u = _or(knobs.urgent_slack_s, URGENT_SLACK_TTFT * ttft)
     q = _or(knobs.min_hold_s, MIN_HOLD_TTFT * ttft)
     try:
         preemption = PreemptionParams(
-            preempt_after_s=w,
             min_hold_s=q,
-            victim_slack_s=_or(knobs.victim_slack_s, w + q),
+            urgent_slack_s=u,
+            victim_slack_s=_or(knobs.victim_slack_s, VICTIM_SLACK_TTFT * ttft),
             starve_after_s=_or(knobs.starve_after_s, STARVE_AFTER_TTFT * ttft),
         )
     except ValueError as exc:
@@ -81,6 +84,7 @@ def serverless_config(setup: ReplaySetup, knobs: ServerlessKnobs) -> ServerlessC
         pcie_gbps=PCIE_GBPS,
         switch_setup_s=knobs.switch_setup_s,
         preemption=preemption,
+        max_models_per_slice=knobs.max_models_per_slice,
         static_chunk=setup.engine.max_batched_tokens,
         max_running=setup.engine.max_running,
         replan_s=knobs.replan_s,
@@ -110,6 +114,7 @@ def describe(config: ServerlessConfig, policy: str) -> dict[str, object]:
         ),
         "switch_setup_s": config.switch_setup_s if p.streams else None,
         "preempts": p.preempts,
+        "max_models_per_slice": config.max_models_per_slice if p.shares else 1,
         "preemption": dataclasses.asdict(config.preemption) if p.preempts else None,
         "static_chunk": config.static_chunk,
         "max_running": config.max_running,
