@@ -69,10 +69,11 @@ from planner.replay.serverless_setup import (
     DEFAULT_MIG,
     DEFAULT_SWITCH_SETUP_S,
     LOAD_LINKS,
+    MAX_DRAIN_S,
     MIN_HOLD_TTFT,
-    STARVE_AFTER_TTFT,
+    STARVE_AFTER_S,
     URGENT_SLACK_TTFT,
-    VICTIM_SLACK_TTFT,
+    VICTIM_SLACK_MARGIN_S,
     ServerlessKnobs,
     describe,
     serverless_config,
@@ -298,13 +299,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--victim-slack",
         type=float,
         help="policies that preempt: the slack every request of a preempted model needs, s "
-        f"(default {VICTIM_SLACK_TTFT:g} x the TTFT SLO)",
+        f"(default --starve-after + --min-hold + {VICTIM_SLACK_MARGIN_S:g})",
+    )
+    v.add_argument(
+        "--max-drain",
+        type=float,
+        help="policies that preempt: a starving model drains its victim (no new requests) "
+        f"for at most this long, then preempts the rest, s (default {MAX_DRAIN_S:g})",
     )
     v.add_argument(
         "--starve-after",
         type=float,
         help="policies that preempt: after this long waiting a model preempts whatever the "
-        f"slack (the starvation backstop), s (default {STARVE_AFTER_TTFT:g} x the TTFT SLO)",
+        f"slack (the starvation backstop), s (default {STARVE_AFTER_S:g})",
     )
     v.add_argument(
         "--switch-setup",
@@ -396,6 +403,7 @@ def run(args: argparse.Namespace) -> int:
         "min_hold",
         "victim_slack",
         "starve_after",
+        "max_drain",
     ):
         value = getattr(args, name)
         if value is None:
@@ -734,6 +742,7 @@ def _run_serverless(
         min_hold_s=args.min_hold,
         victim_slack_s=args.victim_slack,
         starve_after_s=args.starve_after,
+        max_drain_s=args.max_drain,
         seed=args.seed,
     )
     try:
@@ -775,7 +784,9 @@ def _run_serverless(
             f"preemption: urgent at {config.preemption.urgent_slack_s:g} s of slack, hold "
             f"{config.preemption.min_hold_s:g} s, victim slack "
             f"{config.preemption.victim_slack_s:g} s, starving after "
-            f"{config.preemption.starve_after_s:g} s",
+            f"{config.preemption.starve_after_s:g} s (drain at most "
+            f"{config.preemption.max_drain_s:g} s); {config.max_models_per_slice} models per "
+            "slice",
         )
         if first is None:
             first = (runs, metrics)

@@ -144,9 +144,11 @@ class PreemptionParams:
       has at least ``victim_slack_s`` (V) of slack (it can wait until it is
       urgent itself and then get a slice back, and still keep its targets);
     - by a waiting model whose oldest request has waited ``starve_after_s``
-      (W_s), whatever the slack: the backstop that, with starving models
-      served oldest first, bounds every model's wait
-      (``starvation_bound_s``).
+      (W_s), whatever the slack, by draining: the victim takes no new
+      requests and hands its place over once its requests in flight are
+      done, or after ``max_drain_s`` (D), preempting what is left. The
+      backstop that, with starving models served oldest first,
+      bounds every model's wait (``starvation_bound_s``).
 
     Slack: for a request without its first token, TTFT deadline - now; for
     one decoding, the pause it can take now and keep its mean TPOT within
@@ -157,9 +159,12 @@ class PreemptionParams:
     urgent_slack_s: float
     victim_slack_s: float
     starve_after_s: float
+    # A drain lasts at most this long; what is still in flight then is
+    # preempted (requeued, KV to host).
+    max_drain_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("min_hold_s", "victim_slack_s", "starve_after_s"):
+        for name in ("min_hold_s", "victim_slack_s", "starve_after_s", "max_drain_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value}")
@@ -197,6 +202,10 @@ class RouteDecision:
     # Why that slice could be taken: "inactive", "lower-priority", "held"
     # (the waiting model is urgent, the victim has slack) or "starving".
     eviction: str = ""
+    # The evicted model is drained, not preempted: it takes no new
+    # requests, its requests in flight finish, then the model switches
+    # (a starving model's place; request-granularity switching).
+    drains: bool = False
 
 
 @dataclass(frozen=True, slots=True)

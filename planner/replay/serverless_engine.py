@@ -72,6 +72,7 @@ from planner.policies.serverless import (
     choose_chunk,
     choose_kernel,
     eviction_order,
+    next_turn,
     plan_placement,
     schedule_waiting,
     service_order,
@@ -94,6 +95,7 @@ from planner.replay.serverless_policies import (
     AEGAEON,
     BEST_STATIC,
     C2CSERVE,
+    C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
     DEDICATED,
     RANDOM,
@@ -112,6 +114,7 @@ from planner.trace.records import TraceRequest
 __all__ = [
     "AEGAEON",
     "C2CSERVE",
+    "C2CSERVE_EXCLUSIVE",
     "C2CSERVE_INACTIVE",
     "DEDICATED",
     "DEFAULT_MODEL",
@@ -134,7 +137,7 @@ DEFAULT_PREEMPTION = PreemptionParams(
     min_hold_s=2.5, urgent_slack_s=2.5, victim_slack_s=40.0, starve_after_s=60.0
 )
 # Event kinds, in the order they run at one instant.
-_ARRIVAL, _ITERATION, _LOAD_START, _LOAD_DONE = range(4)
+_ARRIVAL, _ITERATION, _LOAD_START, _LOAD_DONE, _DRAIN_LIMIT = range(5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +223,9 @@ class ServerlessStats:
     evictions: tuple[tuple[str, int], ...] = ()
     # Models set up on a slice another model was running on (taking turns).
     shares: int = 0
+    # Models drained for a starving one, and the longest drain.
+    drains: int = 0
+    max_drain_s: float = 0.0
     # Running requests whose KV moved to host memory for lack of KV room.
     kv_swaps: int = 0
     # Requests whose KV cannot fit an empty slice.
@@ -308,6 +314,10 @@ class _Resident:
     tuner: RhoTuner | None = None
     # The switch record its weight load completes.
     loading: int | None = None
+    # Draining for this resident (set up once this one's requests are done)
+    # since then.
+    successor: _Resident | None = None
+    drain_since_s: float = 0.0
 
     @property
     def in_flight(self) -> int:
@@ -338,7 +348,8 @@ class _Slice:
         return sum(r.in_flight for r in self.residents)
 
     def resident(self, model: str) -> _Resident | None:
-        return next((r for r in self.residents if r.model == model), None)
+        """Its resident ``model`` that takes requests (not draining)."""
+        return next((r for r in self.residents if r.model == model and r.successor is None), None)
 
 
 def _wait_key(r: _Req) -> tuple[float, int]:
@@ -371,6 +382,7 @@ class ServerlessEngine:
         self._cache_chunk: dict[tuple[str, int], int] = {}
         self._cache_tiles: dict[tuple[str, bool], GemmTiles] = {}
         self._cache_rho: dict[tuple[str, bool], float] = {}
+        self._cache_prefill: dict[str, float] = {}
         self._rhos: list[float] = []
         self._budget = (
             PlacementParams(link_gbps=config.link_gbps).link_budget_gbps
@@ -394,6 +406,8 @@ class ServerlessEngine:
         self._iterations = 0
         self._replans = 0
         self._preemptions = 0
+        self._drains = 0
+        self._max_drain = 0.0
         self._shares = 0
         self._kv_swaps = 0
         self._rejected = 0
@@ -422,6 +436,8 @@ class ServerlessEngine:
             if not s.residents:
                 out.append(SliceState(s.id, s.profile))
             for r in s.residents:
+                if r.successor is not None:
+                    continue  # draining: its successor stands for the place
                 on = r.requests
                 out.append(
                     SliceState(
@@ -439,25 +455,23 @@ class ServerlessEngine:
         return out
 
     def _waiting(self, now: float) -> list[WaitingModel]:
-        heads: dict[str, WaitingModel] = {}
+        first: dict[str, _Req] = {}
+        count: dict[str, int] = {}
+        top: dict[str, float] = {}
+        deadline: dict[str, float] = {}
         for r in self._pending:
-            w = heads.get(r.model)
-            if w is None:
-                heads[r.model] = WaitingModel(
-                    self._serverless_model(r.model),
-                    r.priority,
-                    r.waiting_since,
-                    1,
-                    r.slack_s(now),
-                )
-            else:
-                heads[r.model] = dataclasses.replace(
-                    w,
-                    priority=max(w.priority, r.priority),
-                    requests=w.requests + 1,
-                    slack_s=min(w.slack_s, r.slack_s(now)),
-                )
-        return list(heads.values())
+            m = r.model
+            if m not in first:
+                first[m], count[m], top[m], deadline[m] = r, 0, r.priority, r.deadline_s
+            count[m] += 1
+            top[m] = max(top[m], r.priority)
+            deadline[m] = min(deadline[m], r.deadline_s)
+        return [
+            WaitingModel(
+                self._serverless_model(m), top[m], r.waiting_since, count[m], deadline[m] - now
+            )
+            for m, r in first.items()
+        ]
 
     def _pending_changed(self) -> None:
         self._pending_deadline = min((r.deadline_s for r in self._pending), default=math.inf)
@@ -556,7 +570,7 @@ class ServerlessEngine:
             if d.action == SHARE:
                 self._shares += 1
             if d.action in (IDLE, EVICT, SHARE):
-                self._set_up(s, route.model, now, replacing=d.evicted_model)
+                self._set_up(s, route.model, now, replacing=d.evicted_model, drain=d.drains)
             self._place(s, route.model, now)
 
     def _random_round(
@@ -649,25 +663,98 @@ class ServerlessEngine:
             self._next_load_event()
         return start + out_s, kv_out
 
-    def _set_up(self, s: _Slice, model: str, now: float, *, replacing: str) -> None:
+    def _set_up(
+        self, s: _Slice, model: str, now: float, *, replacing: str, drain: bool = False
+    ) -> None:
         """Make ``model`` a resident of ``s`` (in place of ``replacing``, if
-        given): engine set-up for streaming policies, weight load then
-        engine work for the HBM-resident baselines."""
+        given: preempted, or with ``drain`` drained first): engine set-up for
+        streaming policies, weight load then engine work for the
+        HBM-resident baselines."""
         free_at, kv_out = now, 0.0
         old = s.resident(replacing) if replacing else None
+        if old is not None and drain:
+            self._start_drain(s, old, model, now)
+            return
         if old is not None:
             free_at, kv_out = self._evict(s, old, now)
+        self._new_resident(s, model, now, free_at, replacing=replacing, kv_out=kv_out)
+
+    def _start_drain(self, s: _Slice, old: _Resident, model: str, now: float) -> None:
+        """``old`` takes no new requests: those not started go back to wait
+        (keeping when they started waiting); ``model`` is set up on ``s``
+        once the rest are done."""
+        r = _Resident(
+            model,
+            max((q.priority for q in self._pending if q.model == model), default=1.0),
+            ready_s=math.inf,
+            active_since_s=math.inf,
+            last_used_s=now,
+        )
+        waiting = [q for q in self._pending if q.model == model]
+        if waiting and not waiting[0].out.token_times_s and not waiting[0].kv_in_host:
+            waiting[0].cold = True
+        old.successor = r
+        old.drain_since_s = now
+        s.residents.append(r)
+        fresh = [q for q in old.queue if q.kv_tokens == 0 and not q.kv_in_host]
+        for q in fresh:
+            old.queue.remove(q)
+            bisect.insort(self._pending, q, key=_wait_key)
+        if fresh:
+            self._pending_changed()
+        self._drains += 1
+        if old.in_flight == 0:
+            self._finish_drain(s, old, now)
+        else:
+            self._push(now + self.config.preemption.max_drain_s, _DRAIN_LIMIT, s.index)
+
+    def _drain_limit(self, s: _Slice, now: float) -> None:
+        """Preempt what a drain that reached its limit still has in flight."""
+        limit = self.config.preemption.max_drain_s
+        for old in [x for x in s.residents if x.successor is not None]:
+            if now - old.drain_since_s < limit * (1 - 1e-9) or not old.in_flight:
+                continue
+            new = old.successor
+            assert new is not None
+            self._max_drain = max(self._max_drain, now - old.drain_since_s)
+            free_at, kv_out = self._evict(s, old, now)
+            s.residents.remove(new)
+            self._new_resident(
+                s, new.model, now, free_at, replacing=old.model, kv_out=kv_out, resident=new
+            )
+            self._kick(s, now)
+
+    def _finish_drain(self, s: _Slice, old: _Resident, now: float) -> None:
+        new = old.successor
+        assert new is not None
+        self._max_drain = max(self._max_drain, now - old.drain_since_s)
+        s.residents.remove(old)
+        s.residents.remove(new)
+        self._new_resident(s, new.model, now, now, replacing=old.model, kv_out=0.0, resident=new)
+        self._kick(s, now)
+
+    def _new_resident(
+        self,
+        s: _Slice,
+        model: str,
+        now: float,
+        free_at: float,
+        *,
+        replacing: str,
+        kv_out: float,
+        resident: _Resident | None = None,
+    ) -> None:
         mine = [q for q in self._pending if q.model == model]
         if mine and not mine[0].out.token_times_s and not mine[0].kv_in_host:
             mine[0].cold = True
-        r = _Resident(
+        r = resident or _Resident(
             model,
             max((q.priority for q in mine), default=1.0),
             ready_s=math.inf,
             active_since_s=math.inf,
             last_used_s=now,
-            tuner=RhoTuner() if self._p.rho == TUNER else None,
         )
+        r.tuner = RhoTuner() if self._p.rho == TUNER else None
         s.residents.append(r)
         record = SwitchRecord(
             now,
@@ -677,7 +764,7 @@ class ServerlessEngine:
             0.0,
             0.0,
             kv_out_bytes=kv_out,
-            preempted=old is not None and kv_out > 0,
+            preempted=kv_out > 0,
         )
         if self._p.streams:
             r.ready_s = r.active_since_s = free_at + self.config.switch_setup_s
@@ -798,24 +885,60 @@ class ServerlessEngine:
             return None
         return head
 
+    def _prefill_s_per_token(self, s: _Slice) -> float:
+        """A prefill's time per prompt token on ``s`` (chunks of the static
+        size, the link shared by every slice): what a request's deadline
+        is brought forward by for the prompt it has left."""
+        key = (s.profile.name, -1)
+        if key not in self._cache_chunk:
+            tokens = self.config.static_chunk
+            cost = model_pass_cost(
+                self.config.model,
+                tokens,
+                rho=0.0,
+                mig=s.profile,
+                c2c_gbps=self.config.link_gbps / len(self._slices),
+                tiles=self._tiles(s, tokens),
+            )
+            self._cache_prefill[s.profile.name] = cost.time_s / tokens
+            self._cache_chunk[key] = tokens
+        return self._cache_prefill[s.profile.name]
+
+    @staticmethod
+    def _start_by(q: _Req, per_token: float) -> float:
+        """When ``q`` must run by: its deadline, less its remaining prefill."""
+        if q.out.token_times_s:
+            return q.deadline_s
+        return q.deadline_s - (q.out.prompt_tokens - q.prefilled) * per_token
+
     def _next_turn(self, s: _Slice, now: float) -> tuple[_Resident, _Req | None, list[_Req]]:
-        """The first resident from ``s.turn`` on that has tokens to run now;
-        None's resident when none has."""
-        n = len(s.residents)
-        for k in range(n):
-            r = s.residents[(s.turn + k) % n]
-            if r.ready_s > now or not r.in_flight:
-                continue
+        """The resident to run now (``next_turn``: earliest deadline, ties
+        round robin) with its prefill head and decodes; ``_NOBODY`` when no
+        resident has tokens to run now."""
+        per_token = self._prefill_s_per_token(s)
+        deadlines: list[float | None] = [
+            min(self._start_by(q, per_token) for q in r.requests)
+            if r.ready_s <= now and r.in_flight
+            else None
+            for r in s.residents
+        ]
+        while (i := next_turn(deadlines, s.turn)) is not None:
+            r = s.residents[i]
             head = self._admit(s, r, now)
             decodes = [q for q in r.running if q.ready_s <= now]
             if head is not None or decodes:
-                s.turn = (s.turn + k + 1) % n
+                s.turn = i
                 return r, head, decodes
+            deadlines[i] = None
         return _NOBODY, None, []
 
     def _iterate(self, s: _Slice, now: float) -> None:
         cfg = self.config
         s.busy = False
+        for done in [x for x in s.residents if x.successor is not None and not x.in_flight]:
+            self._finish_drain(s, done, now)
+            if s.busy:
+                return
         if self._may_preempt(now):
             self._schedule(now)
             if s.busy:
@@ -890,6 +1013,7 @@ class ServerlessEngine:
                     head.out.finish_s = end
                 else:
                     r.running.append(head)
+
         self._last = max(self._last, end)
         s.busy = True
         s.iter_end_s = end
@@ -934,6 +1058,7 @@ class ServerlessEngine:
             preemption=self.config.preemption,
             iteration_s=self._max_iteration,
             switch_s=max_switch,
+            drain_s=self._max_drain,
         )
 
     def run(self, progress: Callable[[float], None] | None = None) -> ServerlessRun:
@@ -978,6 +1103,9 @@ class ServerlessEngine:
                 self._iterate(self._slices[index], now)
             elif kind == _LOAD_START:
                 self._load_start(self._slices[index], now)
+            elif kind == _DRAIN_LIMIT:
+                self._drain_limit(self._slices[index], now)
+
             else:
                 self._loads_done(now, index)
         outcomes = [r.out for r in reqs]
@@ -1019,6 +1147,8 @@ class ServerlessEngine:
             preemptions=self._preemptions,
             evictions=tuple(sorted(self._evictions.items())),
             shares=self._shares,
+            drains=self._drains,
+            max_drain_s=self._max_drain,
             kv_swaps=self._kv_swaps,
             rejected=self._rejected,
             cold_ttft_s=tuple(

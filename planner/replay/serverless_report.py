@@ -68,6 +68,8 @@ class ServerlessMetrics:
             "preemptions": s.preemptions,
             "evictions": dict(s.evictions),
             "shares": s.shares,
+            "drains": s.drains,
+            "max_drain_s": s.max_drain_s,
             "kv_swaps": s.kv_swaps,
             "rejected": s.rejected,
             "cold_start_s": self.cold_start_s.to_json(),
@@ -158,6 +160,8 @@ def _rows() -> list[tuple[str, list[_Row]]]:
             [
                 _Row("Wait p99", lambda m: m.placement_wait_s.p99, fmt_seconds, -1),
                 _Row("Wait max", lambda m: m.placement_wait_s.max, fmt_seconds, -1),
+                _Row("Drains (starving)", lambda m: m.stats.drains, _int),
+                _Row("Longest drain", lambda m: m.stats.max_drain_s, fmt_seconds),
                 _Row("Starvation bound", lambda m: m.stats.starvation_bound_s, fmt_seconds),
             ],
         ),

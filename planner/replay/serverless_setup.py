@@ -19,17 +19,17 @@ from planner.replay.setup import ReplaySetup
 PCIE_GBPS = 55.0
 DEFAULT_MIG = "3"
 DEFAULT_SWITCH_SETUP_S = 0.05
-# Preemption knobs as multiples of the TTFT target when not given
-# (docs/serverless.md: chosen by measurement): a waiting model may preempt
-# once its most urgent request has half its TTFT target of slack left (U),
-# a placement holds its place for half of it (Q), a victim needs 8x of slack
-# (V: measured, a preempted model rarely gets a place back sooner), and a
-# model that has waited 12x its TTFT target preempts whatever the slack
-# (W_s, the starvation backstop).
+# Preemption knobs (docs/serverless.md: chosen by measurement). A waiting
+# model may preempt once its most urgent request has half its TTFT target of
+# slack left (U) and a placement holds its place for half of it (Q); a
+# model that has waited a minute preempts whatever the slack (W_s, the
+# starvation backstop); a victim needs the slack to wait for that backstop
+# to bring it back: W_s + Q + 1 s (V).
 URGENT_SLACK_TTFT = 0.5
 MIN_HOLD_TTFT = 0.5
-VICTIM_SLACK_TTFT = 8.0
-STARVE_AFTER_TTFT = 12.0
+STARVE_AFTER_S = 60.0
+VICTIM_SLACK_MARGIN_S = 1.0
+MAX_DRAIN_S = 10.0
 
 __all__ = ["DEFAULT_MIG", "DEFAULT_SWITCH_SETUP_S", "LOAD_LINKS", "PCIE_GBPS"]
 
@@ -49,6 +49,7 @@ class ServerlessKnobs:
     min_hold_s: float | None = None
     victim_slack_s: float | None = None
     starve_after_s: float | None = None
+    max_drain_s: float | None = None
 
 
 def _or(value: float | None, default: float) -> float:
@@ -66,12 +67,14 @@ def serverless_config(setup: ReplaySetup, knobs: ServerlessKnobs) -> ServerlessC
     ttft = setup.engine.slo.ttft_s
     u = _or(knobs.urgent_slack_s, URGENT_SLACK_TTFT * ttft)
     q = _or(knobs.min_hold_s, MIN_HOLD_TTFT * ttft)
+    starve = _or(knobs.starve_after_s, STARVE_AFTER_S)
     try:
         preemption = PreemptionParams(
             min_hold_s=q,
             urgent_slack_s=u,
-            victim_slack_s=_or(knobs.victim_slack_s, VICTIM_SLACK_TTFT * ttft),
-            starve_after_s=_or(knobs.starve_after_s, STARVE_AFTER_TTFT * ttft),
+            victim_slack_s=_or(knobs.victim_slack_s, starve + q + VICTIM_SLACK_MARGIN_S),
+            starve_after_s=starve,
+            max_drain_s=_or(knobs.max_drain_s, MAX_DRAIN_S),
         )
     except ValueError as exc:
         raise ValueError(f"serverless: {exc}") from None

@@ -70,13 +70,14 @@ def test_table_and_json(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     assert sllm["config"]["engine_init_s"] == pytest.approx(1.7 - 16.06e9 / 405e9, 1e-3)
     ours = next(p for p in data["policies"] if p["policy"] == "c2cserve")
     assert ours["serverless"]["cold_start_ratio"] == pytest.approx(1.0)
-    # From the 5 s TTFT target: urgent at 2.5 s of slack, hold 2.5 s, victims
-    # need 40 s, starving after 60 s.
+    # From the 5 s TTFT target: urgent at 2.5 s of slack, hold 2.5 s;
+    # starving after 60 s, victims need 60 + 2.5 + 1 s.
     assert ours["config"]["preemption"] == {
         "min_hold_s": pytest.approx(2.5),
         "urgent_slack_s": pytest.approx(2.5),
-        "victim_slack_s": pytest.approx(40.0),
+        "victim_slack_s": pytest.approx(63.5),
         "starve_after_s": pytest.approx(60.0),
+        "max_drain_s": pytest.approx(10.0),
     }
 
 
@@ -123,6 +124,8 @@ def test_sweep_json_and_plots(
         (["--urgent-slack", "nan"], "--urgent-slack must be a finite number"),
         (["--victim-slack", "-1"], "--victim-slack must be a finite number >= 0"),
         (["--starve-after", "-1"], "--starve-after must be a finite number >= 0"),
+        (["--max-drain", "-1"], "--max-drain must be a finite number >= 0"),
+        (["--models-per-slice", "0"], "--models-per-slice must be >= 1"),
         (["--min-hold", "inf"], "--min-hold must be a finite number >= 0"),
         (["--compute-jitter", "0.1"], "--compute-jitter is not available"),
     ],

@@ -40,6 +40,7 @@ from planner.policies.serverless.tuner import (
     TunerState,
     tune,
 )
+from planner.policies.serverless.turns import next_turn
 
 __all__ = [
     "ACTIVE",
@@ -67,6 +68,7 @@ __all__ = [
     "fits",
     "greedy_assignment",
     "lexicographic_key",
+    "next_turn",
     "objective",
     "plan_placement",
     "residents",

@@ -23,9 +23,13 @@ entry with no model for an idle slice.
    has been ready for at least Q (``min_hold_s``): HELD when the waiting
    model is urgent (its most urgent request has at most U of slack,
    ``urgent_slack_s``) and every request of the victim has at least V
-   (``victim_slack_s``); STARVING, whatever the slack, when the waiting
-   model has waited W_s (``starve_after_s``); the one with the most slack
-   first (the least harm to its own requests), then the one ready longest;
+   (``victim_slack_s``), its requests preempted (requeued, KV to host);
+   STARVING, whatever the slack, when the waiting model has waited W_s
+   (``starve_after_s``), by draining the victim (no new requests; the
+   place is handed over once its requests in flight are done, or after D,
+   ``max_drain_s``, preempting the rest); the one
+   with the most slack first (the least harm to its own requests), then the
+   one ready longest;
 7. else QUEUE, saying why.
 
 Every candidate must fit the model (HBM, bandwidth, SMs) and keep the
@@ -133,13 +137,14 @@ def eviction_order(
     with its kind (INACTIVE, LOWER_PRIORITY, HELD, STARVING); see the module
     doc."""
     budget = link_budget_gbps * _TOLERANCE
+    total = _demand(slices)
     candidates = [
         s
         for s in slices
         if s.model
         and s.model != model.name
+        and total - s.model_c2c_gbps + model.c2c_gbps <= budget
         and _fits(model, s)
-        and _demand(slices, without=s) + model.c2c_gbps <= budget
     ]
     inactive = sorted(
         (s for s in candidates if s.in_flight == 0),
@@ -331,10 +336,11 @@ def _evict(
         )
     else:
         why = (
-            f"preempt {victim.model} on {victim.id}: {model.name} is starving (waited "
-            f"{waited_s:.3g} s), {victim.model} has been ready {held_for:.3g} s, slack "
-            f"{victim.slack_s:.3g} s ({victim.in_flight} in flight to requeue)"
+            f"drain {victim.model} on {victim.id}: {model.name} is starving (waited "
+            f"{waited_s:.3g} s), {victim.model} has been ready {held_for:.3g} s; it takes "
+            f"no new requests and its {victim.in_flight} in flight finish first"
         )
+    drains = kind == STARVING and victim.in_flight > 0
     return RouteDecision(
         EVICT,
         victim.id,
@@ -342,8 +348,9 @@ def _evict(
         after,
         link_budget_gbps,
         why,
-        preempts=victim.in_flight > 0,
+        preempts=victim.in_flight > 0 and not drains,
         eviction=kind,
+        drains=drains,
     )
 
 
@@ -437,6 +444,7 @@ def starvation_bound_s(
     preemption: PreemptionParams,
     iteration_s: float,
     switch_s: float,
+    drain_s: float = 0.0,
 ) -> float:
     """The longest a model waits, from when its oldest request starts
     waiting until ``schedule_waiting`` hands it a place, when every model has
@@ -444,27 +452,34 @@ def starvation_bound_s(
     it keeps the link within budget, and the caller schedules at every
     iteration boundary:
 
-        W_s + (ahead // S + 1) x (Q + switch_s + 2 x iteration_s)
+        W_s + (ahead // S + 1) x (Q + drain_s + switch_s + 2 x iteration_s)
 
     ``ahead``: models waiting since earlier (a model preempted off a slice
     waits again from then, so it queues behind); ``usable_slices`` S: places
     that can be active at once (slices that fit times the models each may
     hold, at most the link budget over one model's demand). One place's
-    cycle: it is taken at an iteration boundary (at most ``iteration_s``
-    after it became eligible), the victim's iteration in progress finishes
-    (``iteration_s``), the switch takes ``switch_s`` (KV out, set-up, weight
-    load), and the new model holds it for Q. Within any window of one cycle
-    every place is handed to a waiting model at least once, starving models
-    oldest first, so a model gets one within ``ahead // S + 1`` cycles of
-    starting to starve (turning W_s old: from then on every place whose
-    model has been ready for Q is a candidate, whatever its slack).
+    cycle: it is handed over at an iteration boundary (at most
+    ``iteration_s`` after it became eligible), its model's requests in
+    flight finish (at most ``drain_s``: the drain limit D, or their
+    longest remaining decode if shorter) and its iteration in progress
+    (``iteration_s``), the switch takes
+    ``switch_s`` (set-up, weight load), and the new model holds it for Q.
+    Within any window of one cycle every place is handed to a waiting
+    model at least once, starving models oldest first, so a model gets one
+    within ``ahead // S + 1`` cycles of starting to starve (turning W_s
+    old: from then on every place whose model has been ready for Q is a
+    candidate, whatever its slack).
     """
     if ahead < 0:
         raise ValueError(f"ahead must be >= 0, got {ahead}")
     if usable_slices <= 0:
         raise ValueError(f"usable_slices must be > 0, got {usable_slices}")
-    for name, value in (("iteration_s", iteration_s), ("switch_s", switch_s)):
+    for name, value in (
+        ("iteration_s", iteration_s),
+        ("switch_s", switch_s),
+        ("drain_s", drain_s),
+    ):
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-    cycle = preemption.min_hold_s + switch_s + 2.0 * iteration_s
+    cycle = preemption.min_hold_s + drain_s + switch_s + 2.0 * iteration_s
     return preemption.starve_after_s + (ahead // usable_slices + 1) * cycle
