@@ -311,7 +311,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--starve-after",
         type=float,
         help="policies that preempt: after this long waiting a model preempts whatever the "
-        f"slack (the starvation backstop), s (default {STARVE_AFTER_S:g})",
+        f"slack (the starvation backstop), s; inf: off (default {STARVE_AFTER_S:g})",
     )
     v.add_argument(
         "--switch-setup",
@@ -417,7 +417,10 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"{flag} must be a finite number, got {value}")
         if name == "models_per_slice" and value < 1:
             return _fail(f"{flag} must be >= 1, got {value}")
-        if name not in ("mig", "c2c_gbps", "load_link", "urgent_slack") and not (
+        if name in ("starve_after", "victim_slack"):
+            if not value >= 0:
+                return _fail(f"{flag} must be a number >= 0 (inf: never), got {value}")
+        elif name not in ("mig", "c2c_gbps", "load_link", "urgent_slack") and not (
             math.isfinite(value) and value >= 0
         ):
             return _fail(f"{flag} must be a finite number >= 0, got {value}")

@@ -164,10 +164,15 @@ class PreemptionParams:
     max_drain_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("min_hold_s", "victim_slack_s", "starve_after_s", "max_drain_s"):
+        for name in ("min_hold_s", "max_drain_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+        # inf: never (no slack is enough; no model starves).
+        for name in ("victim_slack_s", "starve_after_s"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ValueError(f"{name} must be a number >= 0 (inf: never), got {value}")
         if not math.isfinite(self.urgent_slack_s):
             raise ValueError(f"urgent_slack_s must be a finite number, got {self.urgent_slack_s}")
 

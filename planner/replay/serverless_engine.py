@@ -1043,7 +1043,8 @@ class ServerlessEngine:
                 active.add(a.model)
 
     def _starvation_bound(self, max_switch: float) -> float | None:
-        if not self._p.preempts or self._max_waiting == 0:
+        backstop = math.isfinite(self.config.preemption.starve_after_s)
+        if not self._p.preempts or self._max_waiting == 0 or not backstop:
             return None
         model = self._serverless_model("x")
         fitting = sum(1 for s in self._slices if fits(model, MigSlice(s.id, s.profile)))

@@ -22,12 +22,13 @@ DEFAULT_SWITCH_SETUP_S = 0.05
 # Preemption knobs (docs/serverless.md: chosen by measurement). A waiting
 # model may preempt once its most urgent request has half its TTFT target of
 # slack left (U) and a placement holds its place for half of it (Q); a
-# model that has waited a minute preempts whatever the slack (W_s, the
-# starvation backstop); a victim needs the slack to wait for that backstop
-# to bring it back: W_s + Q + 1 s (V).
+# model that has waited five minutes drains a place whatever the slack (W_s,
+# the starvation backstop: shorter ones cost goodput when more models are
+# active than the link can stream, inf turns it off); a victim needs the
+# slack to wait for that backstop to bring it back: W_s + Q + 1 s (V).
 URGENT_SLACK_TTFT = 0.5
 MIN_HOLD_TTFT = 0.5
-STARVE_AFTER_S = 60.0
+STARVE_AFTER_S = 300.0
 VICTIM_SLACK_MARGIN_S = 1.0
 MAX_DRAIN_S = 10.0
 

@@ -239,6 +239,16 @@ def test_round_rejects_a_model_listed_twice() -> None:
 def test_preemption_params_are_checked() -> None:
     with pytest.raises(ValueError, match="min_hold_s"):
         PreemptionParams(min_hold_s=-1.0, urgent_slack_s=0.0, victim_slack_s=0.0, starve_after_s=1)
+    with pytest.raises(ValueError, match="starve_after_s"):
+        PreemptionParams(
+            min_hold_s=1.0, urgent_slack_s=0.0, victim_slack_s=0.0, starve_after_s=math.nan
+        )
+    # inf turns the backstop off: no bound then.
+    off = PreemptionParams(
+        min_hold_s=1.0, urgent_slack_s=0.0, victim_slack_s=math.inf, starve_after_s=math.inf
+    )
+    with pytest.raises(ValueError, match="no bound"):
+        starvation_bound_s(ahead=0, usable_slices=1, preemption=off, iteration_s=0, switch_s=0)
     with pytest.raises(ValueError, match="urgent_slack_s"):
         PreemptionParams(
             min_hold_s=1.0, urgent_slack_s=math.nan, victim_slack_s=0.0, starve_after_s=1

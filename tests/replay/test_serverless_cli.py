@@ -71,12 +71,12 @@ def test_table_and_json(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     ours = next(p for p in data["policies"] if p["policy"] == "c2cserve")
     assert ours["serverless"]["cold_start_ratio"] == pytest.approx(1.0)
     # From the 5 s TTFT target: urgent at 2.5 s of slack, hold 2.5 s;
-    # starving after 60 s, victims need 60 + 2.5 + 1 s.
+    # starving after 300 s, victims need 300 + 2.5 + 1 s.
     assert ours["config"]["preemption"] == {
         "min_hold_s": pytest.approx(2.5),
         "urgent_slack_s": pytest.approx(2.5),
-        "victim_slack_s": pytest.approx(63.5),
-        "starve_after_s": pytest.approx(60.0),
+        "victim_slack_s": pytest.approx(303.5),
+        "starve_after_s": pytest.approx(300.0),
         "max_drain_s": pytest.approx(10.0),
     }
 
@@ -122,8 +122,8 @@ def test_sweep_json_and_plots(
         (["--c2c-gbps", "nan"], "--c2c-gbps must be a finite number > 0"),
         (["--switch-setup", "-1"], "--switch-setup must be a finite number >= 0"),
         (["--urgent-slack", "nan"], "--urgent-slack must be a finite number"),
-        (["--victim-slack", "-1"], "--victim-slack must be a finite number >= 0"),
-        (["--starve-after", "-1"], "--starve-after must be a finite number >= 0"),
+        (["--victim-slack", "-1"], "--victim-slack must be a number >= 0"),
+        (["--starve-after", "nan"], "--starve-after must be a number >= 0 (inf: never)"),
         (["--max-drain", "-1"], "--max-drain must be a finite number >= 0"),
         (["--models-per-slice", "0"], "--models-per-slice must be >= 1"),
         (["--min-hold", "inf"], "--min-hold must be a finite number >= 0"),

@@ -27,9 +27,11 @@ entry with no model for an idle slice.
    STARVING, whatever the slack, when the waiting model has waited W_s
    (``starve_after_s``), by draining the victim (no new requests; the
    place is handed over once its requests in flight are done, or after D,
-   ``max_drain_s``, preempting the rest); the one
-   with the most slack first (the least harm to its own requests), then the
-   one ready longest;
+   ``max_drain_s``, preempting the rest). HELD victims: the one with the
+   most slack first (the least harm to its own requests), then the one
+   ready longest; STARVING: the one with the fewest requests in flight
+   first (the least work disturbed: a rare model rather than a hot one),
+   then the most slack;
 7. else QUEUE, saying why.
 
 Every candidate must fit the model (HBM, bandwidth, SMs) and keep the
@@ -165,19 +167,20 @@ def eviction_order(
     urgent = waiter_slack_s <= preemption.urgent_slack_s
     if not (starving or urgent):
         return out
-    held = sorted(
-        (
-            s
-            for s in busy
-            if s.model_priority == priority
-            and _held(s, now_s, preemption)
-            and (starving or s.slack_s >= preemption.victim_slack_s)
-        ),
-        key=lambda s: (-s.slack_s, s.active_since_s, s.id, s.model),
-    )
-    out += [
-        (s, HELD if urgent and s.slack_s >= preemption.victim_slack_s else STARVING) for s in held
-    ]
+    held = [s for s in busy if s.model_priority == priority and _held(s, now_s, preemption)]
+    with_slack = [s for s in held if s.slack_s >= preemption.victim_slack_s]
+    if urgent:
+        out += [
+            (s, HELD)
+            for s in sorted(with_slack, key=lambda s: (-s.slack_s, s.active_since_s, s.id, s.model))
+        ]
+    if starving:
+        taken = {(s.id, s.model) for s, _ in out}
+        drain = sorted(
+            (s for s in held if (s.id, s.model) not in taken),
+            key=lambda s: (s.in_flight, -s.slack_s, s.active_since_s, s.id, s.model),
+        )
+        out += [(s, STARVING) for s in drain]
     return out
 
 
@@ -474,6 +477,8 @@ def starvation_bound_s(
         raise ValueError(f"ahead must be >= 0, got {ahead}")
     if usable_slices <= 0:
         raise ValueError(f"usable_slices must be > 0, got {usable_slices}")
+    if not math.isfinite(preemption.starve_after_s):
+        raise ValueError("no bound without a starvation backstop (starve_after_s is inf)")
     for name, value in (
         ("iteration_s", iteration_s),
         ("switch_s", switch_s),
