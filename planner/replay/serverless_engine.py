@@ -230,8 +230,8 @@ class ServerlessStats:
     kv_swaps: int = 0
     # Requests whose KV cannot fit an empty slice.
     rejected: int = 0
-    # TTFT of each request whose arrival found no slice running its model
-    # and that a switch then served (the paper's cold start).
+    # TTFT of each request whose arrival found its model on no slice (the
+    # paper's cold start, the weights in host memory).
     cold_ttft_s: tuple[float, ...] = ()
     # For each slice handed to a waiting model: how long that model had
     # waited (from its oldest request's arrival or preemption).
@@ -690,9 +690,6 @@ class ServerlessEngine:
             active_since_s=math.inf,
             last_used_s=now,
         )
-        waiting = [q for q in self._pending if q.model == model]
-        if waiting and not waiting[0].out.token_times_s and not waiting[0].kv_in_host:
-            waiting[0].cold = True
         old.successor = r
         old.drain_since_s = now
         s.residents.append(r)
@@ -745,8 +742,6 @@ class ServerlessEngine:
         resident: _Resident | None = None,
     ) -> None:
         mine = [q for q in self._pending if q.model == model]
-        if mine and not mine[0].out.token_times_s and not mine[0].kv_in_host:
-            mine[0].cold = True
         r = resident or _Resident(
             model,
             max((q.priority for q in mine), default=1.0),
@@ -1089,12 +1084,13 @@ class ServerlessEngine:
                 r = reqs[index]
                 self._last = max(self._last, now)
                 window.append(r.model)
+                if all(s.resident(r.model) is None for s in self._slices):
+                    queued += 1
+                    r.cold = True
                 if self._p.prewarm and now >= replan_at:
                     self._replan(now, window)
                     window = []
                     replan_at = now + cfg.replan_s
-                if all(s.resident(r.model) is None for s in self._slices):
-                    queued += 1
                 bisect.insort(self._pending, r, key=_wait_key)
                 self._pending_changed()
                 self._schedule(now)
