@@ -311,7 +311,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--starve-after",
         type=float,
         help="policies that preempt: after this long waiting a model preempts whatever the "
-        f"slack (the starvation backstop), s; inf: off (default {STARVE_AFTER_S:g})",
+        f"slack (the starvation backstop), s (default {STARVE_AFTER_S:g}: off)",
     )
     v.add_argument(
         "--switch-setup",

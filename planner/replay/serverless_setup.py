@@ -5,6 +5,7 @@ config (serverless_engine)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from planner.domain.serverless import PreemptionParams
@@ -22,13 +23,15 @@ DEFAULT_SWITCH_SETUP_S = 0.05
 # Preemption knobs (docs/serverless.md: chosen by measurement). A waiting
 # model may preempt once its most urgent request has half its TTFT target of
 # slack left (U) and a placement holds its place for half of it (Q); a
-# model that has waited five minutes drains a place whatever the slack (W_s,
-# the starvation backstop: shorter ones cost goodput when more models are
-# active than the link can stream, inf turns it off); a victim needs the
-# slack to wait for that backstop to bring it back: W_s + Q + 1 s (V).
+# victim needs the slack to wait for the starvation backstop to bring it
+# back: W_s + Q + 1 s (V). The backstop (W_s: a model that has waited this
+# long drains a place whatever the slack) is off by default, as in the
+# paper: it bounds every wait but costs goodput whenever more models are
+# active than the link can stream (docs/serverless.md has the numbers);
+# --starve-after turns it on.
 URGENT_SLACK_TTFT = 0.5
 MIN_HOLD_TTFT = 0.5
-STARVE_AFTER_S = 300.0
+STARVE_AFTER_S = math.inf
 VICTIM_SLACK_MARGIN_S = 1.0
 MAX_DRAIN_S = 10.0
 
@@ -119,7 +122,14 @@ def describe(config: ServerlessConfig, policy: str) -> dict[str, object]:
         "switch_setup_s": config.switch_setup_s if p.streams else None,
         "preempts": p.preempts,
         "max_models_per_slice": config.max_models_per_slice if p.shares else 1,
-        "preemption": dataclasses.asdict(config.preemption) if p.preempts else None,
+        "preemption": (
+            {
+                k: (v if math.isfinite(v) else None)
+                for k, v in dataclasses.asdict(config.preemption).items()
+            }
+            if p.preempts
+            else None
+        ),
         "static_chunk": config.static_chunk,
         "max_running": config.max_running,
         "replan_s": config.replan_s,
