@@ -204,3 +204,24 @@ def test_alibaba_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     for p in data["policies"]:
         assert p["metrics"]["finished"] == 60
         assert p["serverless"]["models"] > 1
+
+
+def test_starvation_backstop_reports_its_bound(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json = tmp_path / "o.json"
+    base = [str(trace), "--topology", "serverless", "--quiet", "--policy", "c2cserve"]
+    code, _, err = replay(capsys, *base, "--json-out", str(out_json))
+    assert code == 0, err
+    off = json.loads(out_json.read_text())["policies"][0]["serverless"]
+    assert off["starvation_bound_s"] is None
+    code, out, err = replay(
+        capsys, *base, "--starve-after", "2", "--max-drain", "1", "--json-out", str(out_json)
+    )
+    assert code == 0, err
+    on = json.loads(out_json.read_text())["policies"][0]
+    assert on["config"]["preemption"]["starve_after_s"] == 2.0
+    bound = on["serverless"]["starvation_bound_s"]
+    assert bound is not None and bound >= 2.0
+    assert on["serverless"]["placement_wait_s"]["max"] <= bound
+    assert "Starvation bound" in out
