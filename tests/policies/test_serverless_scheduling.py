@@ -22,6 +22,7 @@ from planner.policies.serverless import (
     QUEUE,
     STARVING,
     eviction_order,
+    next_turn,
     route_request,
     schedule_waiting,
     service_order,
@@ -326,3 +327,17 @@ def test_schedule_waiting_through_time_stays_within_the_bound() -> None:
     # within a cycle's slack of what happens (0.5 + 2 x 1.35 s = 3.2 s vs 2.4 s).
     assert bound(ahead=1) == pytest.approx(3.2)
     assert 2.3 < max(waits) <= bound(ahead=1)
+
+
+# --- turns among a slice's models ---------------------------------------------------
+
+
+def test_next_turn_earliest_deadline_then_round_robin() -> None:
+    # Resident 1 has nothing to run; 2 has the earliest deadline.
+    assert next_turn([5.0, None, 3.0, 4.0], after=0) == 2
+    # Ties go round robin from the one after the last to run.
+    assert next_turn([1.0, 1.0, 1.0], after=0) == 1
+    assert next_turn([1.0, 1.0, 1.0], after=1) == 2
+    assert next_turn([1.0, 1.0, 1.0], after=2) == 0
+    assert next_turn([None, None], after=0) is None
+    assert next_turn([], after=0) is None

@@ -26,6 +26,7 @@ from planner.replay.serverless_engine import (
     ServerlessConfig,
     ServerlessEngine,
 )
+from planner.replay.serverless_link import SharedLink
 from planner.replay.serverless_report import summarize_serverless
 from planner.replay.serverless_setup import PCIE_GBPS, ServerlessKnobs, serverless_config
 from planner.replay.setup import ReplayKnobs, build_setup
@@ -304,3 +305,19 @@ def test_baseline_switch_is_the_papers_when_alone_on_the_link(policy: str, switc
     assert run.stats.c2c_bytes == pytest.approx(16.06e9, rel=1e-3)  # loaded over C2C
     # Its first request is a cold start: TTFT = switch + prefill.
     assert run.stats.cold_ttft_s[0] > switch_s
+
+
+def test_shared_link_hand_checked() -> None:
+    link = SharedLink(1.0)  # 1 GB/s
+    link.start(0, 2e9, 0.0)
+    assert link.next_finish_s() == pytest.approx(2.0)
+    # A second transfer at 1 s: each gets 0.5 GB/s; 0 has 1 GB left -> 3 s.
+    link.start(1, 1e9, 1.0)
+    assert link.next_finish_s() == pytest.approx(3.0)
+    assert link.finished(3.0) == [0, 1]  # 1 moved 1 GB at 0.5 GB/s too
+    link.start(2, 4e9, 3.0)
+    link.start(3, 4e9, 3.0)
+    link.cancel(3, 5.0)  # 2 has 3 GB left, alone from 5 s
+    assert link.next_finish_s() == pytest.approx(8.0)
+    with pytest.raises(ValueError):
+        link.start(2, 1.0, 6.0)
