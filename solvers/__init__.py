@@ -2,9 +2,19 @@
 
 Write a model once (`Model`), solve it with CP-SAT (default), Gurobi or
 exhaustive enumeration (`solve`); every solve has a time limit and returns a
-`SolveResult`. solvers/README.md has the details and the measurements.
+`SolveResult`. Problems of one choice per group that bring their own bounds
+and exact objective use the branch and bound (`branch_and_bound`, a time and
+a node limit). `SolveStats` is what either reports to a policy's plan.
+solvers/README.md has the details and the measurements.
 """
 
+from .assignment_search import (
+    AssignmentProblem,
+    Children,
+    Incumbent,
+    SearchOutcome,
+    branch_and_bound,
+)
 from .errors import (
     BackendUnavailableError,
     ModelTooLargeError,
@@ -18,25 +28,32 @@ from .model import Model
 from .options import SolveOptions
 from .result import Backend, SolveResult, Status
 from .solve import AUTO, Hint, available_backends, solve
+from .stats import SolveStats
 
 __all__ = [
     "AUTO",
     "FEASIBILITY_TOL",
+    "AssignmentProblem",
     "Backend",
     "BackendUnavailableError",
+    "Children",
     "FrozenModel",
     "Hint",
+    "Incumbent",
     "Model",
     "ModelTooLargeError",
+    "SearchOutcome",
     "Sense",
     "SolveOptions",
     "SolveResult",
+    "SolveStats",
     "SolverError",
     "Status",
     "UnsupportedModelError",
     "VarIds",
     "VarType",
     "available_backends",
+    "branch_and_bound",
     "enumeration_size",
     "one_hot_envelope_model",
     "solve",

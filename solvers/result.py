@@ -29,6 +29,10 @@ class Backend(StrEnum):
     CPSAT = "cpsat"
     GUROBI = "gurobi"
     EXHAUSTIVE = "exhaustive"
+    BRANCH_AND_BOUND = "bnb"
+    """Depth-first branch and bound over one choice per group
+    (`branch_and_bound`); a problem supplies its own bounds and exact
+    objective, so it takes an `AssignmentProblem`, not a `Model`."""
 
 
 @dataclass(frozen=True)

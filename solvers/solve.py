@@ -33,13 +33,15 @@ else CP-SAT (said in the note)."""
 
 
 def available_backends() -> list[Backend]:
-    """Backends whose packages import here (exhaustive always does)."""
+    """Backends whose packages import here (exhaustive and the branch and
+    bound always do)."""
     out = []
     if importlib.util.find_spec("ortools") is not None:
         out.append(Backend.CPSAT)
     if importlib.util.find_spec("gurobipy") is not None:
         out.append(Backend.GUROBI)
     out.append(Backend.EXHAUSTIVE)
+    out.append(Backend.BRANCH_AND_BOUND)
     return out
 
 
@@ -109,6 +111,10 @@ def _run(
     hint: FloatArray | None,
 ) -> Outcome:
     remaining = max(deadline - time.perf_counter(), MIN_BACKEND_TIME_S)
+    if backend is Backend.BRANCH_AND_BOUND:
+        raise UnsupportedModelError(
+            "the branch and bound solves an AssignmentProblem (branch_and_bound), not a Model"
+        )
     if backend is Backend.EXHAUSTIVE:
         from .exhaustive import solve_exhaustive
 

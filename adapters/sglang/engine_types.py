@@ -30,6 +30,8 @@ class ReqTimeStats(Protocol):
     wait_queue_entry_time: float
     forward_entry_time: float
     last_decode_finish_time: float
+    # Set once when the prefill completes (the first token in unified mode).
+    prefill_finished_time: float
 
 
 class Req(Protocol):

@@ -50,6 +50,7 @@ def request_view(
         arrival_s=_stamp(stats.wait_queue_entry_time, now_s) or now_s,
         run_start_s=_stamp(stats.forward_entry_time, now_s),
         last_token_s=_stamp(stats.last_decode_finish_time, now_s),
+        first_token_s=_stamp(stats.prefill_finished_time, now_s) if output else None,
     )
 
 

@@ -1,5 +1,6 @@
 """Times vLLM does not keep per request: when it last entered the running
-state and when it produced its latest token. Plain Python, no vLLM."""
+state, and when it produced its first and its latest token. Plain Python,
+no vLLM."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ class RequestClock:
     def __init__(self) -> None:
         self._run_start_s: dict[str, float] = {}
         self._last_token_s: dict[str, float] = {}
+        self._first_token_s: dict[str, float] = {}
 
     def mark_running(self, running_ids: Iterable[str], now_s: float) -> None:
         """After a step is scheduled: requests newly running start their run
@@ -23,11 +25,12 @@ class RequestClock:
     def mark_tokens(self, request_ids: Iterable[str], now_s: float) -> None:
         for rid in request_ids:
             self._last_token_s[rid] = now_s
+            self._first_token_s.setdefault(rid, now_s)
 
     def forget(self, live_ids: Iterable[str]) -> None:
         """Drop every request not in live_ids (finished or aborted)."""
         live = set(live_ids)
-        for table in (self._run_start_s, self._last_token_s):
+        for table in (self._run_start_s, self._last_token_s, self._first_token_s):
             for rid in [r for r in table if r not in live]:
                 del table[rid]
 
@@ -36,3 +39,6 @@ class RequestClock:
 
     def last_token_s(self, request_id: str) -> float | None:
         return self._last_token_s.get(request_id)
+
+    def first_token_s(self, request_id: str) -> float | None:
+        return self._first_token_s.get(request_id)

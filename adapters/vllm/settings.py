@@ -11,10 +11,18 @@ from typing import Any
 from planner.adapters.common.link import DEFAULT_DEADLINE_S
 from planner.adapters.common.security import ChannelSecurity
 
+from planner.v1 import rotation_pb2
+
 from .layer_offload_settings import LayerOffloadSettings
 
 CONFIG_KEY = "planner"
 SECURITY_KEYS = ("tls_ca", "tls_cert", "tls_key", "auth_token_file")
+# The rotation policy by the names `planner replay --policy` uses.
+VARIANTS = {
+    "lvf": rotation_pb2.ROTATION_VARIANT_LVF,
+    "lvf-paper": rotation_pb2.ROTATION_VARIANT_LVF_PAPER,
+}
+ROTATION_KEYS = ("variant", "preempt_slack_tbts", "resume_slack_tbts", "lost_slack_tbts")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +35,11 @@ class PlannerSettings:
     slo_tbt_s: float | None = None
     # Layer offload (OrbitFlow) on when set.
     layer_offload: LayerOffloadSettings | None = None
+    # The rotation policy's knobs sent with every snapshot (setting
+    # "rotation": {"variant": "lvf" | "lvf-paper", "preempt_slack_tbts": ...,
+    # "resume_slack_tbts": ..., "lost_slack_tbts": ...}); None: the planner's
+    # defaults.
+    rotation: rotation_pb2.RotationParams | None = None
     # TLS and bearer token of the channel to target (settings tls_ca,
     # tls_cert, tls_key, auth_token_file; the token also from
     # $PLANNER_AUTH_TOKEN), as for `planner call`.
@@ -45,6 +58,7 @@ class PlannerSettings:
             "slo_ttft_s",
             "slo_tbt_s",
             "layer_offload",
+            "rotation",
             *SECURITY_KEYS,
         }
         unknown = sorted(set(raw) - known)
@@ -69,8 +83,36 @@ class PlannerSettings:
             layer_offload=LayerOffloadSettings.from_raw(raw["layer_offload"])
             if "layer_offload" in raw
             else None,
+            rotation=_rotation(raw["rotation"]) if "rotation" in raw else None,
             security=security,
         )
+
+
+def _rotation(raw: Any) -> rotation_pb2.RotationParams:
+    where = f"additional_config.{CONFIG_KEY}.rotation"
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: must be an object, got {raw!r}")
+    unknown = sorted(set(raw) - set(ROTATION_KEYS))
+    if unknown:
+        raise ValueError(
+            f"{where}.{unknown[0]}: unknown setting (known: {', '.join(ROTATION_KEYS)})"
+        )
+    params = rotation_pb2.RotationParams()
+    if "variant" in raw:
+        variant = VARIANTS.get(raw["variant"]) if isinstance(raw["variant"], str) else None
+        if variant is None:
+            raise ValueError(
+                f"{where}.variant: one of {', '.join(VARIANTS)}, got {raw['variant']!r}"
+            )
+        params.variant = variant
+    for key in ROTATION_KEYS[1:]:
+        if key not in raw:
+            continue
+        value = raw[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{where}.{key}: must be a number")
+        setattr(params, key, float(value))
+    return params
 
 
 def _positive(raw: Mapping[str, Any], key: str) -> float | None:

@@ -1,7 +1,7 @@
 """SuperInfer paper check (docs/replay.md): tables, figures and what-if runs.
 
     python docs/replay/paper_check.py table DIR NAME
-        Markdown table of TTFT / TBT / TPOT attainment per policy per rate from
+        Markdown table of both-met / TTFT / TBT / TPOT attainment per policy per rate from
         the `planner replay --json-out DIR/NAME_r<RPS>.json` files (plus the
         lvf what-if column from DIR/nf_NAME_r<RPS>.json when present).
     python docs/replay/paper_check.py plot DIR NAME OUT.png TITLE
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-POLICIES = ("fcfs", "lvf", "waiting-first", "swapped-first")
+POLICIES = ("fcfs", "lvf-paper", "lvf", "waiting-first", "swapped-first")
 RATE = re.compile(r"_r([\d.]+)\.json$")
 
 
@@ -72,8 +72,14 @@ def _pct(value: float | None) -> str:
 def table(directory: Path, name: str) -> str:
     points = _points(directory, name)
     columns = [p for p in (*POLICIES, "lvf+nanfix") if any(p in m for _, m in points)]
-    head = "| RPS | " + " | ".join(f"{c} TTFT / TBT / TPOT" for c in columns) + " | lvf swap-outs |"
-    lines = [head, "|" + "---|" * (len(columns) + 2)]
+    rotating = [c for c in ("lvf-paper", "lvf") if c in columns]
+    head = (
+        "| RPS | "
+        + " | ".join(f"{c} both / TTFT / TBT / TPOT" for c in columns)
+        + "".join(f" | {c} swap-outs" for c in rotating)
+        + " |"
+    )
+    lines = [head, "|" + "---|" * (len(columns) + len(rotating) + 1)]
     for rate, metrics in points:
         cells = []
         for c in columns:
@@ -81,11 +87,11 @@ def table(directory: Path, name: str) -> str:
             cells.append(
                 "-"
                 if m is None
-                else f"{_pct(m['ttft_attainment'])} / {_pct(m['tbt_attainment'])} / "
-                f"{_pct(m['tpot_attainment'])}"
+                else f"{_pct(m.get('both_attainment'))} / {_pct(m['ttft_attainment'])} / "
+                f"{_pct(m['tbt_attainment'])} / {_pct(m['tpot_attainment'])}"
             )
-        swaps = metrics["lvf"]["swap_outs"] if "lvf" in metrics else "-"
-        lines.append(f"| {rate:g} | " + " | ".join(cells) + f" | {swaps:,} |")
+        swaps = [f"{metrics[c]['swap_outs']:,}" if c in metrics else "-" for c in rotating]
+        lines.append(f"| {rate:g} | " + " | ".join(cells + swaps) + " |")
     return "\n".join(lines)
 
 

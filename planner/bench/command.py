@@ -18,7 +18,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from planner.bench import buddy, kernels, replay_speed, rotation, service, solvers_offload
+from planner.bench import (
+    buddy,
+    kernels,
+    ledger,
+    replay_speed,
+    rotation,
+    rotation_quality,
+    service,
+    solvers_offload,
+)
 from planner.bench.baseline import DEFAULT_FACTOR, compare
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
@@ -123,9 +132,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     q.set_defaults(func=run_policies)
     replay_speed.register(benches)
+    rotation_quality.register(benches)
     solvers_offload.register(benches)
     kernels.register(benches)
     service.register(benches)
+    ledger.register(benches)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

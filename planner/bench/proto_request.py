@@ -25,7 +25,11 @@ def _tracked(r: TrackedRequest, block_level: bool) -> common_pb2.TrackedRequest:
         synced_blocks=r.synced_blocks,
         slo_ttft_s=r.slo_ttft_s or 0.0,
         slo_tbt_s=r.slo_tbt_s or 0.0,
+        prefill_tokens=r.prefill_tokens or 0,
+        output_tokens=r.output_tokens or 0,
     )
+    if not math.isnan(r.first_token_s):
+        msg.first_token_s = r.first_token_s
     if not math.isnan(r.arrival_s):
         msg.arrival_s = r.arrival_s
     if not math.isnan(r.run_start_s):
@@ -52,6 +56,9 @@ def _columns(requests: tuple[TrackedRequest, ...]) -> common_pb2.RequestColumns:
         synced_blocks=[r.synced_blocks for r in requests],
         slo_ttft_s=[r.slo_ttft_s or 0.0 for r in requests],
         slo_tbt_s=[r.slo_tbt_s or 0.0 for r in requests],
+        prefill_tokens=[r.prefill_tokens or 0 for r in requests],
+        output_tokens=[r.output_tokens or 0 for r in requests],
+        first_token_s=[r.first_token_s for r in requests],
     )
 
 

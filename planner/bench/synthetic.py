@@ -1,6 +1,8 @@
 """Seeded synthetic rotation snapshots: a realistic mix under contention.
 
 About half the tracked requests RUNNING, a third WAITING, the rest ROTARY;
+running and rotary ones with a token count and first-token time, some with
+TPOT slack to spare and some behind their SLO;
 prompt lengths log-normal (median ~600 tokens), timestamps spread over the
 last minutes; free GPU blocks a fraction of what WAITING and ROTARY requests
 need, so Largest-VLT-First runs (not the no-contention FCFS fallback) and,
@@ -60,6 +62,10 @@ class WorkloadMix:
     hardware_name: str = "h100-sxm-80gb"
     # Length of the runs of consecutive ids the block pools are shuffled in.
     fragment_blocks: int = 8
+    # Running and rotary requests made their tokens at a mean time per token
+    # drawn from this range, so some have TPOT slack to spare and some have
+    # lost their SLO (with the 100 ms TBT SLO).
+    tpot_range_s: tuple[float, float] = (0.03, 0.15)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +179,7 @@ def generate(
     synced_share = rng.uniform(0.0, 1.0, n)
     custom = rng.uniform(0.0, 1.0, n) < mix.custom_slo_fraction
     suffix = rng.integers(0, 1 << 32, n)
+    tpot = rng.uniform(*mix.tpot_range_s, n)
 
     requests: list[TrackedRequest] = []
     now = mix.now_s
@@ -209,6 +216,9 @@ def generate(
                     synced_blocks=int((tokens // bs) * float(synced_share[i])),
                     slo_ttft_s=slo_ttft,
                     slo_tbt_s=slo_tbt,
+                    prefill_tokens=int(prompt[i]),
+                    output_tokens=int(generated[i]),
+                    first_token_s=now - float(tpot[i]) * int(generated[i]),
                 )
             )
         else:
@@ -224,6 +234,9 @@ def generate(
                     num_tokens=tokens,
                     slo_ttft_s=slo_ttft,
                     slo_tbt_s=slo_tbt,
+                    prefill_tokens=int(prompt[i]),
+                    output_tokens=int(generated[i]),
+                    first_token_s=last_token - float(tpot[i]) * int(generated[i] - 1),
                 )
             )
 

@@ -10,7 +10,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from planner.domain.offload import OffloadParams
+from planner.commands.output_paths import (
+    OutputPathError,
+    check_output_file,
+    check_output_folder,
+)
+from planner.commands.trace import add_trace_argument, check_max_trace_bytes
+from planner.domain.offload import OFFLOAD_BACKEND_NAMES, backend_named
 from planner.domain.requests import Slo
 from planner.domain.rotation import RotationParams
 from planner.profiles.errors import ProfileError
@@ -44,7 +50,12 @@ from planner.replay.longctx_report import (
     summarize_longctx,
     write_longctx_json,
 )
-from planner.replay.longctx_setup import LongctxKnobs, design_tokens, longctx_config
+from planner.replay.longctx_setup import (
+    REPLAY_OFFLOAD_PARAMS,
+    LongctxKnobs,
+    design_tokens,
+    longctx_config,
+)
 from planner.replay.metrics import PolicyMetrics, compare
 from planner.replay.noise import JitteredCost
 from planner.replay.plots import write_report
@@ -79,11 +90,16 @@ from planner.replay.serverless_setup import (
     serverless_config,
 )
 from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, ReplaySetup, build_setup, scale_rate
-from planner.trace.errors import TraceError
+from planner.trace.errors import SpecError, TraceError
 from planner.trace.io import load_trace
 from planner.trace.records import TraceRequest
+from planner.trace.validate import MAX_ARRIVAL_S
 
+EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+# Replaying a year of arrivals in 30 s; more only piles every request onto
+# the first instant.
+MAX_RATE_SCALE = 1e6
 
 ROTATION = "rotation"
 LONG_CONTEXT = "long-context"
@@ -102,7 +118,7 @@ DEFAULT_POLICIES: dict[str, tuple[str, ...]] = {
     SERVERLESS: SERVERLESS_POLICY_NAMES,
 }
 DEFAULT_MAX_RUNNING = {ROTATION: 256, LONG_CONTEXT: 8, CLUSTER: 256, SERVERLESS: 64}
-OFFLOAD_BACKENDS = ("bnb", "cp-sat", "gurobi", "exhaustive")
+OFFLOAD_BACKENDS = OFFLOAD_BACKEND_NAMES
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -120,7 +136,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"slices sharing one C2C link, many models, C2CServe and baselines; policies "
         f"{', '.join(SERVERLESS_POLICY_NAMES)}).",
     )
-    p.add_argument("trace", help="JSON-lines trace file")
+    add_trace_argument(p)
     p.add_argument(
         "--profile",
         default=DEFAULT_PROFILE,
@@ -153,7 +169,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--transfer-budget-blocks",
         type=int,
-        help="LVF: B_xfer per iteration (default: link bandwidth x previous iteration time)",
+        help="LVF: blocks the link may move per iteration, every copy charged (lvf-paper: "
+        "B_xfer, the blocks preemption may free); default: the link curve at the block size "
+        "x the previous iteration's compute time",
+    )
+    defaults = RotationParams()
+    p.add_argument(
+        "--preempt-slack-tbts",
+        type=float,
+        default=defaults.preempt_slack_tbts,
+        help="lvf: a running request may be preempted only with this much TPOT slack, in "
+        f"TBT SLOs (default {defaults.preempt_slack_tbts:g})",
+    )
+    p.add_argument(
+        "--resume-slack-tbts",
+        type=float,
+        default=defaults.resume_slack_tbts,
+        help="lvf: a rotary request may displace a running one once its TPOT slack is down "
+        f"to this, in TBT SLOs (default {defaults.resume_slack_tbts:g})",
+    )
+    p.add_argument(
+        "--lost-slack-tbts",
+        type=float,
+        default=defaults.lost_slack_tbts,
+        help="lvf: a request this far behind its TPOT SLO, in TBT SLOs, has lost it: it may "
+        f"be preempted and displaces no one (default {defaults.lost_slack_tbts:g}; negative: "
+        "never lost)",
     )
     p.add_argument(
         "--max-batched-tokens",
@@ -227,14 +268,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g.add_argument(
         "--offload-time-limit",
         type=float,
-        help="orbitflow: wall-clock limit of one plan's solves, s "
-        f"(default {OffloadParams().time_limit_s:g})",
+        help="orbitflow: wall-clock limit of one plan's solves, s, a backstop behind the "
+        f"node limit (default {REPLAY_OFFLOAD_PARAMS.time_limit_s:g})",
+    )
+    g.add_argument(
+        "--offload-node-limit",
+        type=int,
+        help="orbitflow: work limit of one plan's branch and bound, nodes; the same plans on "
+        f"any machine (default {REPLAY_OFFLOAD_PARAMS.node_limit})",
     )
     g.add_argument(
         "--offload-backend",
         choices=OFFLOAD_BACKENDS,
         help="orbitflow: the planner's solver (default "
-        f"{OffloadParams().backend}; see planner.domain.offload.OffloadParams)",
+        f"{REPLAY_OFFLOAD_PARAMS.backend}; see planner.domain.offload.OffloadParams)",
     )
     c = p.add_argument_group(f"{CLUSTER} topology")
     c.add_argument(
@@ -331,6 +378,17 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _replay(args)
+    except OSError as exc:
+        # Output paths are checked before the run; a disk that fills up
+        # during it can still fail the last write.
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"planner replay: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _replay(args: argparse.Namespace) -> int:
     topology = args.topology
     if args.max_running is None:
         args.max_running = DEFAULT_MAX_RUNNING[topology]
@@ -344,11 +402,21 @@ def run(args: argparse.Namespace) -> int:
     for scale in scales:
         if not math.isfinite(scale) or scale <= 0:
             return _fail(f"--rate-scale must be a finite number > 0, got {scale}")
+        if scale > MAX_RATE_SCALE:
+            return _fail(f"--rate-scale must be at most {MAX_RATE_SCALE:g}, got {scale:g}")
+    try:
+        check_output_file("--json-out", args.json_out)
+        check_output_folder("--report-dir", args.report_dir)
+    except OutputPathError as exc:
+        return _fail(str(exc))
     if args.cpu_kv_gb is not None and not (math.isfinite(args.cpu_kv_gb) and args.cpu_kv_gb >= 0):
         return _fail(f"--cpu-kv-gb must be a finite number >= 0, got {args.cpu_kv_gb}")
     if not (math.isfinite(args.alpha) and args.alpha >= 0):
         return _fail(f"--alpha must be a finite number >= 0, got {args.alpha}")
-    for name in ("beta_tbt", "beta_ttft"):
+    for name in ("beta_tbt", "beta_ttft", "lost_slack_tbts"):
+        if not math.isfinite(getattr(args, name)):
+            return _fail(f"--{name.replace('_', '-')} must be a finite number")
+    for name in ("preempt_slack_tbts", "resume_slack_tbts"):
         if not math.isfinite(getattr(args, name)):
             return _fail(f"--{name.replace('_', '-')} must be a finite number")
     if not (math.isfinite(args.compute_jitter) and args.compute_jitter >= 0):
@@ -373,6 +441,10 @@ def run(args: argparse.Namespace) -> int:
             )
     if args.offload_backend is not None and topology != LONG_CONTEXT:
         return _fail(f"--offload-backend applies to --topology {LONG_CONTEXT} only")
+    if args.offload_node_limit is not None and topology != LONG_CONTEXT:
+        return _fail(f"--offload-node-limit applies to --topology {LONG_CONTEXT} only")
+    if args.offload_node_limit is not None and args.offload_node_limit < 1:
+        return _fail("--offload-node-limit must be >= 1")
     for name in ("gpu_kv_gb", "slo_scale", "offload_time_limit"):
         value = getattr(args, name)
         if value is None:
@@ -426,11 +498,19 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"{flag} must be a finite number >= 0, got {value}")
     try:
         # The serverless topology takes merged per-model traces: sorted here.
-        trace = load_trace(args.trace, sort=topology == SERVERLESS)
-    except TraceError as exc:
+        check_max_trace_bytes(args.max_trace_bytes)
+        trace = load_trace(args.trace, sort=topology == SERVERLESS, max_bytes=args.max_trace_bytes)
+    except (TraceError, SpecError) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot read {args.trace}: {exc.strerror or exc}")
+    for scale in scales:
+        span_s = trace[-1].arrival_s / scale
+        if span_s > MAX_ARRIVAL_S:
+            return _fail(
+                f"--rate-scale {scale:g} stretches the trace to {span_s:.3g} s, more than "
+                f"a year ({MAX_ARRIVAL_S:.0f} s)"
+            )
     slo = Slo(ttft_s=args.slo_ttft, tbt_s=args.slo_tbt)
     knobs = ReplayKnobs(
         slo=slo,
@@ -439,6 +519,9 @@ def run(args: argparse.Namespace) -> int:
             beta_tbt=args.beta_tbt,
             beta_ttft=args.beta_ttft,
             transfer_budget_blocks=args.transfer_budget_blocks,
+            preempt_slack_tbts=args.preempt_slack_tbts,
+            resume_slack_tbts=args.resume_slack_tbts,
+            lost_slack_tbts=args.lost_slack_tbts if args.lost_slack_tbts >= 0 else None,
         ),
         max_batched_tokens=args.max_batched_tokens,
         max_running=args.max_running,
@@ -567,11 +650,13 @@ def _run_long_context(
     """The long-context offload topology (planner.replay.longctx_engine)."""
     if args.report_dir is not None:
         return _fail(f"--report-dir is not available with --topology {LONG_CONTEXT} yet")
-    params = OffloadParams()
+    params = REPLAY_OFFLOAD_PARAMS
     if args.offload_time_limit is not None:
         params = replace(params, time_limit_s=args.offload_time_limit)
+    if args.offload_node_limit is not None:
+        params = replace(params, node_limit=args.offload_node_limit)
     if args.offload_backend is not None:
-        params = replace(params, backend=args.offload_backend)
+        params = replace(params, backend=backend_named(args.offload_backend))
     knobs = LongctxKnobs(
         max_running=args.max_running,
         gpu_kv_bytes=int(args.gpu_kv_gb * 1e9) if args.gpu_kv_gb is not None else None,
@@ -613,7 +698,8 @@ def _run_long_context(
                     "layer_block_bytes": config.layer_block_bytes,
                     "link_layer_blocks_per_s": config.link_blocks_per_s,
                     "offload_time_limit_s": params.time_limit_s,
-                    "offload_backend": params.backend,
+                    "offload_node_limit": params.node_limit,
+                    "offload_backend": str(params.backend),
                     "flexgen_design_tokens": design,
                 }
             )

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from planner.solvers import Backend, SolveStats
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
@@ -28,13 +30,37 @@ class OffloadParams:
     # Wall-clock limit of one solve, and of all the solves of one plan
     # (Pause-Resume re-solves share it).
     time_limit_s: float = 0.05
-    # "bnb" (the planner's own branch and bound, planner.policies.offload.
-    # search), "cp-sat", "gurobi" (the ILP through planner.solvers) or
-    # "exhaustive" (every assignment; small batches only).
-    backend: str = "bnb"
+    # BRANCH_AND_BOUND (the planner's own search on the exact model,
+    # planner.policies.offload.search), CPSAT or GUROBI (the surrogate ILP
+    # through planner.solvers, its plan re-scored exactly) or EXHAUSTIVE
+    # (every assignment on the exact model; small batches only).
+    backend: Backend = Backend.BRANCH_AND_BOUND
+    # Work limit of one plan's branch and bound solves, in nodes (None: the
+    # clock only). Replay sets it so that a run gives the same plans on any
+    # machine; then the time limit is only a backstop.
+    node_limit: int | None = None
     # Stop once the objective is within this fraction of the best bound
     # (0: prove optimality or run to the time limit).
     relative_gap: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.backend, Backend):
+            object.__setattr__(self, "backend", backend_named(str(self.backend)))
+        if self.node_limit is not None and self.node_limit < 1:
+            raise ValueError(f"node_limit must be >= 1, got {self.node_limit}")
+
+
+OFFLOAD_BACKEND_NAMES = ("bnb", "cp-sat", "gurobi", "exhaustive")
+
+
+def backend_named(name: str) -> Backend:
+    """The backend of a command-line name ("cp-sat" is CP-SAT's)."""
+    try:
+        return Backend("cpsat" if name == "cp-sat" else name)
+    except ValueError:
+        raise ValueError(
+            f"unknown offload backend {name!r} (known: {', '.join(OFFLOAD_BACKEND_NAMES)})"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,21 +127,6 @@ class Placement:
     blocks_per_layer: int
     gpu_blocks: int
     fetched_blocks_per_step: int
-
-
-@dataclass(frozen=True, slots=True)
-class SolveStats:
-    """One solver call, in the policy's units (objective and bound in
-    seconds of predicted step latency)."""
-
-    backend: str
-    status: str
-    objective_s: float | None
-    best_bound_s: float | None
-    gap: float | None
-    wall_s: float
-    time_limit_s: float
-    note: str = ""
 
 
 @dataclass(frozen=True, slots=True)

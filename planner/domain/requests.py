@@ -48,6 +48,9 @@ class TrackedRequest:
     slo_tbt_s: float | None = None
     gpu_block_ids: tuple[int, ...] = ()
     cpu_block_ids: tuple[int, ...] = ()
+    prefill_tokens: int | None = None
+    output_tokens: int | None = None
+    first_token_s: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,13 @@ class RequestTable:
     synced_blocks: npt.NDArray[np.int64]
     slo_ttft_s: npt.NDArray[np.float64]
     slo_tbt_s: npt.NDArray[np.float64]
+    # Tokens whose KV is written, the tokens the request's prefill covers
+    # (its prompt, plus generated tokens it recomputes) and the tokens it has
+    # generated: -1 where unknown. When its first token came: NaN if unknown.
+    num_tokens: npt.NDArray[np.int64]
+    prefill_tokens: npt.NDArray[np.int64]
+    output_tokens: npt.NDArray[np.int64]
+    first_token_s: npt.NDArray[np.float64]
     gpu_block_ids: list[tuple[int, ...]] = field(default_factory=list)
     cpu_block_ids: list[tuple[int, ...]] = field(default_factory=list)
 
@@ -107,6 +117,9 @@ class RequestTable:
                 slo_tbt_s=r.slo_tbt_s,
                 gpu_block_ids=r.gpu_block_ids,
                 cpu_block_ids=r.cpu_block_ids,
+                prefill_tokens=r.prefill_tokens,
+                output_tokens=r.output_tokens,
+                first_token_s=r.first_token_s,
             )
         return builder.build()
 
@@ -119,7 +132,7 @@ class RequestTableBuilder:
         self.block_level = block_level
         self.ids: list[str] = []
         self._rows: list[
-            tuple[int, float, float, float, int, int, int, int, int, float, float]
+            tuple[int, float, float, float, int, int, int, int, int, float, float, int, int, float]
         ] = []
         self._gpu_ids: list[tuple[int, ...]] = []
         self._cpu_ids: list[tuple[int, ...]] = []
@@ -141,6 +154,9 @@ class RequestTableBuilder:
         slo_tbt_s: float | None,
         gpu_block_ids: tuple[int, ...] = (),
         cpu_block_ids: tuple[int, ...] = (),
+        prefill_tokens: int | None = None,
+        output_tokens: int | None = None,
+        first_token_s: float = math.nan,
     ) -> None:
         """Absent times are NaN; with block_level the counts come from the id
         lists."""
@@ -158,6 +174,9 @@ class RequestTableBuilder:
                 synced_blocks,
                 math.nan if slo_ttft_s is None else slo_ttft_s,
                 math.nan if slo_tbt_s is None else slo_tbt_s,
+                -1 if prefill_tokens is None else prefill_tokens,
+                -1 if output_tokens is None else output_tokens,
+                first_token_s,
             )
         )
         self._gpu_ids.append(gpu_block_ids)
@@ -165,7 +184,7 @@ class RequestTableBuilder:
 
     def build(self) -> RequestTable:
         n = len(self.ids)
-        columns = list(zip(*self._rows, strict=True)) if n else [()] * 11
+        columns = list(zip(*self._rows, strict=True)) if n else [()] * 14
         return table_from_columns(
             self.ids,
             state=np.array(columns[0], dtype=np.int8),
@@ -179,6 +198,9 @@ class RequestTableBuilder:
             synced_blocks=np.array(columns[8], dtype=np.int64),
             slo_ttft_s=np.array(columns[9], dtype=np.float64),
             slo_tbt_s=np.array(columns[10], dtype=np.float64),
+            prefill_tokens=np.array(columns[11], dtype=np.int64),
+            output_tokens=np.array(columns[12], dtype=np.int64),
+            first_token_s=np.array(columns[13], dtype=np.float64),
             block_size_tokens=self.block_size_tokens,
             gpu_block_ids=self._gpu_ids if self.block_level else None,
             cpu_block_ids=self._cpu_ids if self.block_level else None,
@@ -202,10 +224,16 @@ def table_from_columns(
     block_size_tokens: int,
     gpu_block_ids: list[tuple[int, ...]] | None = None,
     cpu_block_ids: list[tuple[int, ...]] | None = None,
+    prefill_tokens: npt.NDArray[np.int64] | None = None,
+    output_tokens: npt.NDArray[np.int64] | None = None,
+    first_token_s: npt.NDArray[np.float64] | None = None,
 ) -> RequestTable:
     """A RequestTable from columns. num_tokens < 0 means unknown (every GPU
-    block but the last counts as full). With block id lists (block-level),
-    GPU, ROTARY CPU and SYNCED counts are taken from the lists."""
+    block but the last counts as full); so do prefill_tokens and
+    output_tokens < 0 or absent, and first_token_s NaN or absent. With block
+    id lists (block-level), GPU, ROTARY CPU and SYNCED counts are taken from
+    the lists."""
+    n = len(ids)
     if gpu_block_ids is not None and cpu_block_ids is not None:
         gpu_blocks = np.fromiter(map(len, gpu_block_ids), dtype=np.int64, count=len(ids))
         rotary = state == np.int8(RequestState.ROTARY)
@@ -237,9 +265,17 @@ def table_from_columns(
         synced_blocks=np.minimum(synced_blocks, gpu_blocks),
         slo_ttft_s=slo_ttft_s,
         slo_tbt_s=slo_tbt_s,
+        num_tokens=num_tokens,
+        prefill_tokens=_unknown_counts(n) if prefill_tokens is None else prefill_tokens,
+        output_tokens=_unknown_counts(n) if output_tokens is None else output_tokens,
+        first_token_s=np.full(n, math.nan) if first_token_s is None else first_token_s,
         gpu_block_ids=gpu_block_ids if gpu_block_ids is not None else [],
         cpu_block_ids=cpu_block_ids if cpu_block_ids is not None else [],
     )
+
+
+def _unknown_counts(n: int) -> npt.NDArray[np.int64]:
+    return np.full(n, -1, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +293,10 @@ class Snapshot:
     free_cpu_blocks: int | None = None
     last_iteration_s: float | None = None
     pools: BlockPools | None = None
+    # The engine's per-iteration token budget and running-request cap (None:
+    # not a constraint the planner knows of).
+    max_batched_tokens: int | None = None
+    max_running_requests: int | None = None
 
     @property
     def block_level(self) -> bool:

@@ -12,15 +12,42 @@ from planner.profiles import HardwareProfile, ModelProfile
 PAPER_TRANSFER_BUDGET_BLOCKS = 2400
 
 
+class RotationVariant(enum.IntEnum):
+    """Which Largest-VLT-First runs (DESIGN.md §3.1).
+
+    LVF: every block moved is charged to the link budget, only lagging
+    requests may displace running ones, and only running requests with TPOT
+    slack to spare are displaced. LVF_PAPER: the paper's Algorithm 1 as
+    printed (B_xfer bounds only the blocks preemption must free)."""
+
+    LVF = 1
+    LVF_PAPER = 2
+
+
 @dataclass(frozen=True, slots=True)
 class RotationParams:
-    """Largest-VLT-First knobs; defaults are SuperInfer's evaluation values."""
+    """Largest-VLT-First knobs; alpha, the betas and the paper's B_xfer are
+    SuperInfer's evaluation values.
+
+    The slack knobs bound LVF's rotation, in units of each request's TBT SLO.
+    A request's TPOT slack is how long it may go without a token and still
+    have a mean time per output token within its TBT SLO: first token time
+    + slo_tbt x tokens generated - now. A running request may be preempted
+    only with at least preempt_slack_tbts of slack; a rotary request may
+    displace a running one only once its slack has fallen to
+    resume_slack_tbts. The gap between the two is the least a rotation buys
+    its victim, so a request cannot be rotated in and out at every iteration.
+    """
 
     alpha: float = 3.0
     beta_tbt: float = 0.0
     beta_ttft: float = 0.5
     transfer_budget_blocks: int | None = None
     eager_budget_blocks: int | None = None
+    variant: RotationVariant = RotationVariant.LVF
+    preempt_slack_tbts: float = 160.0
+    resume_slack_tbts: float = 10.0
+    lost_slack_tbts: float | None = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +75,21 @@ class MoveKind(enum.IntEnum):
     EAGER = 1
     SWAP_OUT = 2
     SWAP_IN = 3
+
+
+class Held(NamedTuple):
+    """Waiting and rotary requests the bounded LVF left out, by reason."""
+
+    # Waiting: the engine's token budget or running-request cap has no room.
+    engine_full: int = 0
+    # Rotary: their blocks do not fit in this iteration's H2D budget.
+    link_full: int = 0
+    # Did not fit in the free blocks and may not displace a running request:
+    # within their tolerance (waiting), or with slack to spare (rotary).
+    not_lagging: int = 0
+    # Lagging, but no running request with enough slack (or whose DIRTY
+    # blocks the link and the CPU pool could take) makes room for them.
+    no_victim: int = 0
 
 
 class RequestDecision(NamedTuple):
@@ -102,6 +144,12 @@ class RotationExplanation:
     cpu_full_skipped_ids: tuple[str, ...] = ()
     trimmed_ids: tuple[str, ...] = ()
     summary: str = ""
+    variant: RotationVariant = RotationVariant.LVF
+    # LVF's link budget besides transfer_budget_blocks (the H2D one), and
+    # why it left waiting and rotary requests out.
+    d2h_budget_blocks: int = 0
+    link_half_duplex: bool = False
+    held: Held = field(default_factory=Held)
 
 
 @dataclass(frozen=True, slots=True)

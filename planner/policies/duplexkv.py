@@ -98,18 +98,27 @@ def plan_transfers(
     prioritized: IntArray,
     preempted: IntArray,
     budget_blocks: int,
+    *,
+    eager_cap_blocks: int | None = None,
 ) -> TransferPlan:
     """Copies for one iteration at block level (the snapshot has pools). The
     count-level plan, for snapshots without block ids, is
-    rotation_columns.count_transfers."""
+    rotation_columns.count_transfers. eager_cap_blocks: eager copies at most
+    (what the link budget has left after the swap-outs), on top of the eager
+    budget."""
     if snapshot.pools is None:
         raise ValueError("block-level transfers need snapshot.pools")
-    return _plan_blocks(snapshot, inputs, prioritized, preempted, budget_blocks)
+    return _plan_blocks(
+        snapshot, inputs, prioritized, preempted, budget_blocks, eager_cap=eager_cap_blocks
+    )
 
 
-def _eager_budget(inputs: RotationInputs, budget_blocks: int, swap_out: int) -> int:
+def _eager_budget(
+    inputs: RotationInputs, budget_blocks: int, swap_out: int, cap: int | None
+) -> int:
     given = inputs.params.eager_budget_blocks
-    return given if given is not None else max(budget_blocks - swap_out, 0)
+    budget = given if given is not None else max(budget_blocks - swap_out, 0)
+    return budget if cap is None else min(budget, cap)
 
 
 def _plan_blocks(
@@ -118,13 +127,16 @@ def _plan_blocks(
     prioritized: IntArray,
     preempted: IntArray,
     budget_blocks: int,
+    *,
+    eager_cap: int | None,
 ) -> TransferPlan:
     t = snapshot.requests
     assert snapshot.pools is not None
     eager_bound = inputs.params.eager_budget_blocks
-    cpu_needed = int(t.gpu_blocks[preempted].sum()) + (
-        budget_blocks if eager_bound is None else eager_bound
-    )
+    eager_most = budget_blocks if eager_bound is None else eager_bound
+    if eager_cap is not None:
+        eager_most = min(eager_most, eager_cap)
+    cpu_needed = int(t.gpu_blocks[preempted].sum()) + eager_most
     cpu_pool = _lowest(snapshot.pools.free_cpu_block_ids, cpu_needed)
     cpu_next = 0
     moves: list[RequestBlockMoves] = []
@@ -181,7 +193,9 @@ def _plan_blocks(
         )
 
     swap_out = len(freed_after)
-    eager_room = min(_eager_budget(inputs, budget_blocks, swap_out), len(cpu_pool) - cpu_next)
+    eager_room = min(
+        _eager_budget(inputs, budget_blocks, swap_out, eager_cap), len(cpu_pool) - cpu_next
+    )
     eager = 0
     for row in eager_order(t, preempted).tolist():
         if eager >= eager_room:

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from planner.domain.requests import RequestState, RequestTable, Snapshot
 from planner.domain.rotation import (
     BudgetSource,
+    Held,
     RequestDecision,
     RotationExplanation,
     RotationInputs,
@@ -29,6 +30,8 @@ from planner.policies import duplexkv
 from planner.policies import rotation_columns as lvf
 from planner.policies.ordering import nan_last, order_rows
 from planner.policies.rotation_columns import greedy_fit
+from planner.policies.rotation_decide import decide
+from planner.policies.rotation_paper import transfer_budget as paper_transfer_budget
 
 __all__ = [
     "blocks_needed",
@@ -62,7 +65,7 @@ def blocks_needed(table: RequestTable) -> IntArray:
 def transfer_budget(snapshot: Snapshot, inputs: RotationInputs) -> tuple[int, BudgetSource]:
     """B_xfer: given, else link bandwidth x overlap window / block bytes, else
     the paper's 2400 blocks."""
-    return lvf.transfer_budget(snapshot.last_iteration_s, snapshot.block_size_tokens, inputs)
+    return paper_transfer_budget(snapshot.last_iteration_s, snapshot.block_size_tokens, inputs)
 
 
 def ranking_order(table: RequestTable, vlt: FloatArray) -> IntArray:
@@ -107,13 +110,20 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
         cpu_room=_cpu_room(snapshot),
         last_iteration_s=snapshot.last_iteration_s,
         block_size_tokens=snapshot.block_size_tokens,
+        max_batched_tokens=snapshot.max_batched_tokens,
+        max_running=snapshot.max_running_requests,
     )
-    d = lvf.decide(table, pools, inputs, lvf.TableRanking(table.arrival_s, table.ids))
+    d = decide(table, pools, inputs, lvf.TableRanking(table.arrival_s, table.ids))
     prioritized = d.prioritized
     chosen = d.preemption
     if snapshot.pools is not None:
         transfers = duplexkv.plan_transfers(
-            snapshot, inputs, prioritized=prioritized, preempted=chosen.rows, budget_blocks=d.budget
+            snapshot,
+            inputs,
+            prioritized=prioritized,
+            preempted=chosen.rows,
+            budget_blocks=d.budget,
+            eager_cap_blocks=None if d.link is None else d.link.d2h_left(),
         )
     else:
         transfers = lvf.count_transfers(table, pools, inputs, d)
@@ -149,7 +159,12 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
             prioritized=prioritized_decisions,
             preempted=preempted_decisions,
             transfers=transfers,
-        ),
+        )
+        + _link_summary(d),
+        variant=inputs.params.variant,
+        d2h_budget_blocks=d.link.budget.d2h_blocks if d.link is not None else 0,
+        link_half_duplex=d.link.budget.shared if d.link is not None else False,
+        held=d.held if d.held is not None else Held(),
     )
     return RotationPlan(
         fcfs_fallback=d.fallback,
@@ -160,6 +175,25 @@ def plan_rotation(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
         moves=transfers.moves,
         released_gpu_block_ids=transfers.released_gpu_block_ids,
         freed_after_d2h_gpu_block_ids=transfers.freed_after_d2h_gpu_block_ids,
+    )
+
+
+def _link_summary(d: lvf.Decision) -> str:
+    """LVF's charges and why it left requests out."""
+    if d.link is None:
+        return ""
+    b = d.link.budget
+    budget = f"{b.h2d_blocks} both ways" if b.shared else f"{b.h2d_blocks} in, {b.d2h_blocks} out"
+    held = d.held if d.held is not None else Held()
+    reasons = [
+        (held.engine_full, "engine full"),
+        (held.link_full, "link budget spent"),
+        (held.not_lagging, "not lagging"),
+        (held.no_victim, "no running request to spare"),
+    ]
+    left_out = ", ".join(f"{n} {why}" for n, why in reasons if n)
+    return f"; link budget {budget} ({b.source.name.lower()})" + (
+        f"; held back: {left_out}" if left_out else ""
     )
 
 

@@ -1,11 +1,15 @@
 """Largest-VLT-First on columns (DESIGN.md §3.1): the decision as row indices,
 with its DuplexKV transfer amounts at count level.
 
-This is the policy itself. `plan_rotation` (planner.policies.rotation, what
+What both variants share: the columns a decision reads, the rankings, VLT,
+the Decision itself and DuplexKV at count level (`count_transfers`). The
+decisions are planner.policies.rotation_paper (Algorithm 1, `lvf-paper`)
+and planner.policies.rotation_bounded (`lvf`); planner.policies.
+rotation_decide picks one. `plan_rotation` (planner.policies.rotation, what
 the gRPC service calls) runs it on a snapshot's table and dresses the result
 up as a RotationPlan; the replay engine runs it on columns it gathers from
 its own state, without building ids, decisions or a summary it would not
-read. Both go through `decide` and, at count level, `count_transfers`.
+read.
 
 Orderings are deterministic: VLT descending, then earlier arrival (absent
 last), then id. A `TableRanking` sorts by those keys (ids compared as
@@ -18,7 +22,6 @@ sorted would give it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,9 +29,10 @@ import numpy as np
 import numpy.typing as npt
 
 from planner.domain.requests import RequestState
-from planner.domain.rotation import PAPER_TRANSFER_BUDGET_BLOCKS, BudgetSource, RotationInputs
+from planner.domain.rotation import BudgetSource, Held, RotationInputs
 from planner.policies.duplexkv import TransferPlan
 from planner.policies.ordering import nan_last, order_rows
+from planner.policies.rotation_budget import LinkUse
 
 WAITING = np.int8(RequestState.WAITING)
 RUNNING = np.int8(RequestState.RUNNING)
@@ -45,8 +49,8 @@ StateArray = npt.NDArray[np.int8]
 # Unsigned 16-bit where the values fit (radix-sorted), else 64-bit.
 RankArray = npt.NDArray[np.uint16] | npt.NDArray[np.int64]
 
-_EMPTY: IntArray = np.zeros(0, dtype=np.int64)
-_EMPTY.flags.writeable = False
+EMPTY_ROWS: IntArray = np.zeros(0, dtype=np.int64)
+EMPTY_ROWS.flags.writeable = False
 
 
 class RotationColumns(Protocol):
@@ -76,6 +80,15 @@ class RotationColumns(Protocol):
     def slo_ttft_s(self) -> FloatArray: ...
     @property
     def slo_tbt_s(self) -> FloatArray: ...
+    # Read by the bounded LVF only; -1 (NaN for times) where unknown.
+    @property
+    def num_tokens(self) -> IntArray: ...
+    @property
+    def prefill_tokens(self) -> IntArray: ...
+    @property
+    def output_tokens(self) -> IntArray: ...
+    @property
+    def first_token_s(self) -> FloatArray: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +104,11 @@ class Pools:
     # The previous iteration's compute time (the overlap window), if known.
     last_iteration_s: float | None
     block_size_tokens: int
+    # The engine's per-iteration token budget and running-request cap, if
+    # known (the bounded LVF does not prioritize what the engine cannot
+    # start this iteration).
+    max_batched_tokens: int | None = None
+    max_running: int | None = None
 
 
 class Ranking(Protocol):
@@ -206,7 +224,7 @@ def virtual_lag_time(cols: RotationColumns, now_s: float, inputs: RotationInputs
     return vlt
 
 
-def _grouped_lag_and_need(
+def grouped_lag_and_need(
     cols: RotationColumns, now_s: float, inputs: RotationInputs, grouped: tuple[int, int]
 ) -> tuple[FloatArray, IntArray]:
     """virtual_lag_time and blocks_needed of columns whose rows come grouped
@@ -246,38 +264,6 @@ def blocks_needed(cols: RotationColumns) -> IntArray:
     return need
 
 
-def transfer_budget(
-    last_iteration_s: float | None, block_size_tokens: int, inputs: RotationInputs
-) -> tuple[int, BudgetSource]:
-    """B_xfer: given, else link bandwidth x overlap window / block bytes, else
-    the paper's 2400 blocks."""
-    given = inputs.params.transfer_budget_blocks
-    if given is not None:
-        return given, BudgetSource.GIVEN
-    if inputs.model is not None and inputs.hardware is not None and last_iteration_s is not None:
-        rate, block_bytes = _link_constants(inputs, block_size_tokens)
-        blocks = math.floor(rate * last_iteration_s / block_bytes)
-        return blocks, BudgetSource.DERIVED
-    return PAPER_TRANSFER_BUDGET_BLOCKS, BudgetSource.DEFAULT
-
-
-# The last inputs' swap rate and block bytes (a replay asks with the same
-# inputs every iteration): one entry, so it holds on to one inputs at most.
-_last_link: list[tuple[RotationInputs, int, float, int]] = []
-
-
-def _link_constants(inputs: RotationInputs, block_size_tokens: int) -> tuple[float, int]:
-    """The hardware's swap bytes per second and the model's block bytes."""
-    for last in _last_link:
-        if last[0] is inputs and last[1] == block_size_tokens:
-            return last[2], last[3]
-    assert inputs.model is not None and inputs.hardware is not None
-    rate = inputs.hardware.swap_bytes_per_s()
-    block_bytes = inputs.model.block_bytes(block_size_tokens)
-    _last_link[:] = [(inputs, block_size_tokens, rate, block_bytes)]
-    return rate, block_bytes
-
-
 def greedy_fit(needs: IntArray, capacity: int) -> tuple[BoolArray, int]:
     """Walk needs in order, taking each that fits in what is left and going on
     past those that do not. Returns the taken mask and what is left."""
@@ -312,32 +298,7 @@ class Preemption:
     cpu_full_skipped: IntArray
 
 
-_NO_PREEMPTION = Preemption(_EMPTY, 0, _EMPTY)
-
-
-def preempt_from_tail(
-    cols: RotationColumns,
-    candidates: IntArray,
-    swap_blocks: int,
-    cpu_room: int | None,
-) -> Preemption:
-    """Preempt candidates (already ordered tail first) until swap_blocks are
-    freed. A candidate whose DIRTY blocks do not fit in cpu_room is skipped."""
-    if swap_blocks <= 0 or candidates.size == 0:
-        return _NO_PREEMPTION
-    gpu = cols.gpu_blocks[candidates]
-    dirty = gpu - cols.synced_blocks[candidates] if cpu_room is not None else None
-    if cpu_room is None or dirty is None or (dirty.sum() <= cpu_room and dirty.min() >= 0):
-        # Every candidate's DIRTY blocks fit (greedy_fit would take them all).
-        freed = gpu.cumsum()
-        walked = min(int(freed.searchsorted(swap_blocks, side="left")) + 1, candidates.size)
-        return Preemption(candidates[:walked], int(freed[walked - 1]), _EMPTY)
-    fits, _ = greedy_fit(dirty, cpu_room)
-    freed = np.where(fits, gpu, 0).cumsum()
-    # The walk stops at the candidate whose blocks cover swap_blocks.
-    walked = min(int(freed.searchsorted(swap_blocks, side="left")) + 1, candidates.size)
-    fits, candidates = fits[:walked], candidates[:walked]
-    return Preemption(candidates[fits], int(freed[walked - 1]), candidates[~fits])
+NO_PREEMPTION = Preemption(EMPTY_ROWS, 0, EMPTY_ROWS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,121 +322,11 @@ class Decision:
     # Which rows are RUNNING (read-only: shared with count_transfers); None
     # when every row is.
     running: BoolArray | None
-
-
-def decide(
-    cols: RotationColumns,
-    pools: Pools,
-    inputs: RotationInputs,
-    ranking: Ranking,
-    grouped: tuple[int, int] | None = None,
-) -> Decision:
-    """One iteration of Largest-VLT-First (DESIGN.md §3.1, Algorithm 1).
-    grouped (a, b): the rows come grouped by state, WAITING in [0, a),
-    RUNNING in [a, b) and ROTARY from b (as an engine lists them), which
-    saves work, not changes the result."""
-    state = cols.state
-    budget, source = transfer_budget(pools.last_iteration_s, pools.block_size_tokens, inputs)
-    free = pools.free_gpu_blocks
-    if grouped is not None and grouped[0] == 0 and grouped[1] == len(state) and free >= 0:
-        # Every row RUNNING (nobody to admit or resume): as below.
-        return Decision(
-            True,
-            _EMPTY,
-            _NO_PREEMPTION,
-            _EMPTY,
-            budget,
-            source,
-            0,
-            free + budget,
-            0,
-            0,
-            None,
-            None,
-            None,
-        )
-    running = state == RUNNING
-    inactive = (~running).nonzero()[0]
-    if not inactive.size and free >= 0:
-        # Nobody to admit or resume: no contention, nothing to rank.
-        return Decision(
-            True,
-            _EMPTY,
-            _NO_PREEMPTION,
-            _EMPTY,
-            budget,
-            source,
-            0,
-            free + budget,
-            0,
-            0,
-            None,
-            None,
-            running,
-        )
-    if grouped is not None:
-        vlt, need = _grouped_lag_and_need(cols, pools.now_s, inputs, grouped)
-    else:
-        vlt = virtual_lag_time(cols, pools.now_s, inputs)
-        need = blocks_needed(cols)
-    total_needed = int(need[inactive].sum())
-
-    if free >= total_needed:
-        return Decision(
-            fallback=True,
-            prioritized=ranking.by_arrival(inactive),
-            preemption=_NO_PREEMPTION,
-            trimmed=_EMPTY,
-            budget=budget,
-            budget_source=source,
-            blocks_needed=total_needed,
-            blocks_left=free + budget - total_needed,
-            swap_blocks_needed=0,
-            unmet_swap_blocks=0,
-            vlt=vlt,
-            need=need,
-            running=running,
-        )
-    candidates, preemptable = ranking.by_lag(vlt, ~running & (vlt >= 0), running & (vlt < 0))
-    taken, blocks_left = greedy_fit(need[candidates], free + budget)
-    prioritized = candidates[taken]
-    swap_needed = budget - blocks_left
-    chosen = preempt_from_tail(cols, preemptable, swap_needed, pools.cpu_room)
-    unmet = max(swap_needed - chosen.freed_blocks, 0)
-    trimmed = _EMPTY
-    if unmet > 0:
-        picked = prioritized
-        prioritized = _trim(prioritized, need, unmet)
-        trimmed = picked[prioritized.size :][::-1]
-        blocks_left = free + budget - int(need[prioritized].sum())
-        swap_needed = budget - blocks_left
-        # Keep the first pass's CPU-full skips: they are why it fell short.
-        skipped = chosen.cpu_full_skipped
-        chosen = preempt_from_tail(cols, preemptable, budget - blocks_left, pools.cpu_room)
-        chosen = Preemption(chosen.rows, chosen.freed_blocks, skipped)
-    return Decision(
-        fallback=False,
-        prioritized=prioritized,
-        preemption=chosen,
-        trimmed=trimmed,
-        budget=budget,
-        budget_source=source,
-        blocks_needed=total_needed,
-        blocks_left=blocks_left,
-        swap_blocks_needed=max(swap_needed, 0),
-        unmet_swap_blocks=unmet,
-        vlt=vlt,
-        need=need,
-        running=running,
-    )
-
-
-def _trim(prioritized: IntArray, need: IntArray, deficit: int) -> IntArray:
-    """Drop the least lagging prioritized requests until deficit blocks are
-    given back: preemption could not free enough room for all of them."""
-    dropped = np.cumsum(need[prioritized][::-1])
-    k = int(np.searchsorted(dropped, deficit, side="left")) + 1
-    return prioritized[: max(prioritized.size - k, 0)]
+    # The bounded LVF's link budget and what it charged to it (swap-ins and
+    # swap-outs; count_transfers adds the eager copies), and why candidates
+    # were left out. None for the paper's Algorithm 1.
+    link: LinkUse | None = None
+    held: Held | None = None
 
 
 def count_transfers(
@@ -496,7 +347,7 @@ def count_transfers(
     else:
         released = swap_out = 0
     swap_in = 0
-    deferred = _EMPTY
+    deferred = EMPTY_ROWS
     if prioritized.size:
         swap_in_rows = prioritized[t.state[prioritized] == ROTARY]
         if swap_in_rows.size:
@@ -510,7 +361,12 @@ def count_transfers(
                 swap_in = int(sizes[fits].sum())
                 deferred = swap_in_rows[~fits]
     given = inputs.params.eager_budget_blocks
-    eager_room = given if given is not None else max(decision.budget - swap_out, 0)
+    if decision.link is not None:
+        # The swap-outs are charged already; eager copies take what is left.
+        left = decision.link.d2h_left()
+        eager_room = left if given is None else min(given, left)
+    else:
+        eager_room = given if given is not None else max(decision.budget - swap_out, 0)
     if pools.free_cpu_blocks is not None:
         eager_room = min(eager_room, pools.free_cpu_blocks - swap_out)
     if decision.vlt is None and not preempted.size:
@@ -539,31 +395,3 @@ def _fit_in_order(sizes: list[int], capacity: int) -> BoolArray:
             fits[i] = True
             capacity -= size
     return fits
-
-
-@dataclass(frozen=True, slots=True)
-class RowPlan:
-    """What an engine carries out: rows of the columns."""
-
-    # Preempted (by swap), in order.
-    preempted: IntArray
-    # Admitted or resumed, in priority order (deferred swap-ins left out).
-    prioritized: IntArray
-    eager_blocks: int
-
-
-def plan_rows(
-    cols: RotationColumns,
-    pools: Pools,
-    inputs: RotationInputs,
-    ranking: Ranking,
-    grouped: tuple[int, int] | None = None,
-) -> RowPlan:
-    """plan_rotation at count level, as rows: the engine's entry point (see
-    decide for grouped)."""
-    decision = decide(cols, pools, inputs, ranking, grouped)
-    transfers = count_transfers(cols, pools, inputs, decision)
-    prioritized = decision.prioritized
-    if transfers.deferred_rows.size:
-        prioritized = prioritized[~np.isin(prioritized, transfers.deferred_rows)]
-    return RowPlan(decision.preemption.rows, prioritized, transfers.eager_blocks)

@@ -196,6 +196,8 @@ class Engine:
                 free_cpu_blocks=s.free_cpu,
                 block_size_tokens=cfg.block_size_tokens,
                 last_iteration_s=self._last_iteration_s,
+                max_batched_tokens=cfg.max_batched_tokens,
+                free_slots=cfg.max_running - len(s.running.rows) - len(s.in_transit.rows),
             )
         )
         d2h_blocks, h2d_blocks = self._apply(plan)
@@ -350,6 +352,8 @@ class Engine:
                     free_cpu_blocks=s.free_cpu,
                     block_size_tokens=bs,
                     last_iteration_s=last_s,
+                    max_batched_tokens=cfg.max_batched_tokens,
+                    free_slots=cfg.max_running - decoding,
                 )
             )
             if len(plan.swap_out) or len(plan.recompute) or len(plan.start):

@@ -250,6 +250,9 @@ class EngineState:
         r = self.requests
         rows = self.running.rows
         generated = r.generated[rows]
+        first = rows[generated == 0]
+        if len(first):
+            r.first_token_s[first] = times_s[0]
         self.tokens.record_each(rows, generated + 1, times_s)
         r.generated[rows] = generated + len(times_s)
         r.last_token_s[rows] = times_s[-1]
@@ -259,6 +262,9 @@ class EngineState:
         free their blocks."""
         r = self.requests
         generated = r.generated[rows]
+        first = rows[generated == 0]
+        if len(first):
+            r.first_token_s[first] = now_s
         generated += 1
         r.generated[rows] = generated
         self.tokens.record(rows, generated, now_s)

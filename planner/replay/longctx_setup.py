@@ -14,6 +14,12 @@ from planner.replay.longctx_policies import OffloadSetup
 from planner.replay.setup import ReplaySetup
 from planner.trace.records import TraceRequest
 
+# Replay stops orbitflow's solves on work, not on the clock, so a run gives
+# the same plans on any machine (DESIGN.md §4); the time limit is a backstop.
+# 4,000 nodes: one plan (Pause-Resume rounds included) in about 20 ms on
+# the 2-core machine of docs/replay.md, 8 requests x 32 layers.
+REPLAY_OFFLOAD_PARAMS = OffloadParams(time_limit_s=10.0, node_limit=4000)
+
 
 @dataclass(frozen=True, slots=True)
 class LongctxKnobs:
@@ -24,7 +30,7 @@ class LongctxKnobs:
     slo_scale: float | None = None
     jitter_cv: float = 0.0
     seed: int = 0
-    params: OffloadParams = field(default_factory=OffloadParams)
+    params: OffloadParams = REPLAY_OFFLOAD_PARAMS
     controller: ControllerConfig = field(default_factory=ControllerConfig)
 
 

@@ -91,12 +91,18 @@ def _int(value: float | None) -> str:
 def _sections() -> list[tuple[str, list[_Row]]]:
     return [
         (
+            "Goodput",
+            [
+                _Row("TTFT and TPOT met", lambda m: m.both_attainment, fmt_pct, +1),
+                _Row("Output tokens/s", lambda m: m.throughput_tok_s, lambda v: fmt_rate(v, ""), 1),
+                _Row("TBT met (token-level)", lambda m: m.tbt_attainment, fmt_pct, +1),
+            ],
+        ),
+        (
             "SLO attainment",
             [
                 _Row("TTFT", lambda m: m.ttft_attainment, fmt_pct, +1),
-                _Row("TBT (token-level)", lambda m: m.tbt_attainment, fmt_pct, +1),
                 _Row("TPOT (request-level)", lambda m: m.tpot_attainment, fmt_pct, +1),
-                _Row("TTFT and TPOT", lambda m: m.both_attainment, fmt_pct, +1),
             ],
         ),
         (
@@ -108,7 +114,6 @@ def _sections() -> list[tuple[str, list[_Row]]]:
         (
             "Throughput",
             [
-                _Row("Output tokens/s", lambda m: m.throughput_tok_s, lambda v: fmt_rate(v, ""), 1),
                 _Row("Requests/s", lambda m: m.throughput_req_s, lambda v: fmt_rate(v, ""), 1),
                 _Row("Finished", lambda m: m.finished, _int, +1),
                 _Row("Unfinished", lambda m: m.unfinished, _int, -1),
@@ -164,9 +169,12 @@ def comparison_table(
 
 
 def sweep_table(sweep: Sweep, *, title: str | None = None) -> Table:
-    """Attainment per rate scale: one row per scale, TTFT / TBT per policy."""
+    """Attainment per rate scale: one row per scale, both met / TTFT / TBT
+    per policy."""
     table = Table(
-        title=title if title is not None else "SLO attainment vs load (TTFT / TBT token-level)",
+        title=title
+        if title is not None
+        else "SLO attainment vs load (TTFT and TPOT met / TTFT / TBT token-level)",
         header_style="bold",
         title_style="bold",
     )
@@ -180,7 +188,10 @@ def sweep_table(sweep: Sweep, *, title: str | None = None) -> Table:
         for name in policies:
             m = by_name.get(name)
             cells.append(
-                DASH if m is None else f"{fmt_pct(m.ttft_attainment)} / {fmt_pct(m.tbt_attainment)}"
+                DASH
+                if m is None
+                else f"{fmt_pct(m.both_attainment)} / {fmt_pct(m.ttft_attainment)} / "
+                f"{fmt_pct(m.tbt_attainment)}"
             )
         table.add_row(f"{scale:g}", *cells)
     return table

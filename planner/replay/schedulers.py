@@ -21,22 +21,22 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from planner.domain.requests import RequestState, Snapshot, table_from_columns
-from planner.domain.rotation import RotationInputs
+from planner.domain.rotation import RotationInputs, RotationVariant
 from planner.policies.rotation import plan_rotation
 from planner.policies.rotation_columns import (
     KeyRanking,
     Pools,
     RankArray,
     arrival_id_ranks,
-    plan_rows,
 )
+from planner.policies.rotation_decide import plan_rows
 from planner.replay.state import (
     FloatArray,
     IntArray,
@@ -75,6 +75,10 @@ class EngineView(NamedTuple):
     free_cpu_blocks: int
     block_size_tokens: int
     last_iteration_s: float
+    # The engine's token budget per iteration, and how many more requests it
+    # may start (its running cap less those running or being swapped in).
+    max_batched_tokens: int | None = None
+    free_slots: int | None = None
 
 
 class Scheduler(Protocol):
@@ -267,6 +271,10 @@ class ViewColumns:
     synced_blocks: IntArray
     slo_ttft_s: FloatArray
     slo_tbt_s: FloatArray
+    num_tokens: IntArray
+    prefill_tokens: IntArray
+    output_tokens: IntArray
+    first_token_s: FloatArray
 
     def __init__(self, view: EngineView) -> None:
         self._view = view
@@ -369,6 +377,22 @@ class ViewColumns:
         slo: FloatArray = self._view.requests.slo_tbt_s[self.rows]
         return slo
 
+    def _gather_num_tokens(self) -> IntArray:
+        kv: IntArray = self._view.requests.kv_tokens[self.rows]
+        return kv
+
+    def _gather_prefill_tokens(self) -> IntArray:
+        target: IntArray = self._view.requests.prefill_target[self.rows]
+        return target
+
+    def _gather_output_tokens(self) -> IntArray:
+        generated: IntArray = self._view.requests.generated[self.rows]
+        return generated
+
+    def _gather_first_token_s(self) -> FloatArray:
+        first: FloatArray = self._view.requests.first_token_s[self.rows]
+        return first
+
 
 _ALL_RUNNING: dict[int, PhaseArray] = {}
 
@@ -392,7 +416,15 @@ def rotation_pools(view: EngineView) -> Pools:
         cpu_room=view.free_cpu_blocks,
         last_iteration_s=view.last_iteration_s if view.last_iteration_s > 0 else None,
         block_size_tokens=view.block_size_tokens,
+        max_batched_tokens=view.max_batched_tokens,
+        max_running=_running_cap(view),
     )
+
+
+def _running_cap(view: EngineView) -> int | None:
+    """The running-request cap as the policy counts it: those running now
+    plus the slots left."""
+    return None if view.free_slots is None else len(view.running) + view.free_slots
 
 
 def rotation_snapshot(view: EngineView) -> tuple[IntArray, Snapshot]:
@@ -432,6 +464,9 @@ def rotation_snapshot(view: EngineView) -> tuple[IntArray, Snapshot]:
         slo_ttft_s=r.slo_ttft_s[rows],
         slo_tbt_s=r.slo_tbt_s[rows],
         block_size_tokens=bs,
+        prefill_tokens=r.prefill_target[rows],
+        output_tokens=r.generated[rows],
+        first_token_s=r.first_token_s[rows],
     )
     snapshot = Snapshot(
         now_s=view.now_s,
@@ -440,6 +475,8 @@ def rotation_snapshot(view: EngineView) -> tuple[IntArray, Snapshot]:
         block_size_tokens=bs,
         free_cpu_blocks=view.free_cpu_blocks,
         last_iteration_s=view.last_iteration_s if view.last_iteration_s > 0 else None,
+        max_batched_tokens=view.max_batched_tokens,
+        max_running_requests=_running_cap(view),
     )
     return rows, snapshot
 
@@ -453,7 +490,7 @@ def last_progress_s(requests: RequestColumns, rows: IntArray) -> FloatArray:
     return when
 
 
-POLICY_NAMES = ("fcfs", "lvf", "waiting-first", "swapped-first", "cfs", "cfs-peer")
+POLICY_NAMES = ("fcfs", "lvf", "lvf-paper", "waiting-first", "swapped-first", "cfs", "cfs-peer")
 
 
 def make_scheduler(name: str, inputs: RotationInputs, cfs: CfsKnobs | None = None) -> Scheduler:
@@ -465,7 +502,10 @@ def make_scheduler(name: str, inputs: RotationInputs, cfs: CfsKnobs | None = Non
     if name == "fcfs":
         return Fcfs()
     if name == "lvf":
-        return Lvf(inputs)
+        return Lvf(replace(inputs, params=replace(inputs.params, variant=RotationVariant.LVF)))
+    if name == "lvf-paper":
+        paper = replace(inputs.params, variant=RotationVariant.LVF_PAPER)
+        return Lvf(replace(inputs, params=paper), name="lvf-paper")
     if name == "waiting-first":
         return WaitingFirst()
     if name == "swapped-first":

@@ -65,6 +65,7 @@ class RequestColumns:
     admitted_at_s: FloatArray  # its latest admission from the queue
     last_prefill_s: FloatArray  # its latest prefill chunk (its arrival before)
     last_token_s: FloatArray
+    first_token_s: FloatArray
     finish_s: FloatArray
     preemptions: IntArray
     swap_outs: IntArray
@@ -117,6 +118,7 @@ class RequestColumns:
             admitted_at_s=nans(),
             last_prefill_s=arrival.copy(),
             last_token_s=nans(),
+            first_token_s=nans(),
             finish_s=nans(),
             preemptions=zeros(),
             swap_outs=zeros(),

@@ -148,6 +148,9 @@ class TrackedRequest(_message.Message):
     SLO_TBT_S_FIELD_NUMBER: _builtins.int
     GPU_BLOCK_IDS_FIELD_NUMBER: _builtins.int
     CPU_BLOCK_IDS_FIELD_NUMBER: _builtins.int
+    PREFILL_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    FIRST_TOKEN_S_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Unique within the snapshot."""
     state: Global___RequestState.ValueType
@@ -184,6 +187,18 @@ class TrackedRequest(_message.Message):
     thousands of requests pay nothing for the common case.)
     """
     slo_tbt_s: _builtins.float
+    prefill_tokens: _builtins.int
+    """Tokens its prefill covers: its prompt, plus the tokens it recomputes
+    after a preemption by recompute; 0 means unknown (prompt_blocks worth).
+    With num_tokens, the share of the engine's token budget it takes.
+    """
+    output_tokens: _builtins.int
+    """Tokens it has generated so far (0: none yet, or unknown)."""
+    first_token_s: _builtins.float
+    """When it produced its first token. With output_tokens, its TPOT slack:
+    rotation (RotationVariant LVF) never preempts a request whose slack it
+    cannot tell.
+    """
     @_builtins.property
     def gpu_block_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Block-level snapshots only (Snapshot.pools set). GPU block ids in logical
@@ -215,19 +230,26 @@ class TrackedRequest(_message.Message):
         slo_tbt_s: _builtins.float = ...,
         gpu_block_ids: _abc.Iterable[_builtins.int] | None = ...,
         cpu_block_ids: _abc.Iterable[_builtins.int] | None = ...,
+        prefill_tokens: _builtins.int = ...,
+        output_tokens: _builtins.int = ...,
+        first_token_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_last_token_s", b"_last_token_s", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "last_token_s", b"last_token_s", "run_start_s", b"run_start_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_first_token_s", b"_first_token_s", "_last_token_s", b"_last_token_s", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "first_token_s", b"first_token_s", "last_token_s", b"last_token_s", "run_start_s", b"run_start_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_last_token_s", b"_last_token_s", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "cpu_block_ids", b"cpu_block_ids", "cpu_blocks", b"cpu_blocks", "gpu_block_ids", b"gpu_block_ids", "gpu_blocks", b"gpu_blocks", "id", b"id", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "prompt_blocks", b"prompt_blocks", "run_start_s", b"run_start_s", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "state", b"state", "synced_blocks", b"synced_blocks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s", "_first_token_s", b"_first_token_s", "_last_token_s", b"_last_token_s", "_run_start_s", b"_run_start_s", "arrival_s", b"arrival_s", "cpu_block_ids", b"cpu_block_ids", "cpu_blocks", b"cpu_blocks", "first_token_s", b"first_token_s", "gpu_block_ids", b"gpu_block_ids", "gpu_blocks", b"gpu_blocks", "id", b"id", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "output_tokens", b"output_tokens", "prefill_tokens", b"prefill_tokens", "prompt_blocks", b"prompt_blocks", "run_start_s", b"run_start_s", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "state", b"state", "synced_blocks", b"synced_blocks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__arrival_s: _TypeAlias = _typing.Literal["arrival_s"]  # noqa: Y015
     _WhichOneofArgType__arrival_s: _TypeAlias = _typing.Literal["_arrival_s", b"_arrival_s"]  # noqa: Y015
+    _WhichOneofReturnType__first_token_s: _TypeAlias = _typing.Literal["first_token_s"]  # noqa: Y015
+    _WhichOneofArgType__first_token_s: _TypeAlias = _typing.Literal["_first_token_s", b"_first_token_s"]  # noqa: Y015
     _WhichOneofReturnType__last_token_s: _TypeAlias = _typing.Literal["last_token_s"]  # noqa: Y015
     _WhichOneofArgType__last_token_s: _TypeAlias = _typing.Literal["_last_token_s", b"_last_token_s"]  # noqa: Y015
     _WhichOneofReturnType__run_start_s: _TypeAlias = _typing.Literal["run_start_s"]  # noqa: Y015
     _WhichOneofArgType__run_start_s: _TypeAlias = _typing.Literal["_run_start_s", b"_run_start_s"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__arrival_s) -> _WhichOneofReturnType__arrival_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__first_token_s) -> _WhichOneofReturnType__first_token_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__last_token_s) -> _WhichOneofReturnType__last_token_s | None: ...
     @_typing.overload
@@ -260,6 +282,9 @@ class RequestColumns(_message.Message):
     SYNCED_BLOCKS_FIELD_NUMBER: _builtins.int
     SLO_TTFT_S_FIELD_NUMBER: _builtins.int
     SLO_TBT_S_FIELD_NUMBER: _builtins.int
+    PREFILL_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    FIRST_TOKEN_S_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def id(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -284,6 +309,12 @@ class RequestColumns(_message.Message):
     def slo_ttft_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
     @_builtins.property
     def slo_tbt_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def prefill_tokens(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def output_tokens(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def first_token_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
     def __init__(
         self,
         *,
@@ -299,10 +330,13 @@ class RequestColumns(_message.Message):
         synced_blocks: _abc.Iterable[_builtins.int] | None = ...,
         slo_ttft_s: _abc.Iterable[_builtins.float] | None = ...,
         slo_tbt_s: _abc.Iterable[_builtins.float] | None = ...,
+        prefill_tokens: _abc.Iterable[_builtins.int] | None = ...,
+        output_tokens: _abc.Iterable[_builtins.int] | None = ...,
+        first_token_s: _abc.Iterable[_builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrival_s", b"arrival_s", "cpu_blocks", b"cpu_blocks", "gpu_blocks", b"gpu_blocks", "id", b"id", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "prompt_blocks", b"prompt_blocks", "run_start_s", b"run_start_s", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "state", b"state", "synced_blocks", b"synced_blocks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrival_s", b"arrival_s", "cpu_blocks", b"cpu_blocks", "first_token_s", b"first_token_s", "gpu_blocks", b"gpu_blocks", "id", b"id", "last_token_s", b"last_token_s", "num_tokens", b"num_tokens", "output_tokens", b"output_tokens", "prefill_tokens", b"prefill_tokens", "prompt_blocks", b"prompt_blocks", "run_start_s", b"run_start_s", "slo_tbt_s", b"slo_tbt_s", "slo_ttft_s", b"slo_ttft_s", "state", b"state", "synced_blocks", b"synced_blocks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -351,6 +385,8 @@ class Snapshot(_message.Message):
     LAST_ITERATION_S_FIELD_NUMBER: _builtins.int
     POOLS_FIELD_NUMBER: _builtins.int
     COLUMNS_FIELD_NUMBER: _builtins.int
+    MAX_BATCHED_TOKENS_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_REQUESTS_FIELD_NUMBER: _builtins.int
     now_s: _builtins.float
     """The engine's clock now, seconds."""
     free_gpu_blocks: _builtins.int
@@ -365,6 +401,12 @@ class Snapshot(_message.Message):
     """Compute time of the previous iteration: the window that transfers of
     this iteration overlap with.
     """
+    max_batched_tokens: _builtins.int
+    """The engine's per-iteration token budget (chunked prefill) and its cap on
+    running requests. Set, rotation does not prioritize waiting requests the
+    engine could not start this iteration.
+    """
+    max_running_requests: _builtins.int
     @_builtins.property
     def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___TrackedRequest]:
         """The tracked requests as rows (or see `columns`)."""
@@ -388,10 +430,12 @@ class Snapshot(_message.Message):
         last_iteration_s: _builtins.float | None = ...,
         pools: Global___BlockPools | None = ...,
         columns: Global___RequestColumns | None = ...,
+        max_batched_tokens: _builtins.int | None = ...,
+        max_running_requests: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "block_size_tokens", b"block_size_tokens", "columns", b"columns", "free_cpu_blocks", b"free_cpu_blocks", "last_iteration_s", b"last_iteration_s", "pools", b"pools"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "_max_batched_tokens", b"_max_batched_tokens", "_max_running_requests", b"_max_running_requests", "block_size_tokens", b"block_size_tokens", "columns", b"columns", "free_cpu_blocks", b"free_cpu_blocks", "last_iteration_s", b"last_iteration_s", "max_batched_tokens", b"max_batched_tokens", "max_running_requests", b"max_running_requests", "pools", b"pools"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "block_size_tokens", b"block_size_tokens", "columns", b"columns", "free_cpu_blocks", b"free_cpu_blocks", "free_gpu_blocks", b"free_gpu_blocks", "last_iteration_s", b"last_iteration_s", "now_s", b"now_s", "pools", b"pools", "requests", b"requests"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens", "_free_cpu_blocks", b"_free_cpu_blocks", "_last_iteration_s", b"_last_iteration_s", "_max_batched_tokens", b"_max_batched_tokens", "_max_running_requests", b"_max_running_requests", "block_size_tokens", b"block_size_tokens", "columns", b"columns", "free_cpu_blocks", b"free_cpu_blocks", "free_gpu_blocks", b"free_gpu_blocks", "last_iteration_s", b"last_iteration_s", "max_batched_tokens", b"max_batched_tokens", "max_running_requests", b"max_running_requests", "now_s", b"now_s", "pools", b"pools", "requests", b"requests"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__block_size_tokens: _TypeAlias = _typing.Literal["block_size_tokens"]  # noqa: Y015
     _WhichOneofArgType__block_size_tokens: _TypeAlias = _typing.Literal["_block_size_tokens", b"_block_size_tokens"]  # noqa: Y015
@@ -399,12 +443,20 @@ class Snapshot(_message.Message):
     _WhichOneofArgType__free_cpu_blocks: _TypeAlias = _typing.Literal["_free_cpu_blocks", b"_free_cpu_blocks"]  # noqa: Y015
     _WhichOneofReturnType__last_iteration_s: _TypeAlias = _typing.Literal["last_iteration_s"]  # noqa: Y015
     _WhichOneofArgType__last_iteration_s: _TypeAlias = _typing.Literal["_last_iteration_s", b"_last_iteration_s"]  # noqa: Y015
+    _WhichOneofReturnType__max_batched_tokens: _TypeAlias = _typing.Literal["max_batched_tokens"]  # noqa: Y015
+    _WhichOneofArgType__max_batched_tokens: _TypeAlias = _typing.Literal["_max_batched_tokens", b"_max_batched_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__max_running_requests: _TypeAlias = _typing.Literal["max_running_requests"]  # noqa: Y015
+    _WhichOneofArgType__max_running_requests: _TypeAlias = _typing.Literal["_max_running_requests", b"_max_running_requests"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__block_size_tokens) -> _WhichOneofReturnType__block_size_tokens | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__free_cpu_blocks) -> _WhichOneofReturnType__free_cpu_blocks | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__last_iteration_s) -> _WhichOneofReturnType__last_iteration_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_batched_tokens) -> _WhichOneofReturnType__max_batched_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_running_requests) -> _WhichOneofReturnType__max_running_requests | None: ...
 
 Global___Snapshot: _TypeAlias = Snapshot  # noqa: Y015
 

@@ -25,37 +25,39 @@ _sym_db = _symbol_database.Default()
 from planner.v1 import common_pb2 as planner_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19planner/v1/rotation.proto\x12\nplanner.v1\x1a\x17planner/v1/common.proto\"\xf2\x01\n\x0eRotationParams\x12\x12\n\x05\x61lpha\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x15\n\x08\x62\x65ta_tbt\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x16\n\tbeta_ttft\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12#\n\x16transfer_budget_blocks\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12 \n\x13\x65\x61ger_budget_blocks\x18\x05 \x01(\x03H\x04\x88\x01\x01\x42\x08\n\x06_alphaB\x0b\n\t_beta_tbtB\x0c\n\n_beta_ttftB\x19\n\x17_transfer_budget_blocksB\x16\n\x14_eager_budget_blocks\"\xb3\x01\n\x13PlanRotationRequest\x12&\n\x08snapshot\x18\x01 \x01(\x0b\x32\x14.planner.v1.Snapshot\x12*\n\x06params\x18\x02 \x01(\x0b\x32\x1a.planner.v1.RotationParams\x12\x1c\n\x03slo\x18\x03 \x01(\x0b\x32\x0f.planner.v1.Slo\x12*\n\x07profile\x18\x04 \x01(\x0b\x32\x19.planner.v1.EngineProfile\">\n\x14PlanRotationResponse\x12&\n\x04plan\x18\x01 \x01(\x0b\x32\x18.planner.v1.RotationPlan\"c\n\x0fRequestDecision\x12\n\n\x02id\x18\x01 \x01(\t\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.planner.v1.RequestState\x12\x0b\n\x03vlt\x18\x03 \x01(\x01\x12\x0e\n\x06\x62locks\x18\x04 \x01(\x03\"G\n\x0b\x42lockExtent\x12\x11\n\tsrc_start\x18\x01 \x01(\x03\x12\x11\n\tdst_start\x18\x02 \x01(\x03\x12\x12\n\nnum_blocks\x18\x03 \x01(\x03\"\x8e\x01\n\rTransferBatch\x12,\n\tdirection\x18\x01 \x01(\x0e\x32\x19.planner.v1.CopyDirection\x12(\n\x07\x65xtents\x18\x02 \x03(\x0b\x32\x17.planner.v1.BlockExtent\x12\x12\n\nnum_blocks\x18\x03 \x01(\x03\x12\x11\n\tnum_bytes\x18\x04 \x01(\x03\"\x88\x01\n\x11RequestBlockMoves\x12\n\n\x02id\x18\x01 \x01(\t\x12\"\n\x04kind\x18\x02 \x01(\x0e\x32\x14.planner.v1.MoveKind\x12\x15\n\rlogical_index\x18\x03 \x03(\x03\x12\x15\n\rsrc_block_ids\x18\x04 \x03(\x03\x12\x15\n\rdst_block_ids\x18\x05 \x03(\x03\"\xc8\x03\n\x13RotationExplanation\x12\x1e\n\x16transfer_budget_blocks\x18\x01 \x01(\x03\x12/\n\rbudget_source\x18\x02 \x01(\x0e\x32\x18.planner.v1.BudgetSource\x12\x17\n\x0f\x66ree_gpu_blocks\x18\x03 \x01(\x03\x12\x15\n\rblocks_needed\x18\x04 \x01(\x03\x12\x13\n\x0b\x62locks_left\x18\x05 \x01(\x03\x12\x1a\n\x12swap_blocks_needed\x18\x06 \x01(\x03\x12\x1b\n\x13\x62locks_released_now\x18\x07 \x01(\x03\x12\x1e\n\x16\x62locks_freed_after_d2h\x18\x08 \x01(\x03\x12\x16\n\x0eswap_in_blocks\x18\t \x01(\x03\x12\x17\n\x0fswap_out_blocks\x18\n \x01(\x03\x12\x14\n\x0c\x65\x61ger_blocks\x18\x0b \x01(\x03\x12\x19\n\x11unmet_swap_blocks\x18\x0c \x01(\x03\x12\x1c\n\x14\x64\x65\x66\x65rred_swap_in_ids\x18\r \x03(\t\x12\x1c\n\x14\x63pu_full_skipped_ids\x18\x0e \x03(\t\x12\x13\n\x0btrimmed_ids\x18\x0f \x03(\t\x12\x0f\n\x07summary\x18\x10 \x01(\t\"\xde\x02\n\x0cRotationPlan\x12\x15\n\rfcfs_fallback\x18\x01 \x01(\x08\x12\x30\n\x0bprioritized\x18\x02 \x03(\x0b\x32\x1b.planner.v1.RequestDecision\x12.\n\tpreempted\x18\x03 \x03(\x0b\x32\x1b.planner.v1.RequestDecision\x12*\n\x07\x62\x61tches\x18\x04 \x03(\x0b\x32\x19.planner.v1.TransferBatch\x12,\n\x05moves\x18\x05 \x03(\x0b\x32\x1d.planner.v1.RequestBlockMoves\x12\x1e\n\x16released_gpu_block_ids\x18\x06 \x03(\x03\x12%\n\x1d\x66reed_after_d2h_gpu_block_ids\x18\x07 \x03(\x03\x12\x34\n\x0b\x65xplanation\x18\x08 \x01(\x0b\x32\x1f.planner.v1.RotationExplanation*_\n\rCopyDirection\x12\x1e\n\x1a\x43OPY_DIRECTION_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43OPY_DIRECTION_D2H\x10\x01\x12\x16\n\x12\x43OPY_DIRECTION_H2D\x10\x02*i\n\x08MoveKind\x12\x19\n\x15MOVE_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0fMOVE_KIND_EAGER\x10\x01\x12\x16\n\x12MOVE_KIND_SWAP_OUT\x10\x02\x12\x15\n\x11MOVE_KIND_SWAP_IN\x10\x03*|\n\x0c\x42udgetSource\x12\x1d\n\x19\x42UDGET_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x42UDGET_SOURCE_GIVEN\x10\x01\x12\x19\n\x15\x42UDGET_SOURCE_DERIVED\x10\x02\x12\x19\n\x15\x42UDGET_SOURCE_DEFAULT\x10\x03\x32\x64\n\x0fRotationService\x12Q\n\x0cPlanRotation\x12\x1f.planner.v1.PlanRotationRequest\x1a .planner.v1.PlanRotationResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19planner/v1/rotation.proto\x12\nplanner.v1\x1a\x17planner/v1/common.proto\"\xc0\x03\n\x0eRotationParams\x12\x12\n\x05\x61lpha\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x15\n\x08\x62\x65ta_tbt\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x16\n\tbeta_ttft\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12#\n\x16transfer_budget_blocks\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12 \n\x13\x65\x61ger_budget_blocks\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12,\n\x07variant\x18\x06 \x01(\x0e\x32\x1b.planner.v1.RotationVariant\x12\x1f\n\x12preempt_slack_tbts\x18\x07 \x01(\x01H\x05\x88\x01\x01\x12\x1e\n\x11resume_slack_tbts\x18\x08 \x01(\x01H\x06\x88\x01\x01\x12\x1c\n\x0flost_slack_tbts\x18\t \x01(\x01H\x07\x88\x01\x01\x42\x08\n\x06_alphaB\x0b\n\t_beta_tbtB\x0c\n\n_beta_ttftB\x19\n\x17_transfer_budget_blocksB\x16\n\x14_eager_budget_blocksB\x15\n\x13_preempt_slack_tbtsB\x14\n\x12_resume_slack_tbtsB\x12\n\x10_lost_slack_tbts\"\xb3\x01\n\x13PlanRotationRequest\x12&\n\x08snapshot\x18\x01 \x01(\x0b\x32\x14.planner.v1.Snapshot\x12*\n\x06params\x18\x02 \x01(\x0b\x32\x1a.planner.v1.RotationParams\x12\x1c\n\x03slo\x18\x03 \x01(\x0b\x32\x0f.planner.v1.Slo\x12*\n\x07profile\x18\x04 \x01(\x0b\x32\x19.planner.v1.EngineProfile\">\n\x14PlanRotationResponse\x12&\n\x04plan\x18\x01 \x01(\x0b\x32\x18.planner.v1.RotationPlan\"c\n\x0fRequestDecision\x12\n\n\x02id\x18\x01 \x01(\t\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.planner.v1.RequestState\x12\x0b\n\x03vlt\x18\x03 \x01(\x01\x12\x0e\n\x06\x62locks\x18\x04 \x01(\x03\"G\n\x0b\x42lockExtent\x12\x11\n\tsrc_start\x18\x01 \x01(\x03\x12\x11\n\tdst_start\x18\x02 \x01(\x03\x12\x12\n\nnum_blocks\x18\x03 \x01(\x03\"\x8e\x01\n\rTransferBatch\x12,\n\tdirection\x18\x01 \x01(\x0e\x32\x19.planner.v1.CopyDirection\x12(\n\x07\x65xtents\x18\x02 \x03(\x0b\x32\x17.planner.v1.BlockExtent\x12\x12\n\nnum_blocks\x18\x03 \x01(\x03\x12\x11\n\tnum_bytes\x18\x04 \x01(\x03\"\x88\x01\n\x11RequestBlockMoves\x12\n\n\x02id\x18\x01 \x01(\t\x12\"\n\x04kind\x18\x02 \x01(\x0e\x32\x14.planner.v1.MoveKind\x12\x15\n\rlogical_index\x18\x03 \x03(\x03\x12\x15\n\rsrc_block_ids\x18\x04 \x03(\x03\x12\x15\n\rdst_block_ids\x18\x05 \x03(\x03\"\x8f\x05\n\x13RotationExplanation\x12\x1e\n\x16transfer_budget_blocks\x18\x01 \x01(\x03\x12/\n\rbudget_source\x18\x02 \x01(\x0e\x32\x18.planner.v1.BudgetSource\x12\x17\n\x0f\x66ree_gpu_blocks\x18\x03 \x01(\x03\x12\x15\n\rblocks_needed\x18\x04 \x01(\x03\x12\x13\n\x0b\x62locks_left\x18\x05 \x01(\x03\x12\x1a\n\x12swap_blocks_needed\x18\x06 \x01(\x03\x12\x1b\n\x13\x62locks_released_now\x18\x07 \x01(\x03\x12\x1e\n\x16\x62locks_freed_after_d2h\x18\x08 \x01(\x03\x12\x16\n\x0eswap_in_blocks\x18\t \x01(\x03\x12\x17\n\x0fswap_out_blocks\x18\n \x01(\x03\x12\x14\n\x0c\x65\x61ger_blocks\x18\x0b \x01(\x03\x12\x19\n\x11unmet_swap_blocks\x18\x0c \x01(\x03\x12\x1c\n\x14\x64\x65\x66\x65rred_swap_in_ids\x18\r \x03(\t\x12\x1c\n\x14\x63pu_full_skipped_ids\x18\x0e \x03(\t\x12\x13\n\x0btrimmed_ids\x18\x0f \x03(\t\x12\x0f\n\x07summary\x18\x10 \x01(\t\x12,\n\x07variant\x18\x11 \x01(\x0e\x32\x1b.planner.v1.RotationVariant\x12\x19\n\x11\x64\x32h_budget_blocks\x18\x12 \x01(\x03\x12\x18\n\x10link_half_duplex\x18\x13 \x01(\x08\x12\x18\n\x10held_engine_full\x18\x14 \x01(\x03\x12\x16\n\x0eheld_link_full\x18\x15 \x01(\x03\x12\x18\n\x10held_not_lagging\x18\x16 \x01(\x03\x12\x16\n\x0eheld_no_victim\x18\x17 \x01(\x03\"\xde\x02\n\x0cRotationPlan\x12\x15\n\rfcfs_fallback\x18\x01 \x01(\x08\x12\x30\n\x0bprioritized\x18\x02 \x03(\x0b\x32\x1b.planner.v1.RequestDecision\x12.\n\tpreempted\x18\x03 \x03(\x0b\x32\x1b.planner.v1.RequestDecision\x12*\n\x07\x62\x61tches\x18\x04 \x03(\x0b\x32\x19.planner.v1.TransferBatch\x12,\n\x05moves\x18\x05 \x03(\x0b\x32\x1d.planner.v1.RequestBlockMoves\x12\x1e\n\x16released_gpu_block_ids\x18\x06 \x03(\x03\x12%\n\x1d\x66reed_after_d2h_gpu_block_ids\x18\x07 \x03(\x03\x12\x34\n\x0b\x65xplanation\x18\x08 \x01(\x0b\x32\x1f.planner.v1.RotationExplanation*m\n\x0fRotationVariant\x12 \n\x1cROTATION_VARIANT_UNSPECIFIED\x10\x00\x12\x18\n\x14ROTATION_VARIANT_LVF\x10\x01\x12\x1e\n\x1aROTATION_VARIANT_LVF_PAPER\x10\x02*_\n\rCopyDirection\x12\x1e\n\x1a\x43OPY_DIRECTION_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43OPY_DIRECTION_D2H\x10\x01\x12\x16\n\x12\x43OPY_DIRECTION_H2D\x10\x02*i\n\x08MoveKind\x12\x19\n\x15MOVE_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0fMOVE_KIND_EAGER\x10\x01\x12\x16\n\x12MOVE_KIND_SWAP_OUT\x10\x02\x12\x15\n\x11MOVE_KIND_SWAP_IN\x10\x03*|\n\x0c\x42udgetSource\x12\x1d\n\x19\x42UDGET_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x42UDGET_SOURCE_GIVEN\x10\x01\x12\x19\n\x15\x42UDGET_SOURCE_DERIVED\x10\x02\x12\x19\n\x15\x42UDGET_SOURCE_DEFAULT\x10\x03\x32\x64\n\x0fRotationService\x12Q\n\x0cPlanRotation\x12\x1f.planner.v1.PlanRotationRequest\x1a .planner.v1.PlanRotationResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'planner.v1.rotation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_COPYDIRECTION']._serialized_start=1827
-  _globals['_COPYDIRECTION']._serialized_end=1922
-  _globals['_MOVEKIND']._serialized_start=1924
-  _globals['_MOVEKIND']._serialized_end=2029
-  _globals['_BUDGETSOURCE']._serialized_start=2031
-  _globals['_BUDGETSOURCE']._serialized_end=2155
+  _globals['_ROTATIONVARIANT']._serialized_start=2232
+  _globals['_ROTATIONVARIANT']._serialized_end=2341
+  _globals['_COPYDIRECTION']._serialized_start=2343
+  _globals['_COPYDIRECTION']._serialized_end=2438
+  _globals['_MOVEKIND']._serialized_start=2440
+  _globals['_MOVEKIND']._serialized_end=2545
+  _globals['_BUDGETSOURCE']._serialized_start=2547
+  _globals['_BUDGETSOURCE']._serialized_end=2671
   _globals['_ROTATIONPARAMS']._serialized_start=67
-  _globals['_ROTATIONPARAMS']._serialized_end=309
-  _globals['_PLANROTATIONREQUEST']._serialized_start=312
-  _globals['_PLANROTATIONREQUEST']._serialized_end=491
-  _globals['_PLANROTATIONRESPONSE']._serialized_start=493
-  _globals['_PLANROTATIONRESPONSE']._serialized_end=555
-  _globals['_REQUESTDECISION']._serialized_start=557
-  _globals['_REQUESTDECISION']._serialized_end=656
-  _globals['_BLOCKEXTENT']._serialized_start=658
-  _globals['_BLOCKEXTENT']._serialized_end=729
-  _globals['_TRANSFERBATCH']._serialized_start=732
-  _globals['_TRANSFERBATCH']._serialized_end=874
-  _globals['_REQUESTBLOCKMOVES']._serialized_start=877
-  _globals['_REQUESTBLOCKMOVES']._serialized_end=1013
-  _globals['_ROTATIONEXPLANATION']._serialized_start=1016
-  _globals['_ROTATIONEXPLANATION']._serialized_end=1472
-  _globals['_ROTATIONPLAN']._serialized_start=1475
-  _globals['_ROTATIONPLAN']._serialized_end=1825
-  _globals['_ROTATIONSERVICE']._serialized_start=2157
-  _globals['_ROTATIONSERVICE']._serialized_end=2257
+  _globals['_ROTATIONPARAMS']._serialized_end=515
+  _globals['_PLANROTATIONREQUEST']._serialized_start=518
+  _globals['_PLANROTATIONREQUEST']._serialized_end=697
+  _globals['_PLANROTATIONRESPONSE']._serialized_start=699
+  _globals['_PLANROTATIONRESPONSE']._serialized_end=761
+  _globals['_REQUESTDECISION']._serialized_start=763
+  _globals['_REQUESTDECISION']._serialized_end=862
+  _globals['_BLOCKEXTENT']._serialized_start=864
+  _globals['_BLOCKEXTENT']._serialized_end=935
+  _globals['_TRANSFERBATCH']._serialized_start=938
+  _globals['_TRANSFERBATCH']._serialized_end=1080
+  _globals['_REQUESTBLOCKMOVES']._serialized_start=1083
+  _globals['_REQUESTBLOCKMOVES']._serialized_end=1219
+  _globals['_ROTATIONEXPLANATION']._serialized_start=1222
+  _globals['_ROTATIONEXPLANATION']._serialized_end=1877
+  _globals['_ROTATIONPLAN']._serialized_start=1880
+  _globals['_ROTATIONPLAN']._serialized_end=2230
+  _globals['_ROTATIONSERVICE']._serialized_start=2673
+  _globals['_ROTATIONSERVICE']._serialized_end=2773
 # @@protoc_insertion_point(module_scope)

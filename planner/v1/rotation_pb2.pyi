@@ -20,6 +20,42 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _RotationVariant:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RotationVariantEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RotationVariant.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ROTATION_VARIANT_UNSPECIFIED: _RotationVariant.ValueType  # 0
+    """LVF."""
+    ROTATION_VARIANT_LVF: _RotationVariant.ValueType  # 1
+    """Bounded rotation: every copy charged to the link budget; only lagging
+    requests (waiting past their tolerance and still able to meet their TTFT
+    SLO, or rotary with little TPOT slack left) displace running ones; only
+    running requests with TPOT slack to spare, or whose TPOT SLO is lost,
+    are displaced; waiting requests the engine cannot start this iteration
+    (Snapshot.max_batched_tokens, max_running_requests) are not prioritized.
+    """
+    ROTATION_VARIANT_LVF_PAPER: _RotationVariant.ValueType  # 2
+    """SuperInfer's Algorithm 1 as printed."""
+
+class RotationVariant(_RotationVariant, metaclass=_RotationVariantEnumTypeWrapper):
+    """Which Largest-VLT-First runs."""
+
+ROTATION_VARIANT_UNSPECIFIED: RotationVariant.ValueType  # 0
+"""LVF."""
+ROTATION_VARIANT_LVF: RotationVariant.ValueType  # 1
+"""Bounded rotation: every copy charged to the link budget; only lagging
+requests (waiting past their tolerance and still able to meet their TTFT
+SLO, or rotary with little TPOT slack left) displace running ones; only
+running requests with TPOT slack to spare, or whose TPOT SLO is lost,
+are displaced; waiting requests the engine cannot start this iteration
+(Snapshot.max_batched_tokens, max_running_requests) are not prioritized.
+"""
+ROTATION_VARIANT_LVF_PAPER: RotationVariant.ValueType  # 2
+"""SuperInfer's Algorithm 1 as printed."""
+Global___RotationVariant: _TypeAlias = RotationVariant  # noqa: Y015
+
 class _CopyDirection:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -111,6 +147,10 @@ class RotationParams(_message.Message):
     BETA_TTFT_FIELD_NUMBER: _builtins.int
     TRANSFER_BUDGET_BLOCKS_FIELD_NUMBER: _builtins.int
     EAGER_BUDGET_BLOCKS_FIELD_NUMBER: _builtins.int
+    VARIANT_FIELD_NUMBER: _builtins.int
+    PREEMPT_SLACK_TBTS_FIELD_NUMBER: _builtins.int
+    RESUME_SLACK_TBTS_FIELD_NUMBER: _builtins.int
+    LOST_SLACK_TBTS_FIELD_NUMBER: _builtins.int
     alpha: _builtins.float
     """Weight of a rotary request's lag (default 3, must be >= 0)."""
     beta_tbt: _builtins.float
@@ -118,15 +158,36 @@ class RotationParams(_message.Message):
     beta_ttft: _builtins.float
     """Tolerance of a waiting request, in TTFT SLOs (default 0.5)."""
     transfer_budget_blocks: _builtins.int
-    """B_xfer: blocks that may be brought to the GPU this iteration beyond the
-    free ones. Unset: derived from the hardware link bandwidth, the previous
+    """B_xfer. LVF: blocks the link may move this iteration, every copy
+    charged (per direction on a full-duplex link, both together otherwise).
+    LVF_PAPER: blocks that may be brought to the GPU beyond the free ones.
+    Unset: derived from the hardware link (LVF: its curve at the block size
+    with both directions busy; LVF_PAPER: its large-copy rate), the previous
     iteration's compute time and the model's block size when all three are
     known, else 2400 (the paper's value).
     """
     eager_budget_blocks: _builtins.int
     """Eager copies (newly full GPU blocks copied to CPU ahead of any
     preemption) allowed this iteration. Unset: what the transfer budget
-    leaves after preemption copies.
+    leaves after preemption copies (LVF: also at most that when set).
+    """
+    variant: Global___RotationVariant.ValueType
+    """Which Largest-VLT-First decides (default LVF)."""
+    preempt_slack_tbts: _builtins.float
+    """LVF only, in units of each request's TBT SLO (see RotationVariant). A
+    request's TPOT slack is first_token_s + slo_tbt x output_tokens - now:
+    how long it may go without a token and keep its mean time per output
+    token within its TBT SLO. A running request may be preempted only with at
+    least preempt_slack_tbts of slack (default 160) ...
+    """
+    resume_slack_tbts: _builtins.float
+    """... a rotary request may displace a running one only once its slack is
+    down to resume_slack_tbts (default 10) ...
+    """
+    lost_slack_tbts: _builtins.float
+    """... and a request more than lost_slack_tbts behind (slack below minus
+    this; default 10) has lost its TPOT SLO as far as the planner can tell:
+    it may be preempted and displaces no one. Negative: never lost.
     """
     def __init__(
         self,
@@ -136,10 +197,14 @@ class RotationParams(_message.Message):
         beta_ttft: _builtins.float | None = ...,
         transfer_budget_blocks: _builtins.int | None = ...,
         eager_budget_blocks: _builtins.int | None = ...,
+        variant: Global___RotationVariant.ValueType = ...,
+        preempt_slack_tbts: _builtins.float | None = ...,
+        resume_slack_tbts: _builtins.float | None = ...,
+        lost_slack_tbts: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_alpha", b"_alpha", "_beta_tbt", b"_beta_tbt", "_beta_ttft", b"_beta_ttft", "_eager_budget_blocks", b"_eager_budget_blocks", "_transfer_budget_blocks", b"_transfer_budget_blocks", "alpha", b"alpha", "beta_tbt", b"beta_tbt", "beta_ttft", b"beta_ttft", "eager_budget_blocks", b"eager_budget_blocks", "transfer_budget_blocks", b"transfer_budget_blocks"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_alpha", b"_alpha", "_beta_tbt", b"_beta_tbt", "_beta_ttft", b"_beta_ttft", "_eager_budget_blocks", b"_eager_budget_blocks", "_lost_slack_tbts", b"_lost_slack_tbts", "_preempt_slack_tbts", b"_preempt_slack_tbts", "_resume_slack_tbts", b"_resume_slack_tbts", "_transfer_budget_blocks", b"_transfer_budget_blocks", "alpha", b"alpha", "beta_tbt", b"beta_tbt", "beta_ttft", b"beta_ttft", "eager_budget_blocks", b"eager_budget_blocks", "lost_slack_tbts", b"lost_slack_tbts", "preempt_slack_tbts", b"preempt_slack_tbts", "resume_slack_tbts", b"resume_slack_tbts", "transfer_budget_blocks", b"transfer_budget_blocks"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_alpha", b"_alpha", "_beta_tbt", b"_beta_tbt", "_beta_ttft", b"_beta_ttft", "_eager_budget_blocks", b"_eager_budget_blocks", "_transfer_budget_blocks", b"_transfer_budget_blocks", "alpha", b"alpha", "beta_tbt", b"beta_tbt", "beta_ttft", b"beta_ttft", "eager_budget_blocks", b"eager_budget_blocks", "transfer_budget_blocks", b"transfer_budget_blocks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_alpha", b"_alpha", "_beta_tbt", b"_beta_tbt", "_beta_ttft", b"_beta_ttft", "_eager_budget_blocks", b"_eager_budget_blocks", "_lost_slack_tbts", b"_lost_slack_tbts", "_preempt_slack_tbts", b"_preempt_slack_tbts", "_resume_slack_tbts", b"_resume_slack_tbts", "_transfer_budget_blocks", b"_transfer_budget_blocks", "alpha", b"alpha", "beta_tbt", b"beta_tbt", "beta_ttft", b"beta_ttft", "eager_budget_blocks", b"eager_budget_blocks", "lost_slack_tbts", b"lost_slack_tbts", "preempt_slack_tbts", b"preempt_slack_tbts", "resume_slack_tbts", b"resume_slack_tbts", "transfer_budget_blocks", b"transfer_budget_blocks", "variant", b"variant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__alpha: _TypeAlias = _typing.Literal["alpha"]  # noqa: Y015
     _WhichOneofArgType__alpha: _TypeAlias = _typing.Literal["_alpha", b"_alpha"]  # noqa: Y015
@@ -149,6 +214,12 @@ class RotationParams(_message.Message):
     _WhichOneofArgType__beta_ttft: _TypeAlias = _typing.Literal["_beta_ttft", b"_beta_ttft"]  # noqa: Y015
     _WhichOneofReturnType__eager_budget_blocks: _TypeAlias = _typing.Literal["eager_budget_blocks"]  # noqa: Y015
     _WhichOneofArgType__eager_budget_blocks: _TypeAlias = _typing.Literal["_eager_budget_blocks", b"_eager_budget_blocks"]  # noqa: Y015
+    _WhichOneofReturnType__lost_slack_tbts: _TypeAlias = _typing.Literal["lost_slack_tbts"]  # noqa: Y015
+    _WhichOneofArgType__lost_slack_tbts: _TypeAlias = _typing.Literal["_lost_slack_tbts", b"_lost_slack_tbts"]  # noqa: Y015
+    _WhichOneofReturnType__preempt_slack_tbts: _TypeAlias = _typing.Literal["preempt_slack_tbts"]  # noqa: Y015
+    _WhichOneofArgType__preempt_slack_tbts: _TypeAlias = _typing.Literal["_preempt_slack_tbts", b"_preempt_slack_tbts"]  # noqa: Y015
+    _WhichOneofReturnType__resume_slack_tbts: _TypeAlias = _typing.Literal["resume_slack_tbts"]  # noqa: Y015
+    _WhichOneofArgType__resume_slack_tbts: _TypeAlias = _typing.Literal["_resume_slack_tbts", b"_resume_slack_tbts"]  # noqa: Y015
     _WhichOneofReturnType__transfer_budget_blocks: _TypeAlias = _typing.Literal["transfer_budget_blocks"]  # noqa: Y015
     _WhichOneofArgType__transfer_budget_blocks: _TypeAlias = _typing.Literal["_transfer_budget_blocks", b"_transfer_budget_blocks"]  # noqa: Y015
     @_typing.overload
@@ -159,6 +230,12 @@ class RotationParams(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__beta_ttft) -> _WhichOneofReturnType__beta_ttft | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__eager_budget_blocks) -> _WhichOneofReturnType__eager_budget_blocks | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lost_slack_tbts) -> _WhichOneofReturnType__lost_slack_tbts | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__preempt_slack_tbts) -> _WhichOneofReturnType__preempt_slack_tbts | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resume_slack_tbts) -> _WhichOneofReturnType__resume_slack_tbts | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__transfer_budget_blocks) -> _WhichOneofReturnType__transfer_budget_blocks | None: ...
 
@@ -372,6 +449,13 @@ class RotationExplanation(_message.Message):
     CPU_FULL_SKIPPED_IDS_FIELD_NUMBER: _builtins.int
     TRIMMED_IDS_FIELD_NUMBER: _builtins.int
     SUMMARY_FIELD_NUMBER: _builtins.int
+    VARIANT_FIELD_NUMBER: _builtins.int
+    D2H_BUDGET_BLOCKS_FIELD_NUMBER: _builtins.int
+    LINK_HALF_DUPLEX_FIELD_NUMBER: _builtins.int
+    HELD_ENGINE_FULL_FIELD_NUMBER: _builtins.int
+    HELD_LINK_FULL_FIELD_NUMBER: _builtins.int
+    HELD_NOT_LAGGING_FIELD_NUMBER: _builtins.int
+    HELD_NO_VICTIM_FIELD_NUMBER: _builtins.int
     transfer_budget_blocks: _builtins.int
     """B_xfer used and its origin."""
     budget_source: Global___BudgetSource.ValueType
@@ -398,6 +482,26 @@ class RotationExplanation(_message.Message):
     """
     summary: _builtins.str
     """One line for humans."""
+    variant: Global___RotationVariant.ValueType
+    """The variant that decided."""
+    d2h_budget_blocks: _builtins.int
+    """LVF: the link budget (the H2D budget is transfer_budget_blocks; on a
+    half-duplex link it holds both directions and d2h_budget_blocks repeats
+    it) ...
+    """
+    link_half_duplex: _builtins.bool
+    held_engine_full: _builtins.int
+    """... and why waiting and rotary requests were left out, by count: the
+    engine's token budget or running cap had no room for them this
+    iteration; their swap-in did not fit in the H2D budget left; they did not
+    fit in the free blocks and may not displace a running request (within
+    their tolerance, or with TPOT slack to spare); they were lagging but no
+    running request with slack to spare (or whose TPOT SLO is lost) could be
+    preempted for them.
+    """
+    held_link_full: _builtins.int
+    held_not_lagging: _builtins.int
+    held_no_victim: _builtins.int
     @_builtins.property
     def deferred_swap_in_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Prioritized rotary requests whose swap-in waits for the next iteration
@@ -436,10 +540,17 @@ class RotationExplanation(_message.Message):
         cpu_full_skipped_ids: _abc.Iterable[_builtins.str] | None = ...,
         trimmed_ids: _abc.Iterable[_builtins.str] | None = ...,
         summary: _builtins.str = ...,
+        variant: Global___RotationVariant.ValueType = ...,
+        d2h_budget_blocks: _builtins.int = ...,
+        link_half_duplex: _builtins.bool = ...,
+        held_engine_full: _builtins.int = ...,
+        held_link_full: _builtins.int = ...,
+        held_not_lagging: _builtins.int = ...,
+        held_no_victim: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks_freed_after_d2h", b"blocks_freed_after_d2h", "blocks_left", b"blocks_left", "blocks_needed", b"blocks_needed", "blocks_released_now", b"blocks_released_now", "budget_source", b"budget_source", "cpu_full_skipped_ids", b"cpu_full_skipped_ids", "deferred_swap_in_ids", b"deferred_swap_in_ids", "eager_blocks", b"eager_blocks", "free_gpu_blocks", b"free_gpu_blocks", "summary", b"summary", "swap_blocks_needed", b"swap_blocks_needed", "swap_in_blocks", b"swap_in_blocks", "swap_out_blocks", b"swap_out_blocks", "transfer_budget_blocks", b"transfer_budget_blocks", "trimmed_ids", b"trimmed_ids", "unmet_swap_blocks", b"unmet_swap_blocks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks_freed_after_d2h", b"blocks_freed_after_d2h", "blocks_left", b"blocks_left", "blocks_needed", b"blocks_needed", "blocks_released_now", b"blocks_released_now", "budget_source", b"budget_source", "cpu_full_skipped_ids", b"cpu_full_skipped_ids", "d2h_budget_blocks", b"d2h_budget_blocks", "deferred_swap_in_ids", b"deferred_swap_in_ids", "eager_blocks", b"eager_blocks", "free_gpu_blocks", b"free_gpu_blocks", "held_engine_full", b"held_engine_full", "held_link_full", b"held_link_full", "held_no_victim", b"held_no_victim", "held_not_lagging", b"held_not_lagging", "link_half_duplex", b"link_half_duplex", "summary", b"summary", "swap_blocks_needed", b"swap_blocks_needed", "swap_in_blocks", b"swap_in_blocks", "swap_out_blocks", b"swap_out_blocks", "transfer_budget_blocks", b"transfer_budget_blocks", "trimmed_ids", b"trimmed_ids", "unmet_swap_blocks", b"unmet_swap_blocks", "variant", b"variant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

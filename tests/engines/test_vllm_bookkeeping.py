@@ -11,6 +11,8 @@ from planner.adapters.vllm.request_clock import RequestClock
 from planner.adapters.vllm.settings import PlannerSettings
 from planner.adapters.vllm.swap_ledger import SwapLedger
 
+from planner.v1 import rotation_pb2
+
 
 def test_swap_out_then_in_copies_the_request_blocks_in_logical_order():
     ledger = SwapLedger(num_cpu_blocks=8, block_size_tokens=16)
@@ -102,6 +104,18 @@ def test_request_clock_keeps_run_start_and_last_token():
     assert clock.run_start_s("b") == 2.0
 
 
+def test_rotation_settings_become_the_params_sent_with_each_snapshot():
+    settings = PlannerSettings.from_additional_config(
+        {"planner": {"rotation": {"variant": "lvf-paper", "preempt_slack_tbts": 40}}}
+    )
+    params = settings.rotation
+    assert params is not None
+    assert params.variant == rotation_pb2.ROTATION_VARIANT_LVF_PAPER
+    assert params.preempt_slack_tbts == 40.0
+    assert not params.HasField("resume_slack_tbts")
+    assert PlannerSettings.from_additional_config({}).rotation is None
+
+
 def test_settings_default_to_in_process_with_a_5_ms_deadline():
     settings = PlannerSettings.from_additional_config({})
     assert (settings.target, settings.deadline_s) == (None, 0.005)
@@ -123,6 +137,10 @@ def test_settings_default_to_in_process_with_a_5_ms_deadline():
         ({"target": "nohost"}, "target"),
         ({"slo_ttft_s": -1}, "slo_ttft_s"),
         ({"deadlin_ms": 5}, "deadlin_ms"),
+        ({"rotation": {"variant": "fcfs"}}, "rotation.variant"),
+        ({"rotation": {"preempt_slack_tbts": "a lot"}}, "rotation.preempt_slack_tbts"),
+        ({"rotation": {"slack": 1}}, "rotation.slack"),
+        ({"rotation": []}, "rotation"),
     ],
 )
 def test_bad_settings_name_their_field(planner, field):

@@ -44,6 +44,7 @@ from planner.domain.rotation import (  # noqa: E402
     MoveKind,
     RotationInputs,
     RotationParams,
+    RotationVariant,
     TransferBatch,
 )
 from planner.policies.duplexkv import merge_extents  # noqa: E402
@@ -251,7 +252,10 @@ def test_executes_a_plan_from_the_rotation_policy(method):
         block_size_tokens=16,
         pools=pools,
     )
-    plan = plan_rotation(snapshot, RotationInputs(params=RotationParams(transfer_budget_blocks=4)))
+    # The paper's variant: "old" holds no token count, so LVF would not
+    # preempt it; Algorithm 1 does.
+    paper = RotationParams(transfer_budget_blocks=4, variant=RotationVariant.LVF_PAPER)
+    plan = plan_rotation(snapshot, RotationInputs(params=paper))
     assert {m.kind for m in plan.moves} == {MoveKind.SWAP_OUT, MoveKind.SWAP_IN, MoveKind.EAGER}
     assert plan.batches
     shape = KVShape(2, 0, 4, 2, 4)

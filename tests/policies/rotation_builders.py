@@ -20,6 +20,7 @@ from planner.domain.rotation import (
     RotationInputs,
     RotationParams,
     RotationPlan,
+    RotationVariant,
 )
 from planner.policies.rotation import plan_rotation
 from planner.profiles import HardwareProfile, ModelProfile
@@ -50,6 +51,8 @@ def make_snapshot(
     free_cpu_blocks: int | None = None,
     last_iteration_s: float | None = None,
     block_size_tokens: int = 16,
+    max_batched_tokens: int | None = None,
+    max_running_requests: int | None = None,
 ) -> Snapshot:
     """Counts-level unless pools is given; at block level free_gpu_blocks
     defaults to the pool's size."""
@@ -65,6 +68,8 @@ def make_snapshot(
         free_cpu_blocks=free_cpu_blocks,
         last_iteration_s=last_iteration_s,
         pools=pools,
+        max_batched_tokens=max_batched_tokens,
+        max_running_requests=max_running_requests,
     )
 
 
@@ -75,6 +80,9 @@ def make_inputs(
     hardware: HardwareProfile | None = None,
     **params: Any,
 ) -> RotationInputs:
+    """The paper's Algorithm 1 (RotationVariant.LVF_PAPER) unless params
+    name a variant: most rotation tests pin Algorithm 1's exact plans."""
+    params.setdefault("variant", RotationVariant.LVF_PAPER)
     return RotationInputs(
         params=RotationParams(**params),
         slo=slo if slo is not None else Slo(),
@@ -91,6 +99,8 @@ def plan(
     pools: BlockPools | None = None,
     free_cpu_blocks: int | None = None,
     last_iteration_s: float | None = None,
+    max_batched_tokens: int | None = None,
+    max_running_requests: int | None = None,
     slo: Slo | None = None,
     model: ModelProfile | None = None,
     hardware: HardwareProfile | None = None,
@@ -103,6 +113,8 @@ def plan(
         pools=pools,
         free_cpu_blocks=free_cpu_blocks,
         last_iteration_s=last_iteration_s,
+        max_batched_tokens=max_batched_tokens,
+        max_running_requests=max_running_requests,
     )
     return plan_rotation(snapshot, make_inputs(slo=slo, model=model, hardware=hardware, **params))
 

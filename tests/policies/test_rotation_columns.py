@@ -14,6 +14,7 @@ from test_rotation_properties import Case, counts_cases, rotation_inputs
 from planner.domain.requests import RequestState
 from planner.domain.rotation import RotationInputs
 from planner.policies import rotation_columns as lvf
+from planner.policies import rotation_decide
 from planner.policies.rotation import plan_rotation
 
 RUNNING = np.int8(RequestState.RUNNING)
@@ -40,7 +41,7 @@ def test_plan_rows_names_what_plan_rotation_names(case: Case, inputs: RotationIn
     plan = plan_rotation(snapshot, inputs)
     ranks = lvf.arrival_id_ranks(table.arrival_s, table.ids)
     for ranking in (lvf.TableRanking(table.arrival_s, table.ids), lvf.KeyRanking(ranks)):
-        rows = lvf.plan_rows(table, _pools(case), inputs, ranking)
+        rows = rotation_decide.plan_rows(table, _pools(case), inputs, ranking)
         assert [table.ids[i] for i in rows.prioritized.tolist()] == [d.id for d in plan.prioritized]
         assert [table.ids[i] for i in rows.preempted.tolist()] == [d.id for d in plan.preempted]
         assert rows.eager_blocks == plan.explanation.eager_blocks
@@ -90,11 +91,11 @@ def test_grouped_rows_give_the_same_plan(case: Case, inputs: RotationInputs) -> 
         last_iteration_s=snapshot.last_iteration_s,
         block_size_tokens=snapshot.block_size_tokens,
     )
-    rows = lvf.plan_rows(table, pools, inputs, lvf.KeyRanking(ranks), grouped)
+    rows = rotation_decide.plan_rows(table, pools, inputs, lvf.KeyRanking(ranks), grouped)
     assert [table.ids[i] for i in rows.prioritized.tolist()] == [d.id for d in plan.prioritized]
     assert [table.ids[i] for i in rows.preempted.tolist()] == [d.id for d in plan.preempted]
     assert rows.eager_blocks == plan.explanation.eager_blocks
-    d = lvf.decide(table, pools, inputs, lvf.KeyRanking(ranks), grouped)
+    d = rotation_decide.decide(table, pools, inputs, lvf.KeyRanking(ranks), grouped)
     if d.vlt is not None:
         assert d.vlt.tolist() == lvf.virtual_lag_time(table, snapshot.now_s, inputs).tolist()
         assert d.need is not None

@@ -48,6 +48,8 @@ class Case:
     free_cpu_blocks: int | None
     last_iteration_s: float | None
     pools: BlockPools | None = None
+    max_batched_tokens: int | None = None
+    max_running: int | None = None
 
     def snapshot(self, order: list[int] | None = None) -> Snapshot:
         requests = list(self.requests)

@@ -85,6 +85,33 @@ def test_default_topology_is_still_rotation(
     assert "Replay of" in out and "Long-context" not in out
 
 
+def test_orbitflow_solves_stop_on_work_so_a_run_repeats_exactly(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A node limit small enough to bind: the plans, and so every simulated
+    # number, depend on it and not on how fast this machine is.
+    runs = []
+    for name in ("first.json", "again.json"):
+        out_json = tmp_path / name
+        code, _, err = replay(
+            capsys, str(trace), *TIGHT, "--policy", "orbitflow", "--slo-scale", "1.5",
+            "--offload-node-limit", "40", "--json-out", str(out_json),
+        )  # fmt: skip
+        assert code == 0, err
+        doc = json.loads(out_json.read_text(encoding="utf-8"))
+        run = doc["policies"][0]
+        assert run["config"]["offload_node_limit"] == 40
+
+        def simulated(d: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in d.items() if "wall" not in k and "speed" not in k}
+
+        metrics = {k: v for k, v in run["metrics"].items() if not isinstance(v, dict | list)}
+        runs.append(
+            json.dumps([simulated(metrics), simulated(run["totals"]), run["offload"]["replans"]])
+        )
+    assert runs[0] == runs[1]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -96,6 +123,14 @@ def test_default_topology_is_still_rotation(
         (("--gpu-kv-gb", "4"), "--gpu-kv-gb applies to --topology long-context only"),
         (("--slo-scale", "1.5"), "--slo-scale applies to --topology long-context only"),
         (("--offload-backend", "bnb"), "--offload-backend applies to --topology long-context only"),
+        (
+            ("--offload-node-limit", "100"),
+            "--offload-node-limit applies to --topology long-context only",
+        ),
+        (
+            ("--topology", "long-context", "--offload-node-limit", "0"),
+            "--offload-node-limit must be >= 1",
+        ),
         (
             ("--topology", "long-context", "--slo-scale", "0"),
             "--slo-scale must be a finite number > 0",

@@ -6,6 +6,7 @@ and back in)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ import pytest
 
 import planner.replay.schedulers as schedulers
 from planner.domain.requests import RequestState, Slo, Snapshot
-from planner.domain.rotation import RotationInputs, RotationParams, RotationPlan
+from planner.domain.rotation import RotationInputs, RotationParams, RotationPlan, RotationVariant
 from planner.policies.rotation import plan_rotation
 from planner.replay.engine import Engine, EngineConfig
 from planner.replay.records import ReplayResult
@@ -226,6 +227,7 @@ def test_make_scheduler_names_and_flags() -> None:
     assert {name: (s.swaps, s.keeps_cpu_copies) for name, s in made.items()} == {
         "fcfs": (False, False),
         "lvf": (True, True),
+        "lvf-paper": (True, True),
         "waiting-first": (True, False),
         "swapped-first": (True, False),
         "cfs": (True, False),
@@ -329,7 +331,13 @@ def test_lvf_plan_preempts_the_longest_running_for_a_lagging_waiter() -> None:
         Sim("newer", 8, Phase.RUNNING, kv=8, gpu=2, run_start=0.9),
         Sim("w", 8, Phase.QUEUED, arrival=0.5),  # 2 blocks + 1
     )
-    plan = Lvf(lvf_inputs()).plan(view(r, free_gpu=1))
+    # Algorithm 1: neither running request sent its slack, which the bounded
+    # LVF would need to preempt it.
+    paper = lvf_inputs()
+    paper = dataclasses.replace(
+        paper, params=dataclasses.replace(paper.params, variant=RotationVariant.LVF_PAPER)
+    )
+    plan = Lvf(paper).plan(view(r, free_gpu=1))
     assert ids(r, plan.swap_out) == ["oldest"]
     assert ids(r, plan.start) == ["w"]
 
@@ -355,16 +363,17 @@ def _random_trace(seed: int, n: int = 40) -> list[TraceRequest]:
     ]
 
 
+@pytest.mark.parametrize("policy", ["lvf", "lvf-paper"])
 @pytest.mark.parametrize(("seed", "gpu", "cpu"), [(1, 10, 12), (2, 12, 3), (3, 8, 40), (4, 40, 40)])
 def test_lvf_on_columns_runs_as_lvf_on_snapshots(
-    monkeypatch: pytest.MonkeyPatch, seed: int, gpu: int, cpu: int
+    monkeypatch: pytest.MonkeyPatch, seed: int, gpu: int, cpu: int, policy: str
 ) -> None:
     # Lvf hands the policy its columns directly; on snapshots through
     # plan_rotation (what it does when plan_rotation is substituted, as
     # here), a run gives exactly the same, decision by decision.
     trace = _random_trace(seed)
     cfg = config(gpu=gpu, cpu=cpu)
-    _, by_columns = simulate(trace, cfg, "lvf", lvf_inputs())
+    _, by_columns = simulate(trace, cfg, policy, lvf_inputs())
     calls = []
 
     def substituted(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
@@ -372,7 +381,7 @@ def test_lvf_on_columns_runs_as_lvf_on_snapshots(
         return plan_rotation(snapshot, inputs)
 
     monkeypatch.setattr(schedulers, "plan_rotation", substituted)
-    _, by_snapshots = simulate(trace, cfg, "lvf", lvf_inputs())
+    _, by_snapshots = simulate(trace, cfg, policy, lvf_inputs())
     assert len(calls) == by_snapshots.totals.iterations
     assert by_columns.requests == by_snapshots.requests
     assert by_columns.timeline == by_snapshots.timeline
@@ -460,7 +469,7 @@ ROTATION_CASE = [
 ]
 
 
-def test_lvf_rotates_the_longest_running_out_and_back_in(
+def test_lvf_paper_rotates_the_longest_running_out_and_back_in(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     decisions: list[tuple[Snapshot, RotationPlan]] = []
@@ -471,7 +480,7 @@ def test_lvf_rotates_the_longest_running_out_and_back_in(
         return plan
 
     monkeypatch.setattr(schedulers, "plan_rotation", spy)
-    engine, result = simulate(ROTATION_CASE, config(gpu=10), "lvf", lvf_inputs())
+    engine, result = simulate(ROTATION_CASE, config(gpu=10), "lvf-paper", lvf_inputs())
     # The policy decides every iteration.
     assert len(decisions) == result.totals.iterations
     # The first contended decision: B (5 prompt blocks + 1 for its first

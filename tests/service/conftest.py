@@ -114,7 +114,7 @@ def to_columns(request: rotation_pb2.PlanRotationRequest) -> rotation_pb2.PlanRo
     for r in rows:
         cols.id.append(r.id)
         cols.state.append(r.state)
-        for name in ("arrival_s", "run_start_s", "last_token_s"):
+        for name in ("arrival_s", "run_start_s", "last_token_s", "first_token_s"):
             getattr(cols, name).append(getattr(r, name) if r.HasField(name) else math.nan)
         for name in (
             "prompt_blocks",
@@ -124,6 +124,8 @@ def to_columns(request: rotation_pb2.PlanRotationRequest) -> rotation_pb2.PlanRo
             "synced_blocks",
             "slo_ttft_s",
             "slo_tbt_s",
+            "prefill_tokens",
+            "output_tokens",
         ):
             getattr(cols, name).append(getattr(r, name))
     return out

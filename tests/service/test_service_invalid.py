@@ -131,6 +131,16 @@ COUNTS_CASES: list[tuple[str, Mutation, str]] = [
     ),
     ("block_size_zero", _set("snapshot.block_size_tokens", 0), "snapshot.block_size_tokens"),
     ("last_iteration_zero", _set("snapshot.last_iteration_s", 0.0), "snapshot.last_iteration_s"),
+    (
+        "max_batched_tokens_zero",
+        _set("snapshot.max_batched_tokens", 0),
+        "snapshot.max_batched_tokens",
+    ),
+    (
+        "max_running_requests_negative",
+        _set("snapshot.max_running_requests", -1),
+        "snapshot.max_running_requests",
+    ),
     ("alpha_negative", _set("params.alpha", -1.0), "params.alpha"),
     ("beta_ttft_nan", _set("params.beta_ttft", math.nan), "params.beta_ttft"),
     (
@@ -201,11 +211,11 @@ def test_per_request_slo_overrides_the_request_level_one(channel, stub, example_
     assert plan.prioritized[0].vlt == pytest.approx(5.5)
     # a: relu(10 - 2 - 0.5 * 2) = 7.
     example_request.snapshot.requests[0].slo_ttft_s = 2.0
-    example_request.snapshot.requests[2].slo_tbt_s = 0.05
-    example_request.params.beta_tbt = 2.0  # c: 3 * relu(0.3 - 2 * 0.05) = 0.6
+    example_request.snapshot.requests[2].slo_tbt_s = 0.12
+    example_request.params.beta_tbt = 2.0  # c: 3 * relu(0.3 - 2 * 0.12) = 0.18
     plan = stub(channel, PLAN)(example_request, timeout=10).plan
     assert [d.id for d in plan.prioritized] == ["a", "c"]
-    assert [d.vlt for d in plan.prioritized] == pytest.approx([7.0, 0.6])
+    assert [d.vlt for d in plan.prioritized] == pytest.approx([7.0, 0.18])
 
 
 def test_duplicate_id_names_both_indices(channel, stub, example_request):
@@ -233,14 +243,22 @@ def test_unknown_state_on_the_wire(channel, stub, example_request):
 def block_level_request() -> Request:
     """Pools set: GPU free 0..3, CPU free 100..107. requests[0] RUNNING on GPU
     blocks 10, 11, 12 with 40 tokens (2 full blocks, block 0 SYNCED to CPU
-    110); [1] ROTARY on CPU 120, 121; [2] WAITING."""
+    110), 20 tokens generated since its first at 2 s (so 6 s behind its TPOT
+    SLO: lost); [1] ROTARY on CPU 120, 121; [2] WAITING."""
     r = Request()
     s = r.snapshot
     s.now_s = 10.0
     s.block_size_tokens = 16
     s.pools.free_gpu_block_ids.extend(range(4))
     s.pools.free_cpu_block_ids.extend(range(100, 108))
-    run = s.requests.add(id="r", state=common_pb2.RUNNING, run_start_s=1.0, num_tokens=40)
+    run = s.requests.add(
+        id="r",
+        state=common_pb2.RUNNING,
+        run_start_s=1.0,
+        num_tokens=40,
+        first_token_s=2.0,
+        output_tokens=20,
+    )
     run.gpu_block_ids.extend([10, 11, 12])
     run.cpu_block_ids.extend([110, -1])
     rot = s.requests.add(id="q", state=common_pb2.ROTARY, last_token_s=9.0)
@@ -251,10 +269,11 @@ def block_level_request() -> Request:
 
 
 def test_block_level_base_is_valid(channel, stub):
-    """w (3 blocks) and q (2) need 5 > 4 free: LVF picks both and preempts r.
-    r's SYNCED block 10 is released at once, its DIRTY blocks 11, 12 go to
-    the CPU; q's blocks come back into free GPU blocks, none of them a D2H
-    source."""
+    """w (3 blocks) and q (2) need 5 > 4 free. w, past its TTFT SLO, takes 3
+    free blocks; q (slack unknown: lagging) displaces r, whose TPOT SLO is
+    lost. r's SYNCED block 10 is released at once, its DIRTY blocks 11, 12 go
+    to the CPU; q's blocks come back into free GPU blocks, none of them a
+    D2H source."""
     plan = stub(channel, PLAN)(block_level_request(), timeout=10).plan
     assert not plan.fcfs_fallback
     assert [d.id for d in plan.prioritized] == ["w", "q"]

@@ -42,12 +42,25 @@ def assert_example_plan(response: rotation_pb2.PlanRotationResponse) -> None:
     assert plan.preempted[0].vlt == pytest.approx(-9.0)
     assert plan.preempted[0].blocks == 60
     e = plan.explanation
-    assert e.transfer_budget_blocks == 50
+    assert e.variant == rotation_pb2.ROTATION_VARIANT_LVF
+    assert e.transfer_budget_blocks == e.d2h_budget_blocks == 50
     assert e.budget_source == rotation_pb2.BUDGET_SOURCE_GIVEN
     assert e.free_gpu_blocks == 40
     assert e.blocks_needed == 56
-    assert e.blocks_left == 34
-    assert e.swap_blocks_needed == 16
+    # b's TPOT slack (1.5 + 0.1 x 300 - 10 = 21.5 s) is over 160 TBT SLOs
+    # (16 s); c's (5 + 0.1 x 40 - 10 = -1 s) is down to 10 SLOs and not yet
+    # lost, so c displaces b. c lands in b's 50 SYNCED blocks, released at
+    # once; b's other 10 are copied out (charged to the D2H budget) and free
+    # after the copy: 40 + 50 + 10 - 31 - 25 = 44 left.
+    assert e.swap_blocks_needed == 60
+    assert e.blocks_left == 44
+    assert (e.swap_in_blocks, e.swap_out_blocks, e.blocks_released_now) == (25, 10, 50)
+    assert (e.held_engine_full, e.held_link_full, e.held_not_lagging, e.held_no_victim) == (
+        0,
+        0,
+        0,
+        0,
+    )
 
 
 def test_example_request_round_trip(channel, stub, example_request):

@@ -35,9 +35,7 @@ from planner.domain.offload import (
     OffloadPlan,
     Placement,
     PlanSource,
-    SolveStats,
 )
-from planner.policies.offload.event_model import step_latency_s as exact_latency_s
 from planner.policies.offload.greedy import greedy_choice
 from planner.policies.offload.ilp import OffloadIlp, WindowOption, build_offload_ilp
 from planner.policies.offload.memory import gpu_blocks_needed, prefetch_buffer_blocks
@@ -46,19 +44,19 @@ from planner.policies.offload.problem import OffloadProblem, offload_problem
 from planner.policies.offload.search import branch_and_bound
 from planner.policies.offload.search_space import OffloadCandidates, candidate_patterns
 from planner.policies.offload.step import StepInputs
+from planner.policies.offload.step_kernels import exact_latency_of
 from planner.policies.offload.surrogate import surrogate_latency_s
 from planner.policies.offload.window import latency_ceiling_s, violations_per_step
-from planner.solvers import Backend, SolveOptions, Status, solve
+from planner.solvers import Backend, SolveOptions, SolveStats, Status, solve
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-BACKENDS = {"cp-sat": Backend.CPSAT, "cpsat": Backend.CPSAT, "gurobi": Backend.GUROBI}
-OWN_BACKENDS = ("bnb", "exhaustive")
 MAX_ENUMERATION = SolveOptions().max_enumeration
-# A solve is always given at least this long, even when an earlier
-# Pause-Resume round used up the plan's time limit.
+# A solve is always given at least this long (and this many nodes), even when
+# an earlier Pause-Resume round used up the plan's limits.
 MIN_SOLVE_S = 0.002
+MIN_SOLVE_NODES = 1
 
 
 def window_grid(min_steps: int, max_steps: int) -> list[int]:
@@ -137,8 +135,17 @@ def plan_layer_offload(
     stats: list[SolveStats] = []
 
     def place(rows: IntArray) -> _Attempt:
+        nodes_left = None
+        if p.node_limit is not None:
+            nodes_left = max(p.node_limit - sum(s.nodes for s in stats), MIN_SOLVE_NODES)
         attempt = _place(
-            batch.subset(rows), rows, inputs, candidates, hints=hints, deadline=deadline
+            batch.subset(rows),
+            rows,
+            inputs,
+            candidates,
+            hints=hints,
+            deadline=deadline,
+            node_limit=nodes_left,
         )
         if attempt.stats is not None:
             stats.append(attempt.stats)
@@ -179,6 +186,7 @@ def _place(
     *,
     hints: dict[str, int],
     deadline: float,
+    node_limit: int | None,
 ) -> _Attempt:
     p = inputs.params
     windows = window_options(sub, inputs)
@@ -190,54 +198,53 @@ def _place(
     args = (inputs.layer_compute_s, inputs.link_blocks_per_s, inputs.gpu_block_budget)
     problem = offload_problem(*args, blocks, candidates, windows=windows)
     limit = max(deadline - time.perf_counter(), MIN_SOLVE_S)
-    if p.backend == "bnb":
-        outcome = _solve_bnb(problem, limit, p.relative_gap, [start, greedy])
-    elif p.backend == "exhaustive":
-        outcome = _solve_exhaustive(problem, limit)
-    else:
-        ilp = build_offload_ilp(*args, blocks, candidates, windows=windows)
-        outcome = _solve_ilp(ilp, start, limit, p.backend, p.relative_gap)
-    stats = _stats(outcome, problem, float(inputs.layer_compute_s.sum()), inputs.link_blocks_per_s)
-    if outcome.status is Status.INFEASIBLE:
+    match p.backend:
+        case Backend.BRANCH_AND_BOUND:
+            starts = [s for s in (start, greedy) if s is not None]
+            stats, choice = _solve_search(problem, limit, node_limit, p.relative_gap, starts)
+        case Backend.EXHAUSTIVE:
+            stats, choice = _solve_exhaustive(problem, limit)
+        case _:
+            ilp = build_offload_ilp(*args, blocks, candidates, windows=windows)
+            stats, choice = _solve_ilp(
+                ilp, problem, start, limit=limit, backend=p.backend, gap=p.relative_gap
+            )
+    if stats.status is Status.INFEASIBLE:
         return _Attempt(rows, None, 0, PlanSource.SOLVER, stats)
-    if outcome.choice is not None:
-        held = int(problem.evaluate(outcome.choice).held[0])
-        window = windows[max(held, 1) - 1].steps
-        return _Attempt(rows, outcome.choice, window, PlanSource.SOLVER, stats)
+    if choice is not None:
+        held = int(problem.evaluate(choice).held[0])
+        if held > 0:
+            window = windows[held - 1].steps
+            return _Attempt(rows, choice, window, PlanSource.SOLVER, stats)
     # No solution in time, or the solver failed: the greedy plan.
     return _Attempt(rows, greedy, p.min_window_steps, PlanSource.GREEDY_FALLBACK, stats)
 
 
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    """One solve, whichever backend: in the objective's integer units."""
-
-    backend: str
-    status: Status
-    choice: IntArray | None
-    objective: float | None
-    best_bound: float | None
-    wall_s: float
-    time_limit_s: float
-    note: str = ""
-
-
-def _solve_bnb(
-    problem: OffloadProblem, limit: float, gap: float, starts: list[IntArray | None]
-) -> _Outcome:
+def _solve_search(
+    problem: OffloadProblem,
+    limit: float,
+    node_limit: int | None,
+    gap: float,
+    starts: list[IntArray],
+) -> tuple[SolveStats, IntArray | None]:
     r = branch_and_bound(
-        problem,
+        problem, time_limit_s=limit, relative_gap=gap, starts=starts, node_limit=node_limit
+    )
+    stats = SolveStats(
+        backend=Backend.BRANCH_AND_BOUND,
+        status=r.status,
+        objective=r.objective,
+        best_bound=r.best_bound,
+        wall_s=r.wall_time_s,
         time_limit_s=limit,
-        relative_gap=gap,
-        starts=[s for s in starts if s is not None],
+        nodes=r.nodes,
+        node_limit=node_limit,
+        note=f"{r.nodes} nodes; exact event-model latency, bound from the relaxed link",
     )
-    note = f"{r.nodes} nodes"
-    return _Outcome(
-        "bnb", r.status, r.choice, r.objective, r.best_bound, r.wall_time_s, limit, note
-    )
+    return stats, r.choice
 
 
-def _solve_exhaustive(problem: OffloadProblem, limit: float) -> _Outcome:
+def _solve_exhaustive(problem: OffloadProblem, limit: float) -> tuple[SolveStats, IntArray | None]:
     size = problem.enumeration_size()
     if size > MAX_ENUMERATION:
         raise ValueError(
@@ -246,21 +253,33 @@ def _solve_exhaustive(problem: OffloadProblem, limit: float) -> _Outcome:
             f"the limit is {MAX_ENUMERATION:.3g}: use bnb or cp-sat"
         )
     started = time.perf_counter()
-    choice, best = problem.enumerate()
+    choice, best, _ = problem.enumerate()
     wall = time.perf_counter() - started
-    if choice is None:
-        return _Outcome("exhaustive", Status.INFEASIBLE, None, None, None, wall, limit)
-    return _Outcome("exhaustive", Status.OPTIMAL, choice, best, best, wall, limit)
+    found = choice is not None
+    stats = SolveStats(
+        backend=Backend.EXHAUSTIVE,
+        status=Status.OPTIMAL if found else Status.INFEASIBLE,
+        objective=best if found else None,
+        best_bound=best if found else None,
+        wall_s=wall,
+        time_limit_s=limit,
+        nodes=size,
+        note=f"{size} assignments on the exact event model",
+    )
+    return stats, choice
 
 
 def _solve_ilp(
     ilp: OffloadIlp,
+    problem: OffloadProblem,
     start: IntArray | None,
+    *,
     limit: float,
-    backend_name: str,
+    backend: Backend,
     gap: float,
-) -> _Outcome:
-    backend = BACKENDS[backend_name]
+) -> tuple[SolveStats, IntArray | None]:
+    """The surrogate ILP; its plan is scored on the exact model (the ILP's
+    bound is the surrogate's, not a bound on the exact latency)."""
     result = solve(
         ilp.model,
         time_limit_s=limit,
@@ -270,18 +289,22 @@ def _solve_ilp(
         options=SolveOptions(relative_gap=gap),
     )
     choice = None
+    objective = None
     if result.has_solution:
         choice = np.argmax(result.value(ilp.choice), axis=1).astype(np.int64)
-    return _Outcome(
-        str(result.backend),
-        result.status,
-        choice,
-        result.objective,
-        result.best_bound,
-        result.wall_time_s,
-        result.time_limit_s,
-        result.note,
+        value = float(problem.evaluate(choice).objective[0])
+        objective = value if math.isfinite(value) else None
+    note = "surrogate ILP (objective: its plan on the exact model; no exact bound)"
+    stats = SolveStats(
+        backend=result.backend,
+        status=result.status,
+        objective=objective,
+        best_bound=None,
+        wall_s=result.wall_time_s,
+        time_limit_s=result.time_limit_s,
+        note=f"{note}; {result.note}" if result.note else note,
     )
+    return stats, choice
 
 
 def _may_fit(
@@ -357,16 +380,17 @@ def extend_window(
     start_steps: int,
 ) -> int:
     """The longest window >= start_steps (and within the bounds) over which
-    the placement fits the budget and keeps its surrogate violations within
-    the cap; start_steps when even that does not hold (a fallback plan)."""
+    the placement fits the budget and keeps its violations (exact model at
+    the window's last step) within the cap; start_steps when even that does
+    not hold (a fallback plan)."""
     p = inputs.params
 
     def holds(w: int) -> bool:
         blocks = end_blocks(sub, w, inputs.block_size_tokens)
         if gpu_blocks_needed(blocks, resident) > inputs.gpu_block_budget:
             return False
-        latency = float(
-            surrogate_latency_s(inputs.layer_compute_s, blocks, resident, inputs.link_blocks_per_s)
+        latency = exact_latency_of(
+            inputs.layer_compute_s, inputs.link_blocks_per_s, blocks, resident
         )
         ceiling = latency_ceiling_s(
             w, sub.deposited_tokens, sub.slo_tbt_s, p.violation_cap, sub.steps_left
@@ -383,34 +407,6 @@ def extend_window(
         else:
             hi = mid - 1
     return lo
-
-
-def _stats(
-    outcome: _Outcome, problem: OffloadProblem, comp_total_s: float, bw: float
-) -> SolveStats:
-    """The solve in seconds of predicted step latency (the objective's
-    primary term: compute plus stall)."""
-
-    def seconds(value: float | None) -> float | None:
-        if value is None or not math.isfinite(value):
-            return None
-        stall_blocks = math.floor(value / problem.stall_weight + 1e-9)
-        return comp_total_s + stall_blocks / bw
-
-    objective, bound = seconds(outcome.objective), seconds(outcome.best_bound)
-    gap = None
-    if objective is not None and bound is not None:
-        gap = 0.0 if objective <= bound else (objective - bound) / objective
-    return SolveStats(
-        backend=outcome.backend,
-        status=str(outcome.status),
-        objective_s=objective,
-        best_bound_s=bound,
-        gap=gap,
-        wall_s=outcome.wall_s,
-        time_limit_s=outcome.time_limit_s,
-        note=outcome.note,
-    )
 
 
 def _plan(
@@ -457,8 +453,8 @@ def _plan(
     now_blocks = end_blocks(sub, 0, inputs.block_size_tokens)
     final_blocks = end_blocks(sub, window, inputs.block_size_tokens)
     step_now = StepInputs.of(comp, now_blocks, resident, bw)
-    exact = exact_latency_s(step_now)
-    exact_end = exact_latency_s(StepInputs.of(comp, final_blocks, resident, bw))
+    exact = exact_latency_of(comp, bw, now_blocks, resident)
+    exact_end = exact_latency_of(comp, bw, final_blocks, resident)
     surrogate = float(surrogate_latency_s(comp, now_blocks, resident, bw))
     offloaded = candidates.offloaded[attempt.choice]
     placements = tuple(
@@ -486,7 +482,7 @@ def _plan(
         f"{used}/{inputs.gpu_block_budget} blocks"
     )
     if source is PlanSource.GREEDY_FALLBACK:
-        status = attempt.stats.status if attempt.stats is not None else "no solve"
+        status = str(attempt.stats.status) if attempt.stats is not None else "no solve"
         summary = f"greedy fallback (solver: {status}); " + summary
     return OffloadPlan(
         placements=placements,

@@ -1,27 +1,25 @@
-"""The layer-offload ILP solved by its own branch and bound (the offload
-planner's default backend; DESIGN.md §3.2).
+"""The layer-offload search (the planner's default backend,
+`Backend.BRANCH_AND_BOUND`; DESIGN.md §3.2): the plan of least exact
+event-model step latency in the search space, with a proven bound on it.
 
-A general MILP solver spends its time on what this problem's structure gives
-for free: CP-SAT needs seconds to prove a 16 x 32 batch optimal and reports
-a bound of 0 on the way (docs/offload.md has the numbers). Here:
-
-- Every assignment is evaluated in closed form (problem.py).
-- Start: the warm start (previous plan, else the greedy plan), improved by
-  local search: the best single-request move, then the best pair move (one
-  request offloads more so another can offload less), until none improves.
-- Depth-first branch and bound over the requests, largest KV first; each
-  node's children are bounded at once and searched best bound first.
-- The bound at a node with remaining requests U: the stall already
-  committed, plus the blocks U must still fetch to fit the memory row (at
-  least the freed blocks they need times the smallest fetched-per-freed
-  ratio among them) less the compute that can still hide fetches (on layers
-  not yet stalling); the committed fetched blocks plus U's least; and the
-  window options whose rows could still hold. Exact at a leaf.
-- The search stops at its time limit (FEASIBLE, with the best bound over
-  the unexplored nodes) or when every node is explored or pruned (OPTIMAL;
-  with `relative_gap` > 0 a node is pruned once its bound is within that
-  fraction of the incumbent, and the result says FEASIBLE with its bound
-  unless the gap closed).
+- Objective: problem.py's exact latency (compiled event model,
+  step_kernels.py), ties to the longer window, then fewer blocks fetched.
+- Starts: the warm start (previous plan), the greedy plan, a stall-aware
+  greedy on the surrogate, and every uniform pattern; the best feasible one
+  is improved by local search under the exact model: single-request moves,
+  then pairs (one request offloads one pattern more, another one less), each
+  round's moves ordered by the surrogate and evaluated exactly in chunks,
+  the best of the first chunk that improves taken.
+- Then depth-first branch and bound (planner.solvers.branch_and_bound) over
+  the requests, largest KV first. A node's bound is the relaxed latency of
+  step_kernels.py (the best link schedule of the fetches placed so far) with
+  the blocks the other requests must still fetch to fit the memory row
+  (cover_bound.py, buffer_bound.py) added at the end: a lower bound on the
+  exact latency of every completion. Leaves are evaluated exactly.
+- Work: one node = one assignment or child evaluated (exactly or bounded);
+  `node_limit` stops on work (the same answer on any machine), the time limit
+  on the clock. Stopped early, the result is FEASIBLE with the least bound
+  over the nodes left (TIMEOUT_NO_SOLUTION without a plan).
 """
 
 from __future__ import annotations
@@ -35,20 +33,29 @@ import numpy.typing as npt
 
 from planner.policies.offload.buffer_bound import buffer_share
 from planner.policies.offload.cover_bound import cover_curve
-from planner.policies.offload.problem import OffloadProblem
-from planner.solvers import Status
+from planner.policies.offload.problem import LATENCY_RTOL, SLO_RTOL, OffloadProblem, better
+from planner.policies.offload.step_kernels import relaxed_latencies
+from planner.solvers import Children, Incumbent, Status
+from planner.solvers import branch_and_bound as search_tree
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+# Local search: moves evaluated exactly per chunk, per request of the batch.
+CHUNK_PER_REQUEST = 2
+MIN_CHUNK = 16
+MAX_ROUNDS = 64
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
     status: Status
     choice: IntArray | None  # pattern per request
-    objective: float | None
-    best_bound: float | None
+    objective: float | None  # exact step latency, s
+    tiebreak: float | None
+    best_bound: float | None  # lower bound on the exact step latency, s
     nodes: int
+    node_limit: int | None
     wall_time_s: float
     time_limit_s: float
 
@@ -60,9 +67,40 @@ class SearchResult:
     def gap(self) -> float | None:
         if self.objective is None or self.best_bound is None:
             return None
-        if self.objective <= self.best_bound:
+        if self.objective <= self.best_bound * (1 + LATENCY_RTOL):
             return 0.0
         return (self.objective - self.best_bound) / max(abs(self.objective), 1e-12)
+
+
+class _Work:
+    """The search's clock and node budget."""
+
+    def __init__(self, time_limit_s: float, node_limit: int | None) -> None:
+        self.started = time.perf_counter()
+        self.deadline = self.started + time_limit_s
+        self.node_limit = node_limit
+        self.nodes = 0
+
+    def spent(self) -> bool:
+        if self.node_limit is not None and self.nodes >= self.node_limit:
+            return True
+        return time.perf_counter() > self.deadline
+
+    def left_s(self) -> float:
+        return self.deadline - time.perf_counter()
+
+
+class _Best:
+    def __init__(self) -> None:
+        self.choice: IntArray | None = None
+        self.objective = math.inf
+        self.tiebreak = math.inf
+
+    def offer(self, choice: IntArray, objective: float, tiebreak: float) -> bool:
+        if better(objective, tiebreak, self.objective, self.tiebreak):
+            self.choice, self.objective, self.tiebreak = choice.copy(), objective, tiebreak
+            return True
+        return False
 
 
 def branch_and_bound(
@@ -73,188 +111,146 @@ def branch_and_bound(
     starts: list[IntArray] | None = None,
     node_limit: int | None = None,
 ) -> SearchResult:
-    """node_limit: also stop after this many node expansions (a budget that,
-    unlike the clock, gives the same answer on any machine)."""
-    started = time.perf_counter()
-    deadline = started + time_limit_s
-    search = _Search(problem, relative_gap)
-    greedy_start = stall_greedy(problem, deadline)
-    for start in [*(starts or []), greedy_start]:
-        search.offer(np.asarray(start, dtype=np.int64))
-    if search.best_choice is not None:
-        search.offer(_local_search(problem, search.best_choice, deadline))
-    complete = search.run(deadline, node_limit)
-    wall = time.perf_counter() - started
-    best = search.best if math.isfinite(search.best) else None
-    bound: float | None
-    if not complete:
-        status = Status.TIMEOUT_NO_SOLUTION if best is None else Status.FEASIBLE
-        bound = search.open_bound()
-    elif best is None:
-        status, bound = Status.INFEASIBLE, None
-    else:
-        bound = best if search.gap_bound is None else min(search.gap_bound, best)
-        status = Status.FEASIBLE if bound < best else Status.OPTIMAL
+    """The best plan under the exact model, within the limits."""
+    work = _Work(time_limit_s, node_limit)
+    best = _Best()
+    p = problem
+    candidates = [np.asarray(s, dtype=np.int64) for s in (starts or [])]
+    candidates.append(stall_greedy(p, work.deadline))
+    candidates.extend(np.full(p.num_requests, c, dtype=np.int64) for c in range(p.num_choices))
+    stacked = np.stack(candidates) if p.num_requests else np.zeros((1, 0), np.int64)
+    ev = p.evaluate(stacked)
+    work.nodes += len(stacked)
+    i = ev.best()
+    best.offer(stacked[i], float(ev.objective[i]), float(ev.tiebreak[i]))
+    if best.choice is not None:
+        _local_search(p, best, work)
+    nodes = _Nodes(p)
+    root = nodes.root_bound()
+    incumbent = (
+        None if best.choice is None else Incumbent(best.choice, best.objective, best.tiebreak)
+    )
+    if p.num_requests == 0:
+        outcome_status = Status.OPTIMAL if incumbent is not None else Status.INFEASIBLE
+        return _result(outcome_status, best, best.objective, work, time_limit_s)
+    out = search_tree(
+        nodes,
+        time_limit_s=max(work.left_s(), 1e-6),
+        node_limit=node_limit,
+        relative_gap=relative_gap,
+        incumbent=incumbent,
+        root_bound=root,
+        nodes_used=work.nodes,
+        rtol=LATENCY_RTOL,
+    )
+    work.nodes = out.nodes
+    if out.incumbent is not None:
+        best.offer(out.incumbent.choice, out.incumbent.objective, out.incumbent.tiebreak)
+    bound = out.best_bound
+    if bound is not None and math.isfinite(best.objective):
+        bound = min(bound, best.objective)
+    return _result(out.status, best, bound, work, time_limit_s)
+
+
+def _result(
+    status: Status, best: _Best, bound: float | None, work: _Work, limit: float
+) -> SearchResult:
+    found = best.choice is not None
+    if status is Status.TIMEOUT_NO_SOLUTION and found:
+        status = Status.FEASIBLE
+    if (
+        status is Status.FEASIBLE
+        and bound is not None
+        and bound >= best.objective * (1 - LATENCY_RTOL)
+    ):
+        status = Status.OPTIMAL
     return SearchResult(
         status=status,
-        choice=search.best_choice,
-        objective=best,
-        best_bound=None if bound is None or not math.isfinite(bound) else float(bound),
-        nodes=search.nodes,
-        wall_time_s=wall,
-        time_limit_s=time_limit_s,
+        choice=best.choice,
+        objective=best.objective if found else None,
+        tiebreak=best.tiebreak if found else None,
+        best_bound=bound if bound is not None and math.isfinite(bound) else None,
+        nodes=work.nodes,
+        node_limit=work.node_limit,
+        wall_time_s=time.perf_counter() - work.started,
+        time_limit_s=limit,
     )
 
 
-class _Search:
-    """Depth-first branch and bound state."""
+class _Nodes:
+    """The offload problem as the tree search sees it (AssignmentProblem)."""
 
-    def __init__(self, problem: OffloadProblem, relative_gap: float) -> None:
+    def __init__(self, problem: OffloadProblem) -> None:
         p = problem
         self.p = p
-        self.relative_gap = relative_gap
         self.order = np.argsort(-p.fetched.max(axis=1), kind="stable").astype(np.int64)
-        self.best = math.inf
-        self.best_choice: IntArray | None = None
-        self.gap_bound: float | None = None
-        self.nodes = 0
-        self.stack: list[tuple[float, int, IntArray, IntArray, IntArray, IntArray, int]] = []
+        self.blocks_f = p.blocks.astype(np.float64)
         self.offloadable = p.fetch.max(axis=(0, 1)) > 0  # (L,)
         # The buffer is at least t times the blocks fetched plus nu . F
         # (buffer_bound.py): uniform weights, and the LP's best.
         usable = max(int(self.offloadable.sum()), 1)
         uniform = np.where(self.offloadable, 1.0 / usable, 0.0)
         self.buffer_shares = [(uniform, 1.0 / usable), buffer_share(p.fetch.max(axis=0) > 0)]
-        num_r, w = p.num_requests, p.num_windows
         ordered_mem = p.mem_coef[:, self.order, :]  # (W, R, C)
-        # Suffix sums over the remaining requests (index i: requests order[i:]).
+        # Suffix sums over the requests still to place (index i: order[i:]).
         self.mem_min_suffix = _suffix(ordered_mem.min(axis=2).T).T  # (W, R+1)
         self.mem_max_free_suffix = _suffix((-ordered_mem[0]).max(axis=1))  # (R+1,)
-        freed = -p.mem_coef[0]  # (R, C)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(freed > 0, p.fetched / np.where(freed > 0, freed, 1), np.inf)
-        per_request = ratio.min(axis=1)[self.order]  # inf when a request cannot free
-        self.ratio_suffix = _suffix_min(per_request)
-        # Least cost of freeing memory (cover_bound.py), in blocks fetched and
-        # in stall: a request offloading n layers fetches b blocks for each,
-        # and a layer's spare compute hides at most H_max of them, whoever
-        # else fetches there (max(0, sum b - s) >= sum max(0, b - s)), so it
-        # adds at least n * max(0, b - H_max) block-times of stall.
-        h_max = float(p.hidden[self.offloadable].max()) if self.offloadable.any() else 0.0
-        blocks = p.fetch.max(axis=(1, 2)).astype(np.float64)  # (R,) b_r
-        count = p.fetched / np.maximum(blocks, 1.0)[:, None]
-        stall_cost = count * np.maximum(blocks - h_max, 0.0)[:, None]
-        freed_f = freed.astype(np.float64)
-        self.fetch_curve = cover_curve(freed_f, p.fetched.astype(np.float64), self.order)
-        self.stall_curve = cover_curve(freed_f, stall_cost, self.order)
+        freed = (-p.mem_coef[0]).astype(np.float64)  # (R, C)
+        self.fetch_curve = cover_curve(freed, p.fetched.astype(np.float64), self.order)
         self.slo_min_suffix = _suffix(p.slo_coef[:, self.order, :].min(axis=2).T).T
-        self.num_r = num_r
-        self.num_w = w
 
-    def offer(self, choice: IntArray) -> None:
-        value = float(self.p.evaluate(choice).objective[0])
-        if value < self.best:
-            self.best, self.best_choice = value, choice.copy()
+    @property
+    def num_groups(self) -> int:
+        return self.p.num_requests
 
-    def prune_level(self) -> float:
-        if not math.isfinite(self.best):
-            return math.inf
-        return self.best - self.relative_gap * abs(self.best)
+    def assignment(self, partial: IntArray) -> IntArray:
+        full = np.empty(self.p.num_requests, dtype=np.int64)
+        full[self.order] = partial
+        return full
 
-    def run(self, deadline: float, node_limit: int | None = None) -> bool:
+    def root_bound(self) -> float:
+        bound, _, _ = self._bounds(np.zeros((1, 0), dtype=np.int64))
+        return float(bound[0])
+
+    def expand(self, partial: IntArray) -> Children:
         p = self.p
-        num_l = p.fetch.shape[2]
-        zero_f = np.zeros(num_l, dtype=np.int64)
-        zero_w = np.zeros(self.num_w, dtype=np.int64)
-        root_lb, _ = self._bounds(0, zero_f[None, :], zero_w[None, :], zero_w[None, :], np.zeros(1))
-        if not np.isfinite(root_lb[0]):
-            return True
-        self.stack.append((float(root_lb[0]), 0, np.zeros(0, np.int64), zero_f, zero_w, zero_w, 0))
-        while self.stack:
-            lb, depth, partial, f, mem, slo, fetched = self.stack.pop()
-            if lb >= self.prune_level():
-                self._gap_pruned(lb)
-                continue
-            if time.perf_counter() > deadline or (
-                node_limit is not None and self.nodes >= node_limit
-            ):
-                self.stack.append((lb, depth, partial, f, mem, slo, fetched))
-                return False
-            self.nodes += 1
-            r = int(self.order[depth])
-            child_f = f[None, :] + p.fetch[r]  # (C, L)
-            child_mem = mem[None, :] + p.mem_coef[:, r, :].T  # (C, W)
-            child_slo = slo[None, :] + p.slo_coef[:, r, :].T
-            child_fetched = fetched + p.fetched[r]
-            bounds, order = self._bounds(depth + 1, child_f, child_mem, child_slo, child_fetched)
-            level = self.prune_level()
-            if depth + 1 == self.num_r:
-                c = int(np.argmin(bounds))
-                if bounds[c] < self.best:
-                    full = np.empty(self.num_r, dtype=np.int64)
-                    full[self.order] = np.append(partial, c)
-                    self.best, self.best_choice = float(bounds[c]), full
-                continue
-            for c in np.argsort(-order, kind="stable").tolist():
-                if bounds[c] >= level:
-                    self._gap_pruned(float(bounds[c]))
-                    continue
-                self.stack.append(
-                    (
-                        float(bounds[c]),
-                        depth + 1,
-                        np.append(partial, c),
-                        child_f[c],
-                        child_mem[c],
-                        child_slo[c],
-                        int(child_fetched[c]),
-                    )
-                )
-        return True
+        depth = len(partial)
+        choices = np.empty((p.num_choices, depth + 1), dtype=np.int64)
+        choices[:, :depth] = partial
+        choices[:, depth] = np.arange(p.num_choices)
+        if depth + 1 == p.num_requests:
+            full = np.empty((p.num_choices, p.num_requests), dtype=np.int64)
+            full[:, self.order] = choices
+            ev = p.evaluate(full)
+            return Children(ev.objective, ev.tiebreak, ev.objective, leaves=True)
+        bound, tiebreak, dive = self._bounds(choices)
+        return Children(bound, tiebreak, dive, leaves=False)
 
-    def _gap_pruned(self, lb: float) -> None:
-        if lb < self.best and math.isfinite(lb):
-            self.gap_bound = lb if self.gap_bound is None else min(self.gap_bound, lb)
-
-    def open_bound(self) -> float:
-        bounds = [entry[0] for entry in self.stack]
-        if self.gap_bound is not None:
-            bounds.append(self.gap_bound)
-        return min([*bounds, self.best]) if bounds or math.isfinite(self.best) else math.inf
-
-    def _bounds(
-        self,
-        depth: int,
-        f: IntArray,
-        mem: IntArray,
-        slo: IntArray,
-        fetched: npt.ArrayLike,
-    ) -> tuple[FloatArray, FloatArray]:
-        """Lower bounds of the objective below nodes (rows): requests
-        order[:depth] placed, giving per-layer fetches f (N, L), memory and
-        SLO row sums (N, W) and fetched blocks (N,); and the key the search
-        dives by: the same bound without the buffer's share, which leads to
-        better plans sooner (measured: with the full bound as the key the
-        plan found in 50 ms was 1-2 % worse)."""
+    def _bounds(self, choices: IntArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Lower bounds (latency, tiebreak) below nodes whose first requests
+        (order[:depth]) take choices (N, depth), and the dive key."""
         p = self.p
-        hidden = p.hidden
-        excess = f - hidden[None, :]
-        committed = np.maximum(excess, 0).sum(axis=1)
-        spare = np.where(self.offloadable[None, :], np.maximum(-excess, 0), 0).sum(axis=1)
-        buffer = f.max(axis=1) if f.shape[1] else np.zeros(len(f), np.int64)
+        n, depth = choices.shape
+        placed = self.order[:depth]
+        f = (
+            p.fetch[placed[None, :], choices].sum(axis=1)
+            if depth
+            else np.zeros((n, p.fetch.shape[2]), np.int64)
+        )  # (N, L)
+        mem = p.mem_coef[:, placed[None, :], choices].sum(axis=2).T  # (N, W)
+        slo = p.slo_coef[:, placed[None, :], choices].sum(axis=2).T
+        fetched = p.fetched[placed[None, :], choices].sum(axis=1).astype(np.float64)
+        buffer = f.max(axis=1) if f.shape[1] else np.zeros(n, np.int64)
         mem_lb = mem.T + self.mem_min_suffix[:, depth][:, None] + buffer[None, :]  # (W, N)
-        need = mem[:, 0] + buffer - p.mem_cap[0]  # blocks the rest must free
-        ratio = self.ratio_suffix[depth]
-        x = mem[:, 0] - p.mem_cap[0]
-        if depth == self.num_r or not math.isfinite(ratio):
-            must_fetch = basic = np.zeros(len(f))
-            stall = committed + np.maximum(must_fetch - spare, 0)
+        need = (mem[:, 0] + buffer - p.mem_cap[0]).astype(np.float64)  # blocks the rest must free
+        x = (mem[:, 0] - p.mem_cap[0]).astype(np.float64)
+        if depth == p.num_requests:
+            must_fetch = np.zeros(n)
         else:
-            basic = np.ceil(np.maximum(need, 0) * ratio - 1e-6)
             # The blocks to free grow with the buffer, which is at least
             # nu . F + t * (blocks still to fetch) (buffer_bound.py): a few
             # rounds of fetch >= cost(x + nu . F + t * fetch) from below.
-            to_free = np.maximum(need, 0).astype(np.float64)
+            to_free = np.maximum(need, 0.0)
             must_fetch = self.fetch_curve.at(depth, to_free)
             for _ in range(3):
                 for nu, share in self.buffer_shares:
@@ -263,26 +259,32 @@ class _Search:
                 must_fetch = np.maximum(must_fetch, self.fetch_curve.at(depth, to_free))
             unreachable = ~np.isfinite(must_fetch)
             must_fetch = np.where(unreachable, 0.0, np.ceil(must_fetch - 1e-6))
-            least_stall = self.stall_curve.at(depth, to_free)
-            least_stall = np.where(unreachable, 0.0, np.ceil(least_stall - 1e-6))
-            stall = committed + np.maximum(np.maximum(must_fetch - spare, 0), least_stall)
             need = np.where(unreachable, np.inf, need)
-        slo_lb = slo.T + self.slo_min_suffix[:, depth][:, None] + stall[None, :]
-        holds = (mem_lb <= p.mem_cap[:, None]) & (slo_lb <= p.slo_cap[:, None])
+        latency = relaxed_latencies(
+            p.comp_s,
+            p.bandwidth_blocks_per_s,
+            self.blocks_f,
+            p.layers_of,
+            p.count,
+            self.order,
+            np.ascontiguousarray(choices),
+            must_fetch,
+        )
+        slo_lb = (
+            latency[None, :]
+            + (slo.T + self.slo_min_suffix[:, depth][:, None]) / p.bandwidth_blocks_per_s
+        )
+        holds = (mem_lb <= p.mem_cap[:, None]) & (slo_lb <= p.slo_cap_s[:, None] * (1 + SLO_RTOL))
         held = np.cumprod(holds, axis=0).sum(axis=0)
         feasible = (held > 0) & (need <= self.mem_max_free_suffix[depth])
-        rest = p.window_weight * (self.num_w - held).astype(np.float64) + np.asarray(
-            fetched, dtype=np.float64
+        tiebreak = p.window_weight * (p.num_windows - held).astype(np.float64) + fetched
+        tiebreak = tiebreak + must_fetch
+        bound = np.where(feasible, latency, np.inf)
+        # Dive: least bound first, fewer fetched blocks breaking ties.
+        dive = np.where(
+            feasible, latency * (1 + 1e-9 * tiebreak / max(tiebreak.max(), 1.0)), np.inf
         )
-        bound = p.stall_weight * stall.astype(np.float64) + rest + must_fetch
-        dive = p.stall_weight * (committed + np.maximum(basic - spare, 0)) + rest + basic
-        return np.where(feasible, bound, np.inf), np.where(feasible, dive, np.inf)
-
-
-def _suffix_min(values: FloatArray) -> FloatArray:
-    """Minima over values[i:], with +inf appended."""
-    out: FloatArray = np.minimum.accumulate(np.append(values, np.inf)[::-1])[::-1]
-    return out
+        return bound, tiebreak, dive
 
 
 def _suffix(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -295,13 +297,13 @@ def _suffix(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 @dataclass(frozen=True, slots=True)
 class _Moves:
-    """Assignments one move away from a base one, evaluated incrementally
-    (M moves): the same quantities as OffloadProblem.evaluate."""
+    """Assignments one move away from a base one, scored by the surrogate
+    (M moves) without the exact model."""
 
     choice: IntArray  # (M, R)
-    objective: FloatArray  # (M,) +inf when infeasible
+    objective: FloatArray  # (M,) the surrogate objective, +inf when infeasible
     mem_excess: IntArray  # (M,) window 0's memory row minus its cap
-    stall: IntArray  # (M,) total stall
+    stall: IntArray  # (M,) total surrogate stall
 
 
 def _moves(p: OffloadProblem, base: IntArray, changes: IntArray) -> _Moves:
@@ -337,13 +339,13 @@ def _single_changes(p: OffloadProblem) -> IntArray:
 
 
 def stall_greedy(problem: OffloadProblem, deadline: float = math.inf) -> IntArray:
-    """A start that minds the stall: from nothing offloaded, while window 0's
-    memory row does not hold, take the single move (to any pattern) that adds
-    the least stall per block it frees (fewer fetched blocks breaking ties);
-    the first feasible single move ends it at once."""
+    """A start that minds the stall (on the surrogate): from nothing
+    offloaded, while window 0's memory row does not hold, take the single
+    move (to any pattern) that adds the least stall per block it frees (fewer
+    fetched blocks breaking ties); the first feasible single move ends it."""
     p = problem
     choice = np.zeros(p.num_requests, dtype=np.int64)
-    if math.isfinite(float(p.evaluate(choice).objective[0])):
+    if math.isfinite(float(p.evaluate_surrogate(choice).objective[0])):
         return choice
     changes = _single_changes(p)
     fetched = p.fetched[changes[:, 0, 0], changes[:, 0, 1]].astype(np.float64)
@@ -379,31 +381,40 @@ def _pair_changes(current: IntArray, num_choices: int) -> IntArray:
     return changes
 
 
-def _local_search(
-    problem: OffloadProblem, choice: IntArray, deadline: float, *, max_rounds: int = 64
-) -> IntArray:
-    """Best-improvement single and pair moves from a feasible assignment."""
-    p = problem
-    current = choice.copy()
-    value = float(p.evaluate(current).objective[0])
-    if not math.isfinite(value):
-        return current
+def _improve(p: OffloadProblem, best: _Best, changes: IntArray, work: _Work) -> bool:
+    """Evaluate the moves from best.choice exactly, those the surrogate
+    rates best first, in chunks; take the best of the first chunk that
+    improves. Moves that break window 0's memory row are not evaluated."""
+    assert best.choice is not None
+    if not len(changes):
+        return False
+    m = _moves(p, best.choice, changes)
+    fits = np.flatnonzero(m.mem_excess <= 0)
+    if not fits.size:
+        return False
+    ranked = fits[np.argsort(m.objective[fits], kind="stable")]
+    chunk = max(MIN_CHUNK, CHUNK_PER_REQUEST * p.num_requests)
+    for start in range(0, ranked.size, chunk):
+        if work.spent():
+            return False
+        rows = m.choice[ranked[start : start + chunk]]
+        ev = p.evaluate(rows)
+        work.nodes += len(rows)
+        i = ev.best()
+        if best.offer(rows[i], float(ev.objective[i]), float(ev.tiebreak[i])):
+            return True
+    return False
+
+
+def _local_search(p: OffloadProblem, best: _Best, work: _Work) -> None:
+    """Single moves, then pair moves, under the exact model, until neither
+    improves or the work runs out."""
     singles = _single_changes(p)
-    for _ in range(max_rounds):
-        if time.perf_counter() > deadline:
-            break
-        m = _moves(p, current, singles)
-        i = int(np.argmin(m.objective))
-        if m.objective[i] < value:
-            current, value = m.choice[i], float(m.objective[i])
+    for _ in range(MAX_ROUNDS):
+        if work.spent():
+            return
+        assert best.choice is not None
+        if _improve(p, best, singles, work):
             continue
-        # Pair moves: r one pattern up, s one pattern down (r != s).
-        pairs = _pair_changes(current, p.num_choices)
-        if not len(pairs):
-            break
-        m = _moves(p, current, pairs)
-        i = int(np.argmin(m.objective))
-        if not m.objective[i] < value:
-            break
-        current, value = m.choice[i], float(m.objective[i])
-    return current
+        if not _improve(p, best, _pair_changes(best.choice, p.num_choices), work):
+            return

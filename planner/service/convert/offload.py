@@ -17,6 +17,7 @@ from planner.service.convert.common import (
 )
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
+from planner.solvers import Backend, Status
 from planner.v1 import common_pb2, offload_pb2, solver_pb2
 
 MAX_LAYERS = 1024
@@ -29,11 +30,11 @@ DEFAULT_TIME_LIMIT_S = 0.05
 DEADLINE_MARGIN_S = 0.002
 
 _BACKENDS = {
-    common_pb2.SOLVER_BACKEND_UNSPECIFIED: "bnb",
-    common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND: "bnb",
-    common_pb2.SOLVER_BACKEND_CP_SAT: "cp-sat",
-    common_pb2.SOLVER_BACKEND_GUROBI: "gurobi",
-    common_pb2.SOLVER_BACKEND_EXHAUSTIVE: "exhaustive",
+    common_pb2.SOLVER_BACKEND_UNSPECIFIED: Backend.BRANCH_AND_BOUND,
+    common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND: Backend.BRANCH_AND_BOUND,
+    common_pb2.SOLVER_BACKEND_CP_SAT: Backend.CPSAT,
+    common_pb2.SOLVER_BACKEND_GUROBI: Backend.GUROBI,
+    common_pb2.SOLVER_BACKEND_EXHAUSTIVE: Backend.EXHAUSTIVE,
 }
 _SEARCH = {
     offload_pb2.OFFLOAD_SEARCH_SPACE_UNSPECIFIED: "pruned",
@@ -219,17 +220,12 @@ def offload_request_from_proto(
 
 
 _STATUS = {
-    "OPTIMAL": solver_pb2.SOLVE_STATUS_OPTIMAL,
-    "FEASIBLE": solver_pb2.SOLVE_STATUS_FEASIBLE,
-    "INFEASIBLE": solver_pb2.SOLVE_STATUS_INFEASIBLE,
-    "TIMEOUT_NO_SOLUTION": solver_pb2.SOLVE_STATUS_TIMEOUT_NO_SOLUTION,
+    Status.OPTIMAL: solver_pb2.SOLVE_STATUS_OPTIMAL,
+    Status.FEASIBLE: solver_pb2.SOLVE_STATUS_FEASIBLE,
+    Status.INFEASIBLE: solver_pb2.SOLVE_STATUS_INFEASIBLE,
+    Status.TIMEOUT_NO_SOLUTION: solver_pb2.SOLVE_STATUS_TIMEOUT_NO_SOLUTION,
 }
-_BACKEND_OUT = {
-    "bnb": common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND,
-    "cpsat": common_pb2.SOLVER_BACKEND_CP_SAT,
-    "gurobi": common_pb2.SOLVER_BACKEND_GUROBI,
-    "exhaustive": common_pb2.SOLVER_BACKEND_EXHAUSTIVE,
-}
+_BACKEND_OUT = {backend: message for message, backend in _BACKENDS.items() if message}
 
 
 def offload_plan_to_proto(plan: OffloadPlan) -> offload_pb2.PlanLayerOffloadResponse:
@@ -269,8 +265,8 @@ def offload_plan_to_proto(plan: OffloadPlan) -> offload_pb2.PlanLayerOffloadResp
             solver_pb2.SolveStats(
                 backend=_BACKEND_OUT.get(s.backend, common_pb2.SOLVER_BACKEND_UNSPECIFIED),
                 status=_STATUS.get(s.status, solver_pb2.SOLVE_STATUS_ERROR),
-                objective=s.objective_s or 0.0,
-                best_bound=s.best_bound_s or 0.0,
+                objective=s.objective or 0.0,
+                best_bound=s.best_bound or 0.0,
                 gap=s.gap if s.gap is not None and math.isfinite(s.gap) else 0.0,
                 wall_s=s.wall_s,
                 time_limit_s=s.time_limit_s,

@@ -5,10 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from planner.domain.requests import Snapshot
-from planner.domain.rotation import RequestDecision, RotationInputs, RotationParams, RotationPlan
+from planner.domain.rotation import (
+    RequestDecision,
+    RotationInputs,
+    RotationParams,
+    RotationPlan,
+    RotationVariant,
+)
 from planner.service.convert.checks import block_count, finite, non_negative
 from planner.service.convert.common import hardware_from_proto, model_from_proto, slo_from_proto
 from planner.service.convert.snapshot import snapshot_from_proto
+from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.v1 import rotation_pb2
 
@@ -33,7 +40,34 @@ def params_from_proto(field: str, msg: rotation_pb2.RotationParams) -> RotationP
         eager_budget_blocks=block_count(f"{field}.eager_budget_blocks", msg.eager_budget_blocks)
         if msg.HasField("eager_budget_blocks")
         else None,
+        variant=_variant(f"{field}.variant", msg.variant),
+        preempt_slack_tbts=finite(f"{field}.preempt_slack_tbts", msg.preempt_slack_tbts)
+        if msg.HasField("preempt_slack_tbts")
+        else defaults.preempt_slack_tbts,
+        resume_slack_tbts=finite(f"{field}.resume_slack_tbts", msg.resume_slack_tbts)
+        if msg.HasField("resume_slack_tbts")
+        else defaults.resume_slack_tbts,
+        lost_slack_tbts=_lost_slack(f"{field}.lost_slack_tbts", msg, defaults.lost_slack_tbts),
     )
+
+
+def _variant(field: str, value: int) -> RotationVariant:
+    if value == 0:
+        return RotationVariant.LVF
+    try:
+        return RotationVariant(value)
+    except ValueError:
+        names = ", ".join(f"ROTATION_VARIANT_{v.name}" for v in RotationVariant)
+        raise InvalidArgumentError(field, f"must be one of {names}, got {value}") from None
+
+
+def _lost_slack(
+    field: str, msg: rotation_pb2.RotationParams, default: float | None
+) -> float | None:
+    if not msg.HasField("lost_slack_tbts"):
+        return default
+    value = finite(field, msg.lost_slack_tbts)
+    return None if value < 0 else value
 
 
 def rotation_request_from_proto(
@@ -76,6 +110,13 @@ def rotation_plan_to_proto(plan: RotationPlan) -> rotation_pb2.PlanRotationRespo
         cpu_full_skipped_ids=e.cpu_full_skipped_ids,
         trimmed_ids=e.trimmed_ids,
         summary=e.summary,
+        variant=rotation_pb2.RotationVariant.ValueType(e.variant),
+        d2h_budget_blocks=e.d2h_budget_blocks,
+        link_half_duplex=e.link_half_duplex,
+        held_engine_full=e.held.engine_full,
+        held_link_full=e.held.link_full,
+        held_not_lagging=e.held.not_lagging,
+        held_no_victim=e.held.no_victim,
     )
     batches = [
         rotation_pb2.TransferBatch(

@@ -37,8 +37,16 @@ from planner.service.limits import (
 )
 from planner.v1 import common_pb2
 
-TIME_FIELDS = ("arrival_s", "run_start_s", "last_token_s")
-COUNT_FIELDS = ("prompt_blocks", "gpu_blocks", "cpu_blocks", "num_tokens", "synced_blocks")
+TIME_FIELDS = ("arrival_s", "run_start_s", "last_token_s", "first_token_s")
+COUNT_FIELDS = (
+    "prompt_blocks",
+    "gpu_blocks",
+    "cpu_blocks",
+    "num_tokens",
+    "synced_blocks",
+    "prefill_tokens",
+    "output_tokens",
+)
 SLO_FIELDS = ("slo_ttft_s", "slo_tbt_s")
 _ROW = operator.attrgetter("id", "state", *TIME_FIELDS, *COUNT_FIELDS, *SLO_FIELDS)
 _VALUE_FIELDS = ("id", "state", *COUNT_FIELDS, *SLO_FIELDS)
@@ -130,6 +138,7 @@ def snapshot_from_proto(
 
     counts = rows.counts
     num_tokens = counts[3].astype(np.int64)
+    prefill_tokens = counts[5].astype(np.int64)
     table = table_from_columns(
         rows.ids,
         state=rows.state.astype(np.int8),
@@ -146,6 +155,9 @@ def snapshot_from_proto(
         block_size_tokens=block_size,
         gpu_block_ids=gpu_ids,
         cpu_block_ids=cpu_ids,
+        prefill_tokens=np.where(prefill_tokens == 0, -1, prefill_tokens),
+        output_tokens=counts[6].astype(np.int64),
+        first_token_s=rows.times[3],
     )
     return Snapshot(
         now_s=now_s,
@@ -155,7 +167,18 @@ def snapshot_from_proto(
         free_cpu_blocks=free_cpu,
         last_iteration_s=last_iteration,
         pools=pools,
+        max_batched_tokens=_engine_limit(field, msg, "max_batched_tokens"),
+        max_running_requests=_engine_limit(field, msg, "max_running_requests"),
     )
+
+
+def _engine_limit(field: str, msg: common_pb2.Snapshot, name: str) -> int | None:
+    if not msg.HasField(name):  # type: ignore[arg-type]
+        return None
+    value = int(getattr(msg, name))
+    if value < 1:
+        raise InvalidArgumentError(f"{field}.{name}", f"must be >= 1, got {value}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,15 +200,16 @@ class _Rows:
 
 def _rows(field: str, requests: Any) -> _Rows:
     n = len(requests)
-    columns = list(zip(*map(_ROW, requests), strict=True)) if n else [()] * 12
-    raw_times = [np.array(c, dtype=np.float64) for c in columns[2:5]]
+    columns = list(zip(*map(_ROW, requests), strict=True)) if n else [()] * 15
+    raw_times = [np.array(c, dtype=np.float64) for c in columns[2:6]]
     state = np.array(columns[1], dtype=np.int64)
-    # arrival_s matters for every row (tie-breaks); the other two only for the
-    # state that needs them, so a 0.0 elsewhere is taken as absent unchecked.
+    # arrival_s matters for every row (tie-breaks); the others only for the
+    # states that read them, so a 0.0 elsewhere is taken as absent unchecked.
     matters = [
         np.ones(n, dtype=np.bool_),
         state == int(RequestState.RUNNING),
         state == int(RequestState.ROTARY),
+        state != int(RequestState.WAITING),
     ]
     times = [
         _absent_as_nan(requests, name, t, m)
@@ -204,8 +228,8 @@ def _rows(field: str, requests: Any) -> _Rows:
         state=state,
         times=times,
         bad_times=[~np.isfinite(t) for t in raw_times],
-        counts=[np.array(c, dtype=np.float64) for c in columns[5:10]],
-        slo=[np.array(c, dtype=np.float64) for c in columns[10:12]],
+        counts=[np.array(c, dtype=np.float64) for c in columns[6:13]],
+        slo=[np.array(c, dtype=np.float64) for c in columns[13:15]],
         path=lambda i, name: f"{field}.requests[{i}].{name}",
         values=values,
     )

@@ -21,15 +21,17 @@ def pools() -> PoolSizes:
 
 @pytest.fixture
 def views() -> list[EngineRequestView]:
-    """r-old has run for 50 s on 8 blocks; w-late waited 10 s (past half its
-    5 s TTFT SLO) for a 64-token prompt (4 blocks + 1 to decode) while only 4
-    blocks are free: LVF admits w-late and preempts r-old."""
+    """r-old has run for 50 s on 8 blocks and made only 20 tokens since its
+    first at 51 s: 47 s behind its 100 ms TPOT SLO, lost. w-late waited 4 s
+    (past half its 5 s TTFT SLO, not past all of it) for a 64-token prompt (4
+    blocks + 1 to decode) while only 4 blocks are free: LVF admits w-late and
+    preempts r-old."""
     return [
         EngineRequestView(
             "r-old", ViewState.RUNNING, 100, 120, 20, 8, 0, arrival_s=40.0, run_start_s=50.0,
-            last_token_s=99.9,
+            last_token_s=99.9, first_token_s=51.0,
         ),
-        EngineRequestView("w-late", ViewState.WAITING, 64, 0, 0, 0, 0, arrival_s=90.0),
+        EngineRequestView("w-late", ViewState.WAITING, 64, 0, 0, 0, 0, arrival_s=96.0),
     ]  # fmt: skip
 
 

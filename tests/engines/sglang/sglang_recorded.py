@@ -17,6 +17,8 @@ class TimeStats:
     wait_queue_entry_time: float = 0.0
     forward_entry_time: float = 0.0
     last_decode_finish_time: float = 0.0
+    # Set once, when the prefill completes: the first token's time.
+    prefill_finished_time: float = 0.0
 
 
 @dataclass

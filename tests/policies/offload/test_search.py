@@ -1,7 +1,8 @@
-"""The offload ILP in closed form and its branch and bound: the closed form
-equals CP-SAT's objective on the ILP, and the branch and bound equals
-exhaustive enumeration (the optimum over the pruned space) on random small
-batches, infeasible ones included."""
+"""The offload problem and its search: the search's objective is the exact
+event model and its plan equals exhaustive enumeration on the exact model
+(the optimum over the pruned space) on random small batches, infeasible ones
+included; the surrogate ILP's closed form equals CP-SAT's objective on it;
+limits, the gap and the backends."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from hypothesis import strategies as st
 from planner.solvers import Backend, Status, solve
 
 from planner.domain.offload import DecodeBatch, OffloadInputs, OffloadParams, PlanSource
+from planner.policies.offload.event_model import step_latency_s
 from planner.policies.offload.greedy import greedy_choice
 from planner.policies.offload.ilp import build_offload_ilp
 from planner.policies.offload.placement import end_blocks, plan_layer_offload, window_options
 from planner.policies.offload.problem import OffloadProblem, offload_problem
 from planner.policies.offload.search import branch_and_bound, stall_greedy
 from planner.policies.offload.search_space import candidate_patterns
+from planner.policies.offload.step import StepInputs
 
 
 def make_batch(tokens: list[int], deposits: list[int], slo_s: float) -> DecodeBatch:
@@ -34,7 +37,9 @@ def make_batch(tokens: list[int], deposits: list[int], slo_s: float) -> DecodeBa
     )
 
 
-def make_inputs(layers: int, budget: int, *, backend: str = "bnb", **params) -> OffloadInputs:
+def make_inputs(
+    layers: int, budget: int, *, backend: Backend = Backend.BRANCH_AND_BOUND, **params
+) -> OffloadInputs:
     return OffloadInputs(
         layer_compute_s=np.linspace(0.001, 0.003, layers),
         link_blocks_per_s=2000.0,
@@ -65,32 +70,40 @@ batches = st.builds(
 
 @settings(max_examples=60, deadline=None)
 @given(batches)
-def test_branch_and_bound_equals_enumeration(case):
+def test_branch_and_bound_equals_enumeration_on_the_exact_model(case):
     tokens, deposits, slo, layers, fill = case
     batch = make_batch(tokens, deposits[: len(tokens)], slo)
     blocks = sum(-(-t // 16) for t in tokens) * layers
     inputs = make_inputs(layers, max(int(blocks * fill), 1), max_window_steps=8)
     problem, _ = problem_of(batch, inputs)
-    choice, best = problem.enumerate()
+    choice, best, tie = problem.enumerate()
     result = branch_and_bound(problem, time_limit_s=30.0)
     if choice is None:
         assert result.status is Status.INFEASIBLE and result.choice is None
         return
     assert result.status is Status.OPTIMAL
-    assert result.objective == best
-    assert float(problem.evaluate(result.choice).objective[0]) == best
-    assert result.best_bound == best and result.gap == 0.0
+    assert result.objective == pytest.approx(best, rel=1e-12)
+    assert result.tiebreak == tie
+    ev = problem.evaluate(result.choice)
+    # The objective is the exact event model's step latency of the plan.
+    resident = candidate_patterns(layers).resident[result.choice]
+    exact = step_latency_s(StepInputs.of(problem.comp_s, problem.blocks, resident, 2000.0))
+    assert float(ev.objective[0]) == pytest.approx(exact, rel=1e-12)
+    assert result.best_bound == pytest.approx(best, rel=1e-12) and result.gap == 0.0
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_closed_form_equals_cp_sat_on_the_ilp(seed):
+def test_surrogate_closed_form_equals_cp_sat_on_the_ilp(seed):
     rng = np.random.default_rng(seed)
     tokens = rng.integers(100, 2000, 3).tolist()
     batch = make_batch(tokens, rng.integers(0, 3, 3).tolist(), 0.05)
     total = sum(-(-t // 16) for t in tokens) * 8
     inputs = make_inputs(8, int(total * 0.8), max_window_steps=16)
     problem, (ilp, _, _) = problem_of(batch, inputs)
-    _, best = problem.enumerate()
+    radix = problem.num_choices ** np.arange(problem.num_requests - 1, -1, -1)
+    codes = np.arange(problem.enumeration_size())
+    every = (codes[:, None] // radix[None, :]) % problem.num_choices
+    best = float(problem.evaluate_surrogate(every).objective.min())
     result = solve(ilp.model, time_limit_s=30.0, backend=Backend.CPSAT)
     if math.isinf(best):
         assert result.status is Status.INFEASIBLE
@@ -98,7 +111,7 @@ def test_closed_form_equals_cp_sat_on_the_ilp(seed):
     assert result.status is Status.OPTIMAL
     assert result.objective == pytest.approx(best, abs=0.5)
     choice = np.argmax(result.value(ilp.choice), axis=1)
-    assert float(problem.evaluate(choice).objective[0]) == pytest.approx(best, abs=0.5)
+    assert float(problem.evaluate_surrogate(choice).objective[0]) == pytest.approx(best, abs=0.5)
 
 
 def test_closed_form_worked_example():
@@ -115,11 +128,14 @@ def test_closed_form_worked_example():
     )
     problem, _ = problem_of(batch, inputs)
     assert problem.hidden.tolist() == [0, 4]
-    kept, offloaded = problem.evaluate(np.array([[0], [1]])).stall.tolist()
+    kept, offloaded = problem.evaluate_surrogate(np.array([[0], [1]])).stall.tolist()
     assert (kept, offloaded) == (0, 6)
-    fetched = problem.evaluate(np.array([[1]])).fetched.tolist()
-    assert fetched == [10]
-    assert problem.evaluate(np.array([[1]])).buffer.tolist() == [10]
+    # The exact model: the fetch of layer 2 starts at 0 and overlaps layer
+    # 1's compute: 10 blocks take 5 ms, layer 2 starts at 5 ms, ends at 7.
+    ev = problem.evaluate(np.array([[0], [1]]))
+    assert ev.latency_s.tolist() == pytest.approx([0.004, 0.007])
+    assert ev.fetched.tolist() == [0, 10]
+    assert ev.buffer.tolist() == [0, 10]
 
 
 def hard_batch() -> tuple[DecodeBatch, OffloadInputs]:
@@ -147,12 +163,24 @@ def test_time_limit_returns_the_incumbent_with_its_bound():
     batch, inputs = hard_batch()
     problem, _ = problem_of(batch, inputs)
     start = stall_greedy(problem)
-    assert math.isfinite(float(problem.evaluate(start).objective[0]))
     result = branch_and_bound(problem, time_limit_s=1e-6, starts=[start])
     assert result.status is Status.FEASIBLE
     assert result.best_bound is not None and result.best_bound < result.objective
     assert result.objective <= float(problem.evaluate(start).objective[0])
     assert 0 < result.gap < 1
+
+
+def test_node_limit_gives_the_same_plan_on_any_machine():
+    batch, inputs = hard_batch()
+    problem, _ = problem_of(batch, inputs)
+    first = branch_and_bound(problem, time_limit_s=60.0, node_limit=3000)
+    again = branch_and_bound(problem, time_limit_s=60.0, node_limit=3000)
+    assert first.status is Status.FEASIBLE
+    assert first.nodes == again.nodes and 3000 <= first.nodes < 3000 + problem.num_choices * 2
+    assert (first.choice == again.choice).all() and first.objective == again.objective
+    assert first.best_bound == again.best_bound
+    more = branch_and_bound(problem, time_limit_s=60.0, node_limit=20_000)
+    assert more.objective <= first.objective
 
 
 def test_relative_gap_stops_within_the_gap():
@@ -161,22 +189,24 @@ def test_relative_gap_stops_within_the_gap():
     greedy = greedy_choice(windows[0].end_blocks, candidates, inputs.gpu_block_budget)
     result = branch_and_bound(problem, time_limit_s=60.0, relative_gap=0.2, starts=[greedy])
     assert result.status in {Status.OPTIMAL, Status.FEASIBLE}
-    assert result.gap is not None and result.gap <= 0.2
+    assert result.gap is not None and result.gap <= 0.2 + 1e-9
 
 
 def test_plan_reports_the_branch_and_bound():
     batch, inputs = hard_batch()
     plan = plan_layer_offload(batch, inputs)
     assert plan.source is PlanSource.SOLVER
-    assert plan.solve is not None and plan.solve.backend == "bnb"
-    assert plan.solve.status in {"OPTIMAL", "FEASIBLE"}
-    assert plan.solve.best_bound_s <= plan.solve.objective_s
-    assert "nodes" in plan.solve.note
+    assert plan.solve is not None and plan.solve.backend is Backend.BRANCH_AND_BOUND
+    assert plan.solve.status in {Status.OPTIMAL, Status.FEASIBLE}
+    assert plan.solve.best_bound <= plan.solve.objective
+    # The objective is the plan's exact step latency.
+    assert plan.solve.objective == pytest.approx(plan.predicted_step_s, rel=1e-12)
+    assert plan.solve.nodes > 0 and plan.solve.node_limit is None
 
 
 def test_exhaustive_backend_refuses_a_large_batch():
     batch, inputs = hard_batch()
-    params = OffloadParams(backend="exhaustive")
+    params = OffloadParams(backend=Backend.EXHAUSTIVE)
     big = OffloadInputs(
         inputs.layer_compute_s, inputs.link_blocks_per_s, inputs.gpu_block_budget, params=params
     )
@@ -184,15 +214,33 @@ def test_exhaustive_backend_refuses_a_large_batch():
         plan_layer_offload(batch, big)
 
 
-@pytest.mark.parametrize("backend", ["bnb", "exhaustive", "cp-sat"])
-def test_backends_agree_on_a_small_batch(backend):
+@pytest.mark.parametrize("backend", [Backend.BRANCH_AND_BOUND, Backend.EXHAUSTIVE])
+def test_exact_backends_agree_on_a_small_batch(backend):
     batch = make_batch([900, 300, 1200], [0, 2, 0], 0.2)
     inputs = make_inputs(8, 1000, backend=backend, max_window_steps=16)
     plan = plan_layer_offload(batch, inputs)
     reference = plan_layer_offload(
-        batch, make_inputs(8, 1000, backend="exhaustive", max_window_steps=16)
+        batch, make_inputs(8, 1000, backend=Backend.EXHAUSTIVE, max_window_steps=16)
     )
     assert not plan.paused_ids and any(p.offloaded_layers for p in plan.placements)
-    assert plan.solve.status == "OPTIMAL"
-    assert plan.solve.objective_s == pytest.approx(reference.solve.objective_s)
+    assert plan.solve.status is Status.OPTIMAL and plan.solve.backend is backend
+    assert plan.solve.objective == pytest.approx(reference.solve.objective, rel=1e-12)
     assert plan.window_steps == reference.window_steps
+
+
+def test_the_surrogate_ilp_plan_is_scored_on_the_exact_model():
+    batch = make_batch([900, 300, 1200], [0, 2, 0], 0.2)
+    plan = plan_layer_offload(batch, make_inputs(8, 1000, backend=Backend.CPSAT))
+    exact = plan_layer_offload(batch, make_inputs(8, 1000, backend=Backend.EXHAUSTIVE))
+    assert plan.solve.backend is Backend.CPSAT and plan.solve.best_bound is None
+    assert plan.solve.objective == pytest.approx(plan.predicted_step_s, rel=1e-12)
+    assert plan.solve.objective >= exact.solve.objective * (1 - 1e-12)
+
+
+def test_backend_names_are_typed():
+    assert OffloadParams(backend="cp-sat").backend is Backend.CPSAT
+    assert OffloadParams(backend="bnb").backend is Backend.BRANCH_AND_BOUND
+    with pytest.raises(ValueError, match="unknown offload backend 'simplex'"):
+        OffloadParams(backend="simplex")
+    with pytest.raises(ValueError, match="node_limit"):
+        OffloadParams(node_limit=0)
