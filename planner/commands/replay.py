@@ -41,6 +41,7 @@ from planner.replay.cluster_setup import (
     ClusterKnobs,
     cluster_config,
 )
+from planner.replay.console import print_table
 from planner.replay.engine import Engine
 from planner.replay.longctx_engine import LongctxEngine, LongctxRun
 from planner.replay.longctx_policies import LONGCTX_POLICY_NAMES, make_longctx_policy
@@ -70,17 +71,25 @@ from planner.replay.serverless_engine import (
     ServerlessEngine,
     ServerlessRun,
 )
+from planner.replay.serverless_plots import write_serverless_report
 from planner.replay.serverless_report import (
     ServerlessMetrics,
+    compare_serverless,
     print_serverless_report,
     serverless_json,
-    summarize_serverless,
+    serverless_sweep_table,
 )
 from planner.replay.serverless_setup import (
     DEFAULT_MIG,
     DEFAULT_SWITCH_SETUP_S,
     LOAD_LINKS,
+    MAX_DRAIN_S,
+    MIN_HOLD_TTFT,
+    STARVE_AFTER_S,
+    URGENT_SLACK_TTFT,
+    VICTIM_SLACK_MARGIN_S,
     ServerlessKnobs,
+    describe,
     serverless_config,
 )
 from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, ReplaySetup, build_setup, scale_rate
@@ -314,7 +323,45 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument(
         "--load-link",
         choices=LOAD_LINKS,
-        help="dedicated: the link weights load over on a model switch (default pcie, 55 GB/s)",
+        help="dedicated, sllm, aegaeon: the link weights load over on a model switch "
+        "(default: pcie at 55 GB/s for dedicated, c2c for sllm and aegaeon)",
+    )
+    v.add_argument(
+        "--models-per-slice",
+        type=int,
+        help="c2cserve: models resident on one slice at once, taking turns (default "
+        f"{ServerlessKnobs().max_models_per_slice})",
+    )
+    v.add_argument(
+        "--urgent-slack",
+        type=float,
+        help="policies that preempt: a waiting model may take a slice from an active one "
+        "once its most urgent request has this much slack left, s (TTFT deadline - now, or "
+        f"the pause its mean TPOT allows; default {URGENT_SLACK_TTFT:g} x the TTFT SLO)",
+    )
+    v.add_argument(
+        "--min-hold",
+        type=float,
+        help="policies that preempt: a model keeps a slice at least this long once ready, s "
+        f"(default {MIN_HOLD_TTFT:g} x the TTFT SLO)",
+    )
+    v.add_argument(
+        "--victim-slack",
+        type=float,
+        help="policies that preempt: the slack every request of a preempted model needs, s "
+        f"(default --starve-after + --min-hold + {VICTIM_SLACK_MARGIN_S:g})",
+    )
+    v.add_argument(
+        "--max-drain",
+        type=float,
+        help="policies that preempt: a starving model drains its victim (no new requests) "
+        f"for at most this long, then preempts the rest, s (default {MAX_DRAIN_S:g})",
+    )
+    v.add_argument(
+        "--starve-after",
+        type=float,
+        help="policies that preempt: after this long waiting a model preempts whatever the "
+        f"slack (the starvation backstop), s (default {STARVE_AFTER_S:g}: off)",
     )
     v.add_argument(
         "--switch-setup",
@@ -443,7 +490,18 @@ def _replay(args: argparse.Namespace) -> int:
         if not (math.isfinite(value) and low_ok):
             bound = ">= 0" if name == "restore_hold" else "> 0"
             return _fail(f"{flag} must be a finite number {bound}, got {value}")
-    for name in ("mig", "c2c_gbps", "load_link", "switch_setup"):
+    for name in (
+        "mig",
+        "c2c_gbps",
+        "load_link",
+        "switch_setup",
+        "urgent_slack",
+        "models_per_slice",
+        "min_hold",
+        "victim_slack",
+        "starve_after",
+        "max_drain",
+    ):
         value = getattr(args, name)
         if value is None:
             continue
@@ -452,7 +510,16 @@ def _replay(args: argparse.Namespace) -> int:
             return _fail(f"{flag} applies to --topology {SERVERLESS} only")
         if name == "c2c_gbps" and not (math.isfinite(value) and value > 0):
             return _fail(f"{flag} must be a finite number > 0, got {value}")
-        if name == "switch_setup" and not (math.isfinite(value) and value >= 0):
+        if name == "urgent_slack" and not math.isfinite(value):
+            return _fail(f"{flag} must be a finite number, got {value}")
+        if name == "models_per_slice" and value < 1:
+            return _fail(f"{flag} must be >= 1, got {value}")
+        if name in ("starve_after", "victim_slack"):
+            if not value >= 0:
+                return _fail(f"{flag} must be a number >= 0 (inf: never), got {value}")
+        elif name not in ("mig", "c2c_gbps", "load_link", "urgent_slack") and not (
+            math.isfinite(value) and value >= 0
+        ):
             return _fail(f"{flag} must be a finite number >= 0, got {value}")
     try:
         # The serverless topology takes merged per-model traces: sorted here.
@@ -796,8 +863,6 @@ def _run_serverless(
     scales: list[float],
 ) -> int:
     """The serverless topology (planner.replay.serverless_engine)."""
-    if args.report_dir is not None:
-        return _fail(f"--report-dir is not available with --topology {SERVERLESS} yet")
     if args.compute_jitter:
         return _fail(f"--compute-jitter is not available with --topology {SERVERLESS} yet")
     defaults = ServerlessKnobs()
@@ -805,10 +870,20 @@ def _run_serverless(
         defaults,
         mig=args.mig if args.mig is not None else defaults.mig,
         c2c_gbps=args.c2c_gbps if args.c2c_gbps is not None else defaults.c2c_gbps,
-        load_link=args.load_link if args.load_link is not None else defaults.load_link,
+        load_link=args.load_link,
         switch_setup_s=(
             args.switch_setup if args.switch_setup is not None else defaults.switch_setup_s
         ),
+        urgent_slack_s=args.urgent_slack,
+        max_models_per_slice=(
+            args.models_per_slice
+            if args.models_per_slice is not None
+            else defaults.max_models_per_slice
+        ),
+        min_hold_s=args.min_hold,
+        victim_slack_s=args.victim_slack,
+        starve_after_s=args.starve_after,
+        max_drain_s=args.max_drain,
         seed=args.seed,
     )
     try:
@@ -817,6 +892,7 @@ def _run_serverless(
         return _fail(str(exc))
     first: tuple[list[ServerlessRun], list[ServerlessMetrics]] | None = None
     every_run: list[ServerlessRun] = []
+    sweep: dict[float, list[ServerlessMetrics]] = {}
     for scale in scales:
         scaled = scale_rate(trace, scale)
         runs: list[ServerlessRun] = []
@@ -834,21 +910,13 @@ def _run_serverless(
                     "model": setup.model.name,
                     "rate_scale": scale,
                     "seed": args.seed,
-                    "slo_ttft_s": config.slo.ttft_s,
-                    "slo_tbt_s": config.slo.tbt_s,
-                    "mig": [p.name for p in config.slices],
-                    "c2c_gbps": config.link_gbps,
-                    "load_link": config.load_link,
-                    "load_gbps": config.load_gbps,
-                    "switch_setup_s": config.switch_setup_s,
-                    "static_chunk": config.static_chunk,
-                    "max_running": config.max_running,
-                    "replan_s": config.replan_s,
+                    **describe(config, name),
                 }
             )
             runs.append(run)
             every_run.append(run)
-        metrics = [summarize_serverless(r) for r in runs]
+        metrics = compare_serverless(runs)
+        sweep[scale] = metrics
         models = len({t.model for t in trace})
         print_serverless_report(
             metrics,
@@ -856,12 +924,23 @@ def _run_serverless(
             f"models, rate x{scale:g}, {setup.model.name} architecture)",
             caption=f"SLO TTFT {config.slo.ttft_s:g} s, TPOT {config.slo.tbt_s * 1e3:g} ms; "
             f"{len(config.slices)} x {config.slices[0].name}; C2C {config.link_gbps:g} GB/s; "
-            f"dedicated loads over {config.load_link} at {config.load_gbps:g} GB/s",
+            f"preemption: urgent at {config.preemption.urgent_slack_s:g} s of slack, hold "
+            f"{config.preemption.min_hold_s:g} s, victim slack "
+            f"{config.preemption.victim_slack_s:g} s, starving after "
+            f"{config.preemption.starve_after_s:g} s (drain at most "
+            f"{config.preemption.max_drain_s:g} s); {config.max_models_per_slice} models per "
+            "slice",
         )
         if first is None:
             first = (runs, metrics)
+    if len(scales) > 1:
+        print_table(serverless_sweep_table(sweep))
     if args.json_out is not None and first is not None:
-        write_json_document(args.json_out, serverless_json(*first), args.stdout)
+        data = serverless_json(*first, sweep if len(scales) > 1 else None)
+        write_json_document(args.json_out, data, args.stdout)
         _wrote(args.json_out)
+    if args.report_dir is not None and first is not None:
+        paths = write_serverless_report(args.report_dir, *first, sweep=sweep)
+        print(f"wrote {len(paths)} plots to {args.report_dir}")
     _write_requests(args, [run.result for run in every_run])
     return 0

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from planner.cli import main
+from planner.commands.replay import DEFAULT_POLICIES
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
 from planner.replay.request_table import COLUMNS, request_table
 
@@ -77,18 +78,11 @@ def write_trace(path: Path, models: bool = False) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    ("topology", "policies"),
-    [
-        ("rotation", 2),
-        ("long-context", 5),
-        ("cluster", 4),
-        ("serverless", 5),
-    ],
-)
+@pytest.mark.parametrize("topology", sorted(DEFAULT_POLICIES))
 def test_requests_out_writes_every_policy_and_rate_scale(
-    topology: str, policies: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    topology: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    policies = len(DEFAULT_POLICIES[topology])
     trace = write_trace(tmp_path / "t.jsonl", models=topology == "serverless")
     out = tmp_path / "deep" / "r.parquet"
     code = main(
@@ -110,6 +104,7 @@ def test_requests_out_writes_every_policy_and_rate_scale(
     table = pd.read_parquet(out)
     assert len(table) == 9 * policies * 2
     assert table.groupby(["policy", "rate_scale"]).size().eq(9).all()
+    assert set(table.policy) == set(DEFAULT_POLICIES[topology])
     assert f"wrote {out}" in capsys.readouterr().out
 
 
