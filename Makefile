@@ -14,7 +14,7 @@ PROTO_FILES := $(wildcard proto/planner/v1/*.proto)
 # proto/BREAKING_BASE (the last landed contract), or BREAKING_BASE=<ref>.
 BREAKING_BASE ?= $(shell cat proto/BREAKING_BASE 2>/dev/null)
 
-.PHONY: run test test-slow test-gpu bench-gpu proto proto-check lint format bench bench-quick serve buf clean
+.PHONY: run test test-slow test-gpu bench-gpu proto proto-check lint format bench bench-quick serve buf clean postgresql-server
 
 # torch is pinned and installed first so pip takes the local CPU wheel where
 # one is on disk (an unpinned torch pulls several GB of CUDA packages); the
@@ -25,15 +25,36 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet 'torch==$(TORCH_VERSION)' 'triton==$(TRITON_VERSION)'
-	$(BIN)/python -m pip install --quiet -e '.[dev,kernels]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,kernels,postgresql]'
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/planner replay fixtures/traces/default.jsonl --policy fcfs --policy lvf \
 		--json-out out/replay/default.json --report-dir out/replay
 
+# The store suites need PostgreSQL's server binaries: installed first where
+# they are missing and this user may install packages (root, passwordless
+# sudo); where not, those tests skip, saying why (CI requires them).
 test: $(STAMP)
+	@$(MAKE) --no-print-directory postgresql-server || \
+		echo "PostgreSQL server binaries could not be installed: the PostgreSQL store tests will skip"
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The PostgreSQL server binaries the store suites start their own server
+# from (tests/conftest.py; without them those tests skip, saying why):
+# Debian's postgresql package, installed when initdb is not found, as root
+# or through passwordless sudo. No cluster of the package's own is created.
+PG_CREATECLUSTER_CONF := /etc/postgresql-common/createcluster.d/planner.conf
+postgresql-server:
+	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "PostgreSQL server binaries: present"; \
+	else \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+		$$SUDO mkdir -p $$(dirname $(PG_CREATECLUSTER_CONF)) && \
+		{ [ -e $(PG_CREATECLUSTER_CONF) ] || echo "create_main_cluster = false" | $$SUDO tee $(PG_CREATECLUSTER_CONF) >/dev/null; } && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; \
+	fi
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
@@ -150,7 +171,7 @@ bench-quick: $(STAMP)
 	$(BIN)/planner bench solvers --problem offload --sizes 4x32,16x32 --instances 8 --pruning-instances 0 --out $(BENCH_QUICK_OUT)/solvers_offload.json
 	$(BIN)/planner bench solvers --problem placement --gpus 16,64 --limits 0.5 --out $(BENCH_QUICK_OUT)/solvers_placement.json
 	$(BIN)/planner bench service --clients 16 --duration-s 5 --overload --overload-duration-s 3 --overload-limits 8:8,1:2 --out $(BENCH_QUICK_OUT)/service.json $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)/service.json)
-	$(BIN)/planner bench ledger --producers 10,1000 --calls 50 --busy-clients 2 --out $(BENCH_QUICK_OUT)/ledger.json
+	$(BIN)/planner bench ledger --producers 10,1000 --calls 50 --busy-clients 2 --replicas 1,2 --write-clients 4 --write-duration-s 3 --out $(BENCH_QUICK_OUT)/ledger.json
 
 $(BUF):
 	mkdir -p .tools

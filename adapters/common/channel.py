@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
@@ -37,13 +37,16 @@ CALL_SWITCH_INTERVAL_S = 0.0002
 
 class PlannerChannel:
     """target "host:port" for gRPC (security as `planner serve` was started
-    with); None for in-process mode, which runs the server's own handler on
-    a planner thread of its own (InProcessPlanner): the caller waits at most
-    the deadline, as it would for a remote planner."""
+    with), or several planner replicas ("host1:port,host2:port", or a list):
+    calls are balanced across them, and OffloadService and the serverless
+    knob tuner's calls keep to their engine's (GPU's) replica (see
+    planner.client); None for in-process mode, which runs the server's own
+    handler on a planner thread of its own (InProcessPlanner): the caller
+    waits at most the deadline, as it would for a remote planner."""
 
     def __init__(
         self,
-        target: str | None,
+        target: str | Sequence[str] | None,
         deadline_s: float,
         retry: RetryPolicy = NO_RETRY,
         security: ChannelSecurity | None = None,
@@ -57,7 +60,7 @@ class PlannerChannel:
         security = security or ChannelSecurity()
         if target is None and security != ChannelSecurity():
             raise ValueError("TLS and a token need a target (in process there is no channel)")
-        self.target = target
+        self.target = target if target is None or isinstance(target, str) else ",".join(target)
         self.deadline_s = deadline_s
         self.switch_interval_s = switch_interval_s
         self._client = (

@@ -57,11 +57,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="-",
         help="request as proto3 JSON: a file, or - for stdin (default)",
     )
-    p.add_argument("--target", help="host:port of a planner server; in process when omitted")
+    p.add_argument(
+        "--target",
+        help="host:port of a planner server, or several separated by commas (replicas, "
+        "balanced round robin); in process when omitted",
+    )
     p.add_argument(
         "--store",
-        help="in process only: the SQLite store of cluster state and lease ledgers to read "
-        "and update (default: none, state lives for this call only)",
+        help="in process only: the store of cluster state and lease ledgers to read and "
+        "update, a SQLite file or a postgresql:// URL (default: none, state lives for this "
+        "call only)",
     )
     p.add_argument(
         "--deadline-ms", type=float, default=10_000.0, help="deadline of the call (default 10 s)"

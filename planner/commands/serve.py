@@ -97,9 +97,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--store",
         default=None,
-        help="SQLite file of the state that survives a restart (buddy-group plans, drop "
-        "triggers, memory lease ledgers); ':memory:' keeps none (default $PLANNER_STORE, else "
-        "$XDG_STATE_HOME/planner/planner.sqlite3)",
+        help="where the state that survives a restart is kept (buddy-group plans, drop "
+        "triggers, memory lease ledgers): a SQLite file, or a PostgreSQL URL "
+        "(postgresql://USER@HOST:PORT/DATABASE; several replicas may share it; give the "
+        "password in $PGPASSWORD or ~/.pgpass rather than the URL); ':memory:' keeps none "
+        "(default $PLANNER_STORE, else $XDG_STATE_HOME/planner/planner.sqlite3)",
     )
     p.add_argument("--tls-cert", help="PEM certificate chain: serve TLS (with --tls-key)")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert (unencrypted)")

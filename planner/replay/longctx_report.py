@@ -13,13 +13,9 @@ wall time, and the GPU KV use.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -202,24 +198,3 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
-
-
-def write_longctx_json(
-    path: Path, runs: Sequence[LongctxRun], metrics: Sequence[LongctxMetrics]
-) -> Path:
-    """Atomically, like planner.replay.report.write_json."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(longctx_json(runs, metrics), indent=2, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target

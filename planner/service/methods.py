@@ -49,6 +49,7 @@ from planner.service.serverless_methods import (
     plan_model_placement_rpc,
     report_knob_feedback_rpc,
     route_rpc,
+    schedule_waiting_rpc,
 )
 from planner.service.serverless_tuners import ServerlessTuners
 from planner.v1 import (
@@ -235,6 +236,11 @@ def _route(request: Message, ctx: CallContext) -> Message:
     return route_rpc(request)
 
 
+def _schedule_waiting(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, serverless_pb2.ScheduleWaitingRequest)
+    return schedule_waiting_rpc(request)
+
+
 def _choose_chunk_size(request: Message, ctx: CallContext) -> Message:
     assert isinstance(request, serverless_pb2.ChooseChunkSizeRequest)
     return choose_chunk_size_rpc(request)
@@ -299,6 +305,7 @@ HANDLERS: dict[str, Handler] = {
     "PlacementService.PartitionBatch": _partition_batch,
     "ServerlessService.PlanModelPlacement": _plan_model_placement,
     "ServerlessService.Route": _route,
+    "ServerlessService.ScheduleWaiting": _schedule_waiting,
     "ServerlessService.ChooseChunkSize": _choose_chunk_size,
     "ServerlessService.ChooseKernel": _choose_kernel,
     "ServerlessService.ReportKnobFeedback": _report_knob_feedback,

@@ -65,9 +65,9 @@ class ServerConfig:
     # /metrics has no token and no TLS: loopback unless asked otherwise.
     metrics_host: str = "127.0.0.1"
     limits: ServiceLimits = field(default_factory=ServiceLimits)
-    # The durable store (SQLite) of state that outlives a restart (ClusterService,
-    # PlacementService's lease ledger);
-    # None keeps it in memory.
+    # The durable store of state that outlives a restart (ClusterService,
+    # PlacementService's lease ledger): a SQLite file, or a postgresql:// URL
+    # that several replicas share; None keeps it in memory.
     store_path: str | None = None
     # None listens in plaintext.
     tls: ServerTls | None = None
@@ -91,7 +91,10 @@ class PlannerServer:
         self.metrics = RpcMetrics()
         self.offload_engines = OffloadEngines()
         self.serverless_tuners = ServerlessTuners()
-        self.cluster_store = ClusterStore(config.store_path)
+        # One PostgreSQL connection per worker thread, and one for the probe.
+        self.cluster_store = ClusterStore(
+            config.store_path, pool_size=config.limits.max_workers + 1
+        )
         self.cluster_store.open()
         self.logger = logging.getLogger(LOGGER_NAME)
         limits = config.limits

@@ -354,8 +354,8 @@ def test_concurrent_allocations_never_over_commit(stub):
     assert len(status.leases) == 30
 
 
-def test_planner_call_ledger_with_a_store(tmp_path, capsys):
-    store = tmp_path / "ledger.sqlite3"
+def test_planner_call_ledger_with_a_store(tmp_path, capsys, store_location):
+    store = store_location
     offer = tmp_path / "offer.json"
     offer.write_text(
         json.dumps({"pool_id": "cli", "idempotency_key": "o", "producer_id": "p", "bytes": "5"}),
