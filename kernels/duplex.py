@@ -18,14 +18,21 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from planner.domain.rotation import CopyDirection, RotationPlan, TransferBatch
-
 from .extents import by_direction, check_bounds, check_race_free
+from .transfer_batch import CopyDirection, TransferBatch
 from .transfer_naive import copy_per_block, copy_per_extent
 from .transfer_ref import run_batch_reference
+
+
+class PlanWithBatches(Protocol):
+    """A plan's copies (planner.domain.rotation.RotationPlan is one)."""
+
+    @property
+    def batches(self) -> Sequence[TransferBatch]: ...
 
 
 class Method(enum.StrEnum):
@@ -200,5 +207,5 @@ class DuplexEngine:
             self._last_d2h = done[0].event
         return DuplexHandle(done[0], done[1])
 
-    def submit_plan(self, plan: RotationPlan) -> DuplexHandle:
+    def submit_plan(self, plan: PlanWithBatches) -> DuplexHandle:
         return self.submit(plan.batches)

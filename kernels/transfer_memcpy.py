@@ -19,9 +19,8 @@ from typing import Any
 
 import torch
 
-from planner.domain.rotation import TransferBatch
-
 from .extents import check_bounds
+from .transfer_batch import TransferBatch
 
 MIN_CUDA_VERSION = 12080
 

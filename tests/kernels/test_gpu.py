@@ -17,9 +17,8 @@ from planner.kernels.extents import make_batch  # noqa: E402
 from planner.kernels.harness import RotationEvent, run_decode  # noqa: E402
 from planner.kernels.layout import KVLayout, KVShape, allocate  # noqa: E402
 from planner.kernels.tiny_model import TinyConfig, TinyTransformer  # noqa: E402
+from planner.kernels.transfer_batch import CopyDirection  # noqa: E402
 from planner.kernels.transfer_ref import run_batch_reference  # noqa: E402
-
-from planner.domain.rotation import CopyDirection  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

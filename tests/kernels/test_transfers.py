@@ -20,6 +20,7 @@ from planner.kernels.extents import (  # noqa: E402
     make_batch,
 )
 from planner.kernels.layout import KVLayout, KVShape, to_block_first, to_layer_first  # noqa: E402
+from planner.kernels.transfer_batch import BlockExtent, CopyDirection, TransferBatch  # noqa: E402
 from planner.kernels.transfer_memcpy import batch_spans, memcpy_batch_available  # noqa: E402
 from planner.kernels.transfer_naive import (  # noqa: E402
     copy_per_block,
@@ -38,15 +39,7 @@ from planner.domain.requests import (  # noqa: E402
     Snapshot,
     TrackedRequest,
 )
-from planner.domain.rotation import (  # noqa: E402
-    BlockExtent,
-    CopyDirection,
-    MoveKind,
-    RotationInputs,
-    RotationParams,
-    RotationVariant,
-    TransferBatch,
-)
+from planner.domain.rotation import MoveKind, RotationInputs, RotationParams, RotationVariant  # noqa: E402
 from planner.policies.duplexkv import merge_extents  # noqa: E402
 from planner.policies.rotation import plan_rotation  # noqa: E402
 
