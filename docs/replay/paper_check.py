@@ -161,7 +161,8 @@ def make_variant(variant: str, setup: Any, trace: Any) -> Any:
     the head of the waiting queue did not start) running the variant on
     trace, ready to run(). Raises ValueError for an unknown variant."""
     from planner.replay.engine import Engine
-    from planner.replay.schedulers import EngineView, Lvf, SchedulePlan, make_scheduler
+    from planner.replay.scheduler_by_name import make_scheduler
+    from planner.replay.schedulers import EngineView, Lvf, SchedulePlan
 
     class FreeLink:
         def transfer_time_s(self, d2h: float, h2d: float, seg: float | None = None) -> float:

@@ -64,7 +64,7 @@ from planner.replay.progress import replay_progress
 from planner.replay.records import ReplayResult
 from planner.replay.report import print_report, write_json
 from planner.replay.request_table import request_table
-from planner.replay.schedulers import POLICY_NAMES, make_scheduler
+from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
 from planner.replay.serverless_engine import (
     SERVERLESS_POLICY_NAMES,
     ServerlessEngine,

@@ -16,12 +16,8 @@ import pytest
 from planner.domain.rotation import RotationInputs, RotationParams
 from planner.replay.engine import Engine, EngineConfig
 from planner.replay.records import ReplayResult
-from planner.replay.schedulers import (
-    POLICY_NAMES,
-    EngineView,
-    SchedulePlan,
-    make_scheduler,
-)
+from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
+from planner.replay.schedulers import EngineView, SchedulePlan
 from planner.replay.state import Phase, blocks_needed
 from planner.trace.records import TraceRequest
 
