@@ -10,12 +10,12 @@ import sys
 import threading
 from types import FrameType
 
-from planner.service.auth import TOKEN_ENV, AuthConfigError, read_token
+from planner.bearer_token import TOKEN_ENV, AuthConfigError, read_token
 from planner.service.connections import raise_descriptor_limit
 from planner.service.limits import ServiceLimits
 from planner.service.logs import configure
 from planner.service.server import PlannerServer, ServerConfig
-from planner.service.tls import ServerTls, TlsConfigError
+from planner.tls import ServerTls, TlsConfigError
 
 # gRPC takes these timeouts in int32 milliseconds; a day is plenty.
 MAX_TIMEOUT_S = 86_400.0

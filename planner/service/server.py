@@ -18,8 +18,9 @@ from google.protobuf.message import DecodeError, Message
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from planner.bearer_token import check_token
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
-from planner.service.auth import BearerTokenInterceptor, check_token, require_tls_off_loopback
+from planner.service.auth import BearerTokenInterceptor, require_tls_off_loopback
 from planner.service.cluster_store import ClusterStore
 from planner.service.connections import connection_cap
 from planner.service.errors import (
@@ -36,7 +37,7 @@ from planner.service.metrics import RpcMetrics
 from planner.service.offload_engines import OffloadEngines, warm_up
 from planner.service.serverless_tuners import ServerlessTuners
 from planner.service.store_health import StoreHealth
-from planner.service.tls import ServerTls
+from planner.tls import ServerTls
 
 SHUTDOWN_GRACE_S = 5.0
 # Calls in flight on one connection; above the default max_concurrent_rpcs,
