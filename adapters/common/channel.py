@@ -18,6 +18,7 @@ import grpc
 from google.protobuf.message import Message
 
 from planner.client import PlannerClient, PlannerError, RetryPolicy
+from planner.in_process import service_handler
 from planner.rpc import Rpc
 
 from .counters import FallbackCounters, FallbackReason
@@ -152,9 +153,9 @@ class InProcessPlanner:
     for the answer at most the deadline; a late answer is dropped (the
     thread finishes it and is free again), and while the thread is still
     busy with an earlier call, a new one falls back at once instead of
-    queueing behind it. The handler is imported and warmed on the thread as
-    soon as the planner is made, so the engine's first step does not wait
-    for it (it falls back while the thread is busy).
+    queueing behind it. The handler (planner.in_process) is made on the
+    thread as soon as the planner is, so the engine's first step does not
+    wait for it (it falls back while the thread is busy).
 
     The planner thread shares the engine process's GIL: its pure-Python
     parts slow the engine's thread while they run, even after the deadline.
@@ -167,7 +168,7 @@ class InProcessPlanner:
         self._last: Future[Any] = self._pool.submit(self._load)
 
     def _load(self) -> None:
-        self._handler = _in_process_handler(self.deadline_s)
+        self._handler = service_handler(self.deadline_s)
 
     def _run(self, rpc: Rpc, request: Message) -> Message:
         assert self._handler is not None
@@ -208,15 +209,3 @@ class InProcessPlanner:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _in_process_handler(deadline_s: float) -> Callable[[Rpc, Message], Message]:
-    # The service's handler table, imported only in this mode (DESIGN.md §1:
-    # adapters otherwise depend on the client and the proto alone). One
-    # context for the channel's life: OffloadService keeps each engine's
-    # controller in it between calls, as a server would.
-    from planner.service.limits import ServiceLimits
-    from planner.service.methods import CallContext, handle
-
-    ctx = CallContext(ServiceLimits(), deadline_s)
-    return lambda rpc, request: handle(rpc, request, ctx)

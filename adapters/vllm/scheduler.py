@@ -41,7 +41,6 @@ from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
-from planner.domain.requests import DEFAULT_TBT_SLO_S
 from planner.v1 import common_pb2
 
 from .connector import PlannerSwapConnector
@@ -49,7 +48,7 @@ from .layer_offload import DecodeView, LayerOffloadPlanner
 from .output_deposit import OutputDeposit
 from .plugin import LOGGER_NAME
 from .request_clock import RequestClock
-from .settings import PlannerSettings
+from .settings import DEFAULT_TBT_SLO_S, PlannerSettings
 
 logger = logging.getLogger(LOGGER_NAME)
 # prometheus_client's multiprocess mode (vLLM's own, when several API
