@@ -11,6 +11,7 @@ import threading
 from types import FrameType
 
 from planner.bearer_token import TOKEN_ENV, AuthConfigError, read_token
+from planner.replay.role_oracle import ReplayRoleOracles
 from planner.service.connections import raise_descriptor_limit
 from planner.service.limits import ServiceLimits
 from planner.service.logs import configure
@@ -199,6 +200,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         store_path=args.store if args.store is not None else default_store_path(),
         tls=tls,
         auth_token=read_token(args.auth_token_file),
+        role_oracles=ReplayRoleOracles(),
     )
 
 

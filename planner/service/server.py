@@ -35,6 +35,7 @@ from planner.service.logs import LOGGER_NAME, log_event
 from planner.service.methods import CallContext, handle
 from planner.service.metrics import RpcMetrics
 from planner.service.offload_engines import OffloadEngines, warm_up
+from planner.service.role_oracles import RoleOracles
 from planner.service.serverless_tuners import ServerlessTuners
 from planner.service.store_health import StoreHealth
 from planner.tls import ServerTls
@@ -74,6 +75,9 @@ class ServerConfig:
     tls: ServerTls | None = None
     # With it, every call but health checks needs `authorization: Bearer <token>`.
     auth_token: str | None = None
+    # ClassifyRoles' oracle for deployments named by a profile (planner serve
+    # hands in the replay simulator's); None refuses them.
+    role_oracles: RoleOracles | None = None
 
     def __post_init__(self) -> None:
         if self.auth_token is not None:
@@ -270,6 +274,7 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
                             server.offload_engines,
                             server.cluster_store,
                             serverless_tuners=server.serverless_tuners,
+                            role_oracles=server.config.role_oracles,
                         ),
                     )
                 except InvalidArgumentError as exc:
