@@ -172,6 +172,7 @@ lint: $(STAMP) $(BUF)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python tools/lint_imports.py
 	$(BUF) lint
 	@if [ -z "$(BREAKING_BASE)" ]; then \
 		echo "buf breaking: no base recorded in proto/BREAKING_BASE, nothing to compare"; \
