@@ -55,7 +55,7 @@ def batch_spans(src_pool: torch.Tensor, dst_pool: torch.Tensor, batch: TransferB
 
 
 def _runtime() -> Any:
-    from cuda.bindings import runtime
+    from cuda.bindings import runtime  # noqa: PLC0415 - cuda-python is optional
 
     return runtime
 

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from planner._version import __version__
+from planner.bench import command as bench
 from planner.commands import call, replay, serve, trace
 from planner.commands import profiles as profiles_cmd
 
@@ -24,8 +25,6 @@ def build_parser() -> argparse.ArgumentParser:
     call.register(subparsers)
     trace.register(subparsers)
     profiles_cmd.register(subparsers)
-    from planner.bench import command as bench
-
     bench.register(subparsers)
     return parser
 

@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from planner.kernels import transfer_memcpy  # noqa: E402
 from planner.kernels.duplex import DuplexEngine, Method  # noqa: E402
 from planner.kernels.extents import (  # noqa: E402
     RaceError,
@@ -294,8 +295,6 @@ class _Stream:
 
 @pytest.mark.parametrize("result", [(0,), (0, None)])
 def test_memcpy_batch_call_shape_for_cuda_12_and_13(monkeypatch, result):
-    from planner.kernels import transfer_memcpy
-
     fake = _fake_runtime(result)
     monkeypatch.setattr(transfer_memcpy, "_runtime", lambda: fake)
     spans = transfer_memcpy.Spans((100, 200), (300, 400), (8, 16))

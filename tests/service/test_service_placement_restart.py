@@ -23,6 +23,8 @@ import grpc
 import pytest
 
 from planner.policies.aqua.ledger import Ledger
+from planner.service.cluster_store import ClusterStore
+from planner.service.placement_ledger import offer_memory_rpc
 from planner.v1 import placement_pb2 as pb
 from planner.v1 import placement_pb2_grpc
 
@@ -209,9 +211,6 @@ def test_kill_9_mid_burst_loses_nothing_acknowledged(tmp_path):
 @pytest.mark.parametrize("method", ["OfferMemory"])
 def test_store_file_holds_the_ledger_next_to_cluster_state(tmp_path, method):
     """One file, both services' tables."""
-    from planner.service.cluster_store import ClusterStore
-    from planner.service.placement_ledger import offer_memory_rpc
-
     path = tmp_path / "s.sqlite3"
     cluster = ClusterStore(path)
     cluster.update("c", lambda s: ({"n": 1}, None))
