@@ -84,3 +84,20 @@ def test_a_deliberate_bad_import_breaks_its_contract(
     done = lint_imports(tree)
     assert done.returncode != 0
     assert f"{contract} BROKEN" in done.stdout, done.stdout + done.stderr
+
+
+def test_adapters_load_the_service_only_to_run_it_in_process() -> None:
+    # The in-process shim's handler table is loaded by name when a link
+    # without a target is made; an engine using a planner server never
+    # loads the service (nor the replay).
+    code = (
+        "import sys\n"
+        "import planner.adapters.common.link, planner.adapters.common.offload_link\n"
+        "import planner.adapters.vllm.settings\n"
+        "heavy = ('planner.service', 'planner.replay')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]"

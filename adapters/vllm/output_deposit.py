@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
 
-from planner.in_process import DepositEvents, TokenDeposit
+from planner.in_process.deposit import DepositEvents, TokenDeposit
 
 if TYPE_CHECKING:
     from vllm.v1.engine import EngineCoreEvent

@@ -14,7 +14,7 @@ from planner.adapters.common.link import PlannerLink
 from planner.adapters.common.snapshot import build_rotation_request
 from prometheus_client import CollectorRegistry
 
-import planner.in_process as in_process
+import planner.in_process.service as in_process_service
 from planner.v1 import common_pb2
 
 NOW_S = 100.0
@@ -109,13 +109,13 @@ def test_counters_export_prometheus_metrics(views, pools):
 def stuck_in_process(monkeypatch):
     """In-process mode whose handler blocks until the test releases it."""
     release = threading.Event()
-    real = in_process.handle
+    real = in_process_service.handle
 
     def handle(rpc, request, ctx):
         release.wait()
         return real(rpc, request, ctx)
 
-    monkeypatch.setattr(in_process, "handle", handle)
+    monkeypatch.setattr(in_process_service, "handle", handle)
     yield release
     release.set()
 
