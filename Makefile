@@ -65,7 +65,7 @@ test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu tests/kernels
 
 bench-gpu: $(STAMP)
-	$(BIN)/python -m planner.kernels.bench_gpu --out $${OUT:-out/kernels}
+	$(BIN)/python -m planner.bench.kernels_gpu --out $${OUT:-out/kernels}
 
 # The engine tiers (DESIGN.md §6): vLLM's real V1 scheduler on CPU
 # (test-engines, seconds) and a real vLLM OpenAI server with the plugin on
@@ -205,6 +205,7 @@ lint: $(STAMP) $(BUF)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python tools/lint_imports.py
 	$(BUF) lint
 	@if [ -z "$(BREAKING_BASE)" ]; then \
 		echo "buf breaking: no base recorded in proto/BREAKING_BASE, nothing to compare"; \

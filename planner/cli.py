@@ -7,8 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from planner._version import __version__
+from planner.bench import command as bench
+from planner.bench import profile_command as profile_cmd
 from planner.commands import call, replay, serve, trace
-from planner.commands import profile as profile_cmd
 from planner.commands import profiles as profiles_cmd
 
 
@@ -26,8 +27,6 @@ def build_parser() -> argparse.ArgumentParser:
     trace.register(subparsers)
     profiles_cmd.register(subparsers)
     profile_cmd.register(subparsers)
-    from planner.bench import command as bench
-
     bench.register(subparsers)
     return parser
 

@@ -33,10 +33,10 @@ import grpc
 from google.protobuf.message import Message
 
 from planner.affinity import affinity_key, rendezvous_order
+from planner.bearer_token import bearer_metadata
 from planner.rpc import RPCS, Rpc
-from planner.service.auth import bearer_metadata
-from planner.service.tls import ClientTls
 from planner.targets import Replicas, resolve, split_targets
+from planner.tls import ClientTls
 from planner.v1 import info_pb2, rotation_pb2
 
 DEFAULT_DEADLINE_S = 1.0

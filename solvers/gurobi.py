@@ -33,7 +33,7 @@ _env: dict[str, Any] = {}
 def import_gurobipy() -> Any:
     """gurobipy, or BackendUnavailableError naming the extra to install."""
     try:
-        import gurobipy
+        import gurobipy  # noqa: PLC0415 - gurobipy is optional (the gurobi extra)
     except ImportError as exc:
         raise BackendUnavailableError(
             f"gurobi backend: gurobipy is not installed ({INSTALL_HINT})"

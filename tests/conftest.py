@@ -23,7 +23,10 @@ def postgresql() -> Iterator[Any]:
     """A PostgreSQL server for the whole run (LocalPostgres)."""
     # Imported here: the engine tiers' environment has no psycopg.
     try:
-        from planner.bench.postgres_server import LocalPostgres, PostgresUnavailableError
+        from planner.bench.postgres_server import (  # noqa: PLC0415 - psycopg is optional
+            LocalPostgres,
+            PostgresUnavailableError,
+        )
     except ImportError as exc:
         _unavailable(f"psycopg is not installed ({exc}); install planner[postgresql]")
     try:

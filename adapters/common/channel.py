@@ -5,6 +5,7 @@ the engine. PlannerLink and OffloadLink build on it."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +34,11 @@ NO_RETRY = RetryPolicy(max_attempts=1)
 # loopback at 100 requests: 66 % of calls over 5 ms at 5 ms, 6 % at 0.2 ms
 # (docs/adapters.md). Set only for the call, then put back.
 CALL_SWITCH_INTERVAL_S = 0.0002
+# The in-process shim's handler table (planner/in_process): loaded by name on
+# the planner thread, and only when the planner runs in process, so that an
+# engine using a planner server does not load the service, its policies and
+# solvers (about 2 s and 240 MB).
+IN_PROCESS_SERVICE = "planner.in_process.service"
 
 
 class PlannerChannel:
@@ -155,9 +161,9 @@ class InProcessPlanner:
     for the answer at most the deadline; a late answer is dropped (the
     thread finishes it and is free again), and while the thread is still
     busy with an earlier call, a new one falls back at once instead of
-    queueing behind it. The handler is imported and warmed on the thread as
-    soon as the planner is made, so the engine's first step does not wait
-    for it (it falls back while the thread is busy).
+    queueing behind it. The handler (planner.in_process.service) is loaded
+    and made on the thread as soon as the planner is, so the engine's first
+    step does not wait for it (it falls back while the thread is busy).
 
     The planner thread shares the engine process's GIL: its pure-Python
     parts slow the engine's thread while they run, even after the deadline.
@@ -170,7 +176,8 @@ class InProcessPlanner:
         self._last: Future[Any] = self._pool.submit(self._load)
 
     def _load(self) -> None:
-        self._handler = _in_process_handler(self.deadline_s)
+        shim = importlib.import_module(IN_PROCESS_SERVICE)
+        self._handler = shim.service_handler(self.deadline_s)
 
     def _run(self, rpc: Rpc, request: Message) -> Message:
         assert self._handler is not None
@@ -211,15 +218,3 @@ class InProcessPlanner:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _in_process_handler(deadline_s: float) -> Callable[[Rpc, Message], Message]:
-    # The service's handler table, imported only in this mode (DESIGN.md §1:
-    # adapters otherwise depend on the client and the proto alone). One
-    # context for the channel's life: OffloadService keeps each engine's
-    # controller in it between calls, as a server would.
-    from planner.service.limits import ServiceLimits
-    from planner.service.methods import CallContext, handle
-
-    ctx = CallContext(ServiceLimits(), deadline_s)
-    return lambda rpc, request: handle(rpc, request, ctx)

@@ -345,9 +345,11 @@ def time_copies(
     out ((2, blocks, KV heads, block tokens, head dim) per layer, read
     block-major) and a block-major CPU pool (as PlannerSwapConnector
     allocates it)."""
-    import torch
+    import torch  # noqa: PLC0415 - torch is optional (the kernels extra)
 
-    from planner.kernels.transfer_ref import copy_blocks_reference
+    from planner.kernels.transfer_ref import (  # noqa: PLC0415 - it imports torch
+        copy_blocks_reference,
+    )
 
     dtype = {2: torch.bfloat16, 4: torch.float32}.get(model.kv_dtype_bytes, torch.float16)
     pool = max(2 * max(blocks), 64)

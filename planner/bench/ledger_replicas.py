@@ -25,6 +25,8 @@ from typing import Any
 
 from planner.bench.server_process import ServerProcess
 from planner.bench.stats import LatencyStats, summarize
+from planner.client import PlannerClient, PlannerError, RetryPolicy
+from planner.v1 import placement_pb2 as pb
 
 GB = 10**9
 PRODUCERS_PER_POOL = 100
@@ -73,9 +75,6 @@ def _client(
     job: _ClientJob, start: Barrier, results: multiprocessing.Queue[tuple[list[int], int]]
 ) -> None:
     """One client process: offers into its pool until duration_s is over."""
-    from planner.client import PlannerClient, PlannerError, RetryPolicy
-    from planner.v1 import placement_pb2 as pb
-
     rng = random.Random(job.seed)
     pool = job.pool
     samples: list[int] = []
@@ -189,7 +188,10 @@ def run_cases(
             url = postgresql_url
             new_database = lambda: url  # noqa: E731
         else:
-            from planner.bench.postgres_server import LocalPostgres, PostgresUnavailableError
+            from planner.bench.postgres_server import (  # noqa: PLC0415 - psycopg is optional
+                LocalPostgres,
+                PostgresUnavailableError,
+            )
 
             try:
                 server = stack.enter_context(LocalPostgres(durable=True))

@@ -36,9 +36,11 @@ import numpy as np
 
 from planner.bench import solvers_placement
 from planner.bench.baseline import DEFAULT_FACTOR
+from planner.bench.gurobi_probe import gurobi_unavailable
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
-from planner.bench.solvers_offload_instances import PRESSURES, Instance, make_instance
+from planner.bench.solvers_offload_instances import PRESSURES, Instance, make_instance, setting_for
+from planner.bench.solvers_offload_report import markdown_section, text_report
 from planner.policies.offload.search import branch_and_bound
 from planner.policies.offload.search_space import SearchMode, candidate_patterns
 from planner.solvers import (
@@ -179,21 +181,6 @@ def _run_exhaustive(inst: Instance) -> Outcome:
     if choice is None:
         return Outcome(Status.INFEASIBLE.value, wall, None, None, None, None)
     return Outcome(Status.OPTIMAL.value, wall, best, best, best, 0.0)
-
-
-def gurobi_unavailable() -> str | None:
-    """Why Gurobi cannot run here, or None when a tiny model solves."""
-    from planner.solvers import Model
-
-    m = Model()
-    x = m.add_binaries(2)
-    m.add_exactly_one_groups(x.reshape(1, 2))
-    m.minimize(x, 1.0)
-    try:
-        solve(m, time_limit_s=1.0, backend=Backend.GUROBI)
-    except SolverError as exc:
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return None
 
 
 def _warm_up(backends: Sequence[str], seed: int) -> None:
@@ -370,8 +357,6 @@ def run_bench(config: Config, progress: Callable[[str], None] = lambda _: None) 
             backends.remove("gurobi")
             progress(f"gurobi skipped: {why}")
     _warm_up(backends, config.seed)
-    from planner.bench.solvers_offload_instances import setting_for
-
     for size in config.sizes:
         requests, layers = size
         measured.settings[str(layers)] = setting_for(layers).describe()
@@ -778,7 +763,6 @@ def _progress(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.bench.solvers_offload_report import markdown_section, text_report
 
     if args.problem == "placement":
         return solvers_placement.run(args)

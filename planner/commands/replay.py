@@ -11,15 +11,15 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from planner.commands.output_paths import (
-    OutputPathError,
-    check_output_file,
-    check_output_folder,
-)
 from planner.commands.trace import add_trace_argument, check_max_trace_bytes
 from planner.domain.offload import OFFLOAD_BACKEND_NAMES, backend_named
 from planner.domain.requests import Slo
 from planner.domain.rotation import RotationParams
+from planner.output_paths import (
+    OutputPathError,
+    check_output_file,
+    check_output_folder,
+)
 from planner.profiles.errors import ProfileError
 from planner.replay.cfs_paging import DEFAULT_PEER_KV_GB, paging_target
 from planner.replay.cfs_scheduler import (
@@ -65,7 +65,7 @@ from planner.replay.progress import replay_progress
 from planner.replay.records import ReplayResult
 from planner.replay.report import print_report, write_json
 from planner.replay.request_table import request_table
-from planner.replay.schedulers import POLICY_NAMES, make_scheduler
+from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
 from planner.replay.serverless_engine import (
     SERVERLESS_POLICY_NAMES,
     ServerlessEngine,

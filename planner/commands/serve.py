@@ -10,12 +10,13 @@ import sys
 import threading
 from types import FrameType
 
-from planner.service.auth import TOKEN_ENV, AuthConfigError, read_token
+from planner.bearer_token import TOKEN_ENV, AuthConfigError, read_token
+from planner.replay.role_oracle import ReplayRoleOracles
 from planner.service.connections import raise_descriptor_limit
 from planner.service.limits import ServiceLimits
 from planner.service.logs import configure
 from planner.service.server import PlannerServer, ServerConfig
-from planner.service.tls import ServerTls, TlsConfigError
+from planner.tls import ServerTls, TlsConfigError
 
 # gRPC takes these timeouts in int32 milliseconds; a day is plenty.
 MAX_TIMEOUT_S = 86_400.0
@@ -201,6 +202,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         store_path=args.store if args.store is not None else default_store_path(),
         tls=tls,
         auth_token=read_token(args.auth_token_file),
+        role_oracles=ReplayRoleOracles(),
     )
 
 

@@ -58,9 +58,9 @@ class ClusterStore:
         if location is not None and is_postgresql_url(str(location)):
             # psycopg (the postgresql extra) is imported only for this store.
             try:
-                from planner.service.cluster_postgres import PostgresClusterBackend
-                from planner.service.ledger_postgres import PostgresLedgerBackend
-                from planner.service.postgres_database import PostgresDatabase
+                from planner.service.cluster_postgres import PostgresClusterBackend  # noqa: PLC0415
+                from planner.service.ledger_postgres import PostgresLedgerBackend  # noqa: PLC0415
+                from planner.service.postgres_database import PostgresDatabase  # noqa: PLC0415
             except ImportError as exc:
                 raise OSError(
                     f"cannot open store {without_password(str(location))}: a PostgreSQL store "

@@ -42,6 +42,7 @@ from planner.service.placement_methods import (
     partition_batch_rpc,
     place_models_rpc,
 )
+from planner.service.role_oracles import RoleOracles
 from planner.service.serverless_methods import (
     choose_chunk_size_rpc,
     choose_kernel_rpc,
@@ -85,6 +86,9 @@ class CallContext:
     cluster_store: ClusterStore = field(default_factory=ClusterStore)
     # ServerlessService's rho tuners, one per (GPU, slice).
     serverless_tuners: ServerlessTuners = field(default_factory=ServerlessTuners)
+    # ClassifyRoles' oracle for deployments named by a profile (the replay
+    # simulator, handed in by whoever starts the service); None refuses them.
+    role_oracles: RoleOracles | None = None
 
 
 Handler = Callable[[Message, CallContext], Message]
@@ -183,7 +187,7 @@ def _ledger(ctx: CallContext) -> LedgerStore:
 
 def _classify_roles(request: Message, ctx: CallContext) -> Message:
     assert isinstance(request, placement_pb2.ClassifyRolesRequest)
-    return classify_roles_rpc(request)
+    return classify_roles_rpc(request, ctx.role_oracles)
 
 
 def _place_models(request: Message, ctx: CallContext) -> Message:

@@ -18,8 +18,9 @@ from google.protobuf.message import DecodeError, Message
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from planner.bearer_token import check_token
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
-from planner.service.auth import BearerTokenInterceptor, check_token, require_tls_off_loopback
+from planner.service.auth import BearerTokenInterceptor, require_tls_off_loopback
 from planner.service.cluster_store import ClusterStore
 from planner.service.connections import connection_cap
 from planner.service.errors import (
@@ -34,9 +35,10 @@ from planner.service.logs import LOGGER_NAME, log_event
 from planner.service.methods import CallContext, handle
 from planner.service.metrics import RpcMetrics
 from planner.service.offload_engines import OffloadEngines, warm_up
+from planner.service.role_oracles import RoleOracles
 from planner.service.serverless_tuners import ServerlessTuners
 from planner.service.store_health import StoreHealth
-from planner.service.tls import ServerTls
+from planner.tls import ServerTls
 
 SHUTDOWN_GRACE_S = 5.0
 # Calls in flight on one connection; above the default max_concurrent_rpcs,
@@ -73,6 +75,9 @@ class ServerConfig:
     tls: ServerTls | None = None
     # With it, every call but health checks needs `authorization: Bearer <token>`.
     auth_token: str | None = None
+    # ClassifyRoles' oracle for deployments named by a profile (planner serve
+    # hands in the replay simulator's); None refuses them.
+    role_oracles: RoleOracles | None = None
 
     def __post_init__(self) -> None:
         if self.auth_token is not None:
@@ -272,6 +277,7 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
                             server.offload_engines,
                             server.cluster_store,
                             serverless_tuners=server.serverless_tuners,
+                            role_oracles=server.config.role_oracles,
                         ),
                     )
                 except InvalidArgumentError as exc:

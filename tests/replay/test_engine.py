@@ -14,14 +14,12 @@ import numpy as np
 import pytest
 
 from planner.domain.rotation import RotationInputs, RotationParams
+from planner.profiles.fit import LinearCost
+from planner.profiles.link import LinkModel
 from planner.replay.engine import Engine, EngineConfig
 from planner.replay.records import ReplayResult
-from planner.replay.schedulers import (
-    POLICY_NAMES,
-    EngineView,
-    SchedulePlan,
-    make_scheduler,
-)
+from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
+from planner.replay.schedulers import EngineView, Fcfs, SchedulePlan
 from planner.replay.state import Phase, blocks_needed
 from planner.trace.records import TraceRequest
 
@@ -555,12 +553,6 @@ def test_lvf_quiet_stretches_copy_eagerly_as_iterations_one_by_one(bytes_per_s: 
 
 
 def test_a_request_latency_adds_to_ttft_and_shifts_nothing_else():
-    from planner.profiles.fit import LinearCost
-    from planner.profiles.link import LinkModel
-    from planner.replay.engine import Engine, EngineConfig
-    from planner.replay.schedulers import Fcfs
-    from planner.trace.records import TraceRequest
-
     trace = [
         TraceRequest(arrival_s=0.1 * i, prompt_tokens=40 + 7 * i, output_tokens=5 + i, id=str(i))
         for i in range(6)

@@ -18,7 +18,7 @@ def rows_of(store: ClusterStore, query: str) -> list[tuple[str, ...]]:
         with store.db.reading() as conn:
             rows = conn.execute(query).fetchall()
     else:
-        import psycopg
+        import psycopg  # noqa: PLC0415 - psycopg is optional (the postgresql extra)
 
         with psycopg.connect(store.db.url) as conn:  # type: ignore[attr-defined]
             rows = conn.execute(query).fetchall()  # type: ignore[call-overload]

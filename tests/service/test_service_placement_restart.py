@@ -22,6 +22,8 @@ from pathlib import Path
 import grpc
 
 from planner.policies.aqua.ledger import Ledger
+from planner.service.cluster_store import ClusterStore
+from planner.service.placement_ledger import offer_memory_rpc
 from planner.v1 import placement_pb2 as pb
 from planner.v1 import placement_pb2_grpc
 
@@ -213,9 +215,6 @@ def test_kill_9_mid_burst_loses_nothing_acknowledged(tmp_path, store_location):
 
 def test_one_store_holds_the_ledger_next_to_cluster_state(store_location):
     """One file (or database), both services' tables."""
-    from planner.service.cluster_store import ClusterStore
-    from planner.service.placement_ledger import offer_memory_rpc
-
     path = store_location
     cluster = ClusterStore(path)
     cluster.update("c", lambda s: ({"n": 1}, None))

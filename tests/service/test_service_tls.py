@@ -13,7 +13,7 @@ from tls_certs import Pki, make_pki
 from planner.cli import main
 from planner.client import PlannerClient, PlannerError, RetryPolicy
 from planner.service.server import PlannerServer, ServerConfig
-from planner.service.tls import ClientTls, ServerTls, TlsConfigError
+from planner.tls import ClientTls, ServerTls, TlsConfigError
 
 NO_RETRY = RetryPolicy(max_attempts=1)
 INFO = "PlannerInfoService.GetPlannerInfo"

@@ -31,7 +31,7 @@ from planner.bench.engine_profile import (
     raw_runs,
 )
 from planner.bench.openai_stream import Endpoint
-from planner.commands.output_paths import OutputPathError, check_output_file
+from planner.output_paths import OutputPathError, check_output_file
 from planner.profiles.errors import ProfileError
 from planner.profiles.loading import save_profile
 
