@@ -39,7 +39,7 @@ from planner.bench.baseline import DEFAULT_FACTOR
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.solvers_offload_instances import PRESSURES, Instance, make_instance
-from planner.policies.offload.search import branch_and_bound
+from planner.policies.offload.search import branch_and_bound, warm_up
 from planner.policies.offload.search_space import SearchMode, candidate_patterns
 from planner.solvers import (
     Backend,
@@ -89,6 +89,7 @@ class Outcome:
     gap: float | None
     nodes: int = 0
     note: str = ""
+    cpu_s: float | None = None  # this process's CPU time in the call (None: not measured)
 
 
 @dataclass
@@ -132,6 +133,7 @@ class Measured:
     pruning: list[dict[str, Any]] = field(default_factory=list)
     anomalies: list[dict[str, Any]] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # backend -> why
+    load: list[float] = field(default_factory=list)  # 1-min load average before each size
     settings: dict[str, str] = field(default_factory=dict)  # layers -> profile used
 
 
@@ -140,10 +142,14 @@ class Measured:
 
 def _run_bnb(inst: Instance, limit_s: float) -> Outcome:
     starts = [inst.greedy] if inst.greedy is not None else []
+    cpu = time.process_time()
     started = time.perf_counter()
     r = branch_and_bound(inst.problem, time_limit_s=limit_s, starts=starts)
     wall = time.perf_counter() - started
-    return Outcome(r.status.value, wall, r.objective, r.objective, r.best_bound, r.gap, r.nodes)
+    cpu = time.process_time() - cpu
+    return Outcome(
+        r.status.value, wall, r.objective, r.objective, r.best_bound, r.gap, r.nodes, cpu_s=cpu
+    )
 
 
 def _run_model(inst: Instance, limit_s: float, backend: Backend) -> Outcome:
@@ -197,10 +203,12 @@ def gurobi_unavailable() -> str | None:
 
 
 def _warm_up(backends: Sequence[str], seed: int) -> None:
-    """One untimed solve per backend (imports, CP-SAT's and Gurobi's start)."""
+    """One untimed solve per backend (imports, loading the compiled search,
+    CP-SAT's and Gurobi's start)."""
     inst = make_instance(4, 8, 1, seed)
     for b in backends:
-        if b == "bnb":
+        if b in ("bnb", "bnb-long"):
+            warm_up()
             _run_bnb(inst, 0.05)
         elif b in ("cp-sat", "gurobi"):
             _run_model(inst, 0.05, Backend.CPSAT if b == "cp-sat" else Backend.GUROBI)
@@ -236,6 +244,8 @@ def _case(  # noqa: PLR0917
     best: dict[int, Outcome],
 ) -> dict[str, Any]:
     walls = [o.wall_s * 1e3 for _, o in runs]
+    cpus = [o.cpu_s * 1e3 for _, o in runs if o.cpu_s is not None]
+    nodes = [o.nodes for _, o in runs if o.nodes]
     statuses = Counter(o.status for _, o in runs)
     over = []
     if limit_s is not None:
@@ -259,12 +269,14 @@ def _case(  # noqa: PLR0917
     by_class: dict[str, dict[str, Any]] = {}
     for p in PRESSURES:
         w = [o.wall_s * 1e3 for i, o in runs if i.pressure == p]
+        cpu = [o.cpu_s * 1e3 for i, o in runs if i.pressure == p and o.cpu_s is not None]
         st = Counter(o.status for i, o in runs if i.pressure == p)
         by_class[p] = {
             "n": len(w),
             "p50_ms": _pct(w, 50),
             "p99_ms": _pct(w, 99),
             "max_ms": max(w) if w else None,
+            "cpu_p99_ms": _pct(cpu, 99),
             "statuses": dict(st),
         }
     return {
@@ -277,6 +289,10 @@ def _case(  # noqa: PLR0917
         "p99_ms": _pct(walls, 99),
         "max_ms": max(walls) if walls else None,
         "mean_ms": float(np.mean(walls)) if walls else None,
+        "cpu_p50_ms": _pct(cpus, 50),
+        "cpu_p99_ms": _pct(cpus, 99),
+        "nodes_p50": _pct([float(n) for n in nodes], 50),
+        "nodes_max": max(nodes) if nodes else None,
         "statuses": dict(statuses),
         "over_limit": len(over),
         "over_limit_worst_ms": max((o.wall_s * 1e3 for _, o in over), default=None),
@@ -374,6 +390,9 @@ def run_bench(config: Config, progress: Callable[[str], None] = lambda _: None) 
 
     for size in config.sizes:
         requests, layers = size
+        now_load = load_average()
+        if now_load is not None:
+            measured.load.append(now_load)
         measured.settings[str(layers)] = setting_for(layers).describe()
         started = time.perf_counter()
         instances = [
@@ -527,9 +546,13 @@ def evaluate_targets(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
             ):
                 continue
             worst_class, worst_p99 = None, -math.inf
+            worst_cpu = None
             for name, cls in c["by_pressure"].items():
                 if cls["p99_ms"] is not None and cls["p99_ms"] > worst_p99:
                     worst_class, worst_p99 = name, cls["p99_ms"]
+                cpu = cls.get("cpu_p99_ms")
+                if cpu is not None and (worst_cpu is None or cpu > worst_cpu):
+                    worst_cpu = cpu
             excess = c["vs_best"]["excess_stall_pct_of_step_max"]
             no_plan = c["vs_best"]["no_plan"]
             quality_met = excess is not None and excess <= QUALITY_TARGET_PCT and not no_plan
@@ -542,6 +565,7 @@ def evaluate_targets(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "worst_class": worst_class,
                     "worst_class_p99_ms": worst_p99,
                     "p99_status": "met" if worst_p99 <= limit_ms else "missed",
+                    "worst_class_cpu_p99_ms": worst_cpu,
                     "quality_limit_pct": QUALITY_TARGET_PCT,
                     "excess_max_pct": excess,
                     "no_plan": no_plan,
@@ -818,6 +842,7 @@ def run(args: argparse.Namespace) -> int:
         "machine": machine,
         "config": config.to_json(),
         "settings": measured.settings,
+        "load_avg_1m_by_size": measured.load,
         "skipped": measured.skipped,
         "wall_s": time.perf_counter() - started,
         "cases": measured.cases,

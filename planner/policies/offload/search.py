@@ -39,17 +39,26 @@ import numpy.typing as npt
 
 from planner.policies.offload.buffer_bound import buffer_share
 from planner.policies.offload.cover_bound import cover_curve
+from planner.policies.offload.ilp import WindowOption
 from planner.policies.offload.local_search import (
     TALLY,
     evaluate_one,
     fill_from_nothing,
     improve,
     new_work,
+    now_s,
     packed,
     repair,
 )
 from planner.policies.offload.local_search import stall_greedy as compiled_stall_greedy
-from planner.policies.offload.problem import LATENCY_RTOL, SLO_RTOL, OffloadProblem, better
+from planner.policies.offload.problem import (
+    LATENCY_RTOL,
+    SLO_RTOL,
+    OffloadProblem,
+    better,
+    offload_problem,
+)
+from planner.policies.offload.search_space import candidate_patterns
 from planner.policies.offload.step_kernels import relaxed_latencies
 from planner.solvers import Children, Incumbent, Status
 from planner.solvers import branch_and_bound as search_tree
@@ -210,6 +219,25 @@ def branch_and_bound(
     if bound is not None and math.isfinite(best.objective):
         bound = min(bound, best.objective)
     return _result(out.status, best, bound, work, time_limit_s, tally)
+
+
+def warm_up() -> None:
+    """Load the compiled search (compile it, the first time on a machine)
+    and its clock, so that a process's first plan does not pay for it."""
+    blocks = np.array([40, 30, 20], dtype=np.int64)
+    window = WindowOption(steps=1, ceiling_s=1.0, end_blocks=blocks)
+    for budget in (200, 400):  # infeasible at every start; then a small tree
+        problem = offload_problem(
+            np.full(8, 1e-3), 2e4, budget, blocks, candidate_patterns(8), windows=[window]
+        )
+        kernel = packed(problem)
+        repair(kernel, new_work(64), math.inf, np.zeros(3, np.int64))
+        optimum, _, _ = problem.enumerate()
+        if optimum is not None:
+            tally = np.zeros(len(TALLY), np.int64)
+            improve(kernel, new_work(64), math.inf, optimum, 4, tally)
+        branch_and_bound(problem, time_limit_s=1.0, node_limit=200)
+    now_s()
 
 
 def _within_gap(objective: float, bound: float, relative_gap: float) -> bool:
