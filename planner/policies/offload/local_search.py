@@ -68,6 +68,7 @@ from planner.policies.offload.problem import LATENCY_RTOL, SLO_RTOL, OffloadProb
 from planner.policies.offload.step_kernels import (
     COMPILED,
     jit,
+    jit_with_gil,
     remaining_compute,
     step_latency,
     step_scratch,
@@ -94,9 +95,6 @@ KICK_SEED = 0x9E3779B97F4A7C15
 # fill takes a rescored move when its score is within this fraction of the
 # least stale score of the others.
 FILL_TOLERANCE = 0.1
-# The simulation's early stop is this much looser than the comparison it
-# serves (float rounding of partial sums).
-LIMIT_SLACK = 4e-12
 # descend's and improve's tally: simulations per phase, then improvements
 # per kind of move.
 TALLY = (
@@ -117,16 +115,14 @@ TALLY = (
 if COMPILED:
     import numba
 
-    @numba.njit(cache=True)
-    def now_s() -> float:
+    def _clock() -> float:
         with numba.objmode(t="float64"):
             t = time.perf_counter()
         return t
 
+    now_s = jit_with_gil(_clock)
 else:  # pragma: no cover - numba is a dependency
-
-    def now_s() -> float:
-        return time.perf_counter()
+    now_s = time.perf_counter
 
 
 def packed(problem: OffloadProblem) -> tuple[Any, ...]:
@@ -161,7 +157,7 @@ def _tick(work: Any, deadline: float) -> bool:
     work[0] += 1
     if work[2] == 0 and (work[0] >= work[1] or (work[0] % CLOCK_EVERY == 0 and now_s() > deadline)):
         work[2] = 1
-    return work[2] != 0
+    return bool(work[2] != 0)
 
 
 @jit
@@ -283,7 +279,7 @@ def _score(  # noqa: PLR0917
     else:
         limit = best * (1 - rtol)
     slo_limit = slo_cap_s[0] * (1 + slo_rtol) - _slo_blocks(p, choice, 0) / bandwidth
-    limit = min(limit, slo_limit) * (1 + LIMIT_SLACK)
+    limit = min(limit, slo_limit)
     latency = _latency(p, choice, limit, scratch)
     if not np.isfinite(latency):
         return np.inf, np.inf, True
@@ -388,8 +384,25 @@ def _fill(  # noqa: PLR0917
                         runner = min(runner, key)
                 if covers:
                     break
-        if front_s < 0 or front == np.inf:
+        if front_s < 0:
             return False
+        if front == np.inf:
+            # No move frees any of the excess on its own (each adds as much
+            # to the prefetch buffer): the one that frees the most before the
+            # buffer, to go on from.
+            front_s, front_c = _most_freeing(p, choice, frozen, excess)
+            if front_s < 0:
+                return False
+            _move(p, choice, layer_blocks, mem, front_s, front_c)
+            excess = _excess(p, layer_blocks, mem)
+            if excess <= 0:
+                return True
+            here = _latency(p, choice, np.inf, scratch)
+            if _tick(work, deadline):
+                return False
+            step += 1
+            stamp[front_s, :] = UNSCORED
+            continue
         if stamp[front_s, front_c] != step:
             old = choice[front_s]
             added = fetched[front_s, front_c] - fetched[front_s, old]
@@ -419,6 +432,25 @@ def _fill(  # noqa: PLR0917
         step += 1
         # Its moves now start from another pattern.
         stamp[front_s, :] = UNSCORED
+
+
+@jit
+def _most_freeing(p: Any, choice: Any, frozen: int, excess: int) -> tuple[int, int]:
+    """Among fill's candidates, the move that frees the most memory before
+    the prefetch buffer; (-1, -1) when none frees any."""
+    mem_coef = p[8]
+    most, best_s, best_c = 0, -1, -1
+    for s in range(choice.shape[0]):
+        if s == frozen:
+            continue
+        old = choice[s]
+        for c in range(old + 1, p[6].shape[0]):
+            freed = mem_coef[0, s, old] - mem_coef[0, s, c]
+            if (c <= old + NARROW_STEPS or freed >= excess) and freed > most:
+                most, best_s, best_c = freed, s, c
+            if freed >= excess:
+                break
+    return best_s, best_c
 
 
 @jit
@@ -563,7 +595,7 @@ def descend(  # noqa: PLR0917
                 else:
                     excess = _excess(p, layer_blocks, mem)
                     if stamp[r, c] < 0 or (refresh and stamp[r, c] != version):
-                        lat = _latency(p, choice, best * (1 - rtol) * (1 + LIMIT_SLACK), scratch)
+                        lat = _latency(p, choice, best * (1 - rtol), scratch)
                         change[r, c] = lat - best
                         stamp[r, c] = version
                         simulated = True
@@ -591,7 +623,7 @@ def descend(  # noqa: PLR0917
         # largest gain); one that improves on its own is taken.
         order = np.argsort(gain_d[:gainers], kind="mergesort")[:MAX_GAINERS]
         most_gain = -gain_d[order[0]] if gainers else 0.0
-        limit = max(best + most_gain, best * (1 + rtol)) * (1 + LIMIT_SLACK)
+        limit = max(best + most_gain, best * (1 + rtol))
         partners = 0
         for s in range(num_r):
             old = choice[s]

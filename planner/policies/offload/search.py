@@ -28,6 +28,7 @@ event-model step latency in the search space, with a proven bound on it.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -155,6 +156,7 @@ def branch_and_bound(
     node_limit: int | None = None,
 ) -> SearchResult:
     """The best plan under the exact model, within the limits."""
+    _load_kernels()
     work = _Work(time_limit_s, node_limit)
     best = _Best()
     p = problem
@@ -179,7 +181,7 @@ def branch_and_bound(
     work.nodes += len(stacked)
     i = ev.best()
     best.offer(stacked[i], float(ev.objective[i]), float(ev.tiebreak[i]))
-    if not _within_gap(best.objective, root, relative_gap):
+    if not _within_gap(best.objective, root, relative_gap) and not work.spent():
         filled = work.run(fill_from_nothing, kernel)
         best.offer(filled, *evaluate_one(kernel, filled))
     if best.choice is None and not work.spent():
@@ -187,7 +189,8 @@ def branch_and_bound(
         if work.run(repair, kernel, choice):
             best.offer(choice, *evaluate_one(kernel, choice))
     small = p.enumeration_size() <= EXACT_TREE_LIMIT
-    if best.choice is not None and not _within_gap(best.objective, root, relative_gap):
+    proved = _within_gap(best.objective, root, relative_gap)
+    if best.choice is not None and not proved and not work.spent():
         choice = best.choice.copy()
         # A small tree is searched after one local optimum, the kicks come
         # after; a large one gets the kicks only.
@@ -223,20 +226,32 @@ def branch_and_bound(
 
 def warm_up() -> None:
     """Load the compiled search (compile it, the first time on a machine)
-    and its clock, so that a process's first plan does not pay for it."""
+    and its clock. The search does it before its first solve in a process,
+    outside the solve's time limit; a caller with a deadline of its own (a
+    server) can do it at start."""
+    _load_kernels()
+
+
+@functools.cache
+def _load_kernels() -> None:
     blocks = np.array([40, 30, 20], dtype=np.int64)
     window = WindowOption(steps=1, ceiling_s=1.0, end_blocks=blocks)
-    for budget in (200, 400):  # infeasible at every start; then a small tree
+    for budget in (200, 400):  # infeasible at every start; then feasible
         problem = offload_problem(
             np.full(8, 1e-3), 2e4, budget, blocks, candidate_patterns(8), windows=[window]
         )
         kernel = packed(problem)
+        nodes = _Nodes(problem)
+        nodes.expand(np.zeros(0, np.int64))
+        stall_greedy(problem)
+        problem.evaluate(np.zeros((1, 3), np.int64))
+        evaluate_one(kernel, np.zeros(3, np.int64))
+        fill_from_nothing(kernel, new_work(64), math.inf)
         repair(kernel, new_work(64), math.inf, np.zeros(3, np.int64))
         optimum, _, _ = problem.enumerate()
         if optimum is not None:
             tally = np.zeros(len(TALLY), np.int64)
             improve(kernel, new_work(64), math.inf, optimum, 4, tally)
-        branch_and_bound(problem, time_limit_s=1.0, node_limit=200)
     now_s()
 
 

@@ -36,6 +36,10 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 F = TypeVar("F", bound=Callable[..., Any])
 
+# step_latency stops only when the partial sums pass its limit by more than
+# this fraction (they round differently from the full sum).
+STOP_RTOL = 1e-9
+
 try:
     import numba
 
@@ -44,11 +48,17 @@ try:
     def jit(function: F) -> F:
         return cast(F, numba.njit(cache=True, nogil=True)(function))
 
+    def jit_with_gil(function: F) -> F:
+        """For a function with an object-mode block (which needs the GIL)."""
+        return cast(F, numba.njit(cache=True)(function))
+
 except ImportError:  # pragma: no cover - numba is a dependency
     COMPILED = False
 
     def jit(function: F) -> F:
         return function
+
+    jit_with_gil = jit
 
 
 @jit
@@ -102,12 +112,13 @@ def step_latency(  # noqa: PLR0917
     scratch: Any,
 ) -> float:
     """The exact step latency of one assignment choice (R,); +inf as soon as
-    it must exceed `limit`. At the start of layer l (time t) the step ends no
-    earlier than t + remaining[l] (remaining[l] = comp[l:].sum()), nor
-    before the blocks not yet moved have crossed the link and the last
-    offloaded layer m has run: t + pending / B + remaining[m]. scratch:
-    step_scratch(R, L)."""
+    it must exceed `limit` (by more than float rounding, STOP_RTOL). At the
+    start of layer l (time t) the step ends no earlier than t + remaining[l]
+    (remaining[l] = comp[l:].sum()), nor before the blocks not yet moved have
+    crossed the link and the last offloaded layer m has run:
+    t + pending / B + remaining[m]. scratch: step_scratch(R, L)."""
     heap_v, heap_r, released, target, unfinished, bucket, link = scratch
+    limit = limit * (1 + STOP_RTOL)
     num_r = choice.shape[0]
     num_l = comp.shape[0]
     unfinished[:num_l] = 0
