@@ -42,9 +42,6 @@ NARROW_STEPS or drops to none.
   fill repairs the memory row, or a request takes one to three patterns
   more; then descend; the result replaces the best when it is better. The
   kicks' choices come from a fixed pseudo-random sequence.
-- repair: from an infeasible assignment, single moves that reduce the
-  violation (memory excess plus SLO excess, in blocks), least latency among
-  equals, until feasible or stuck.
 - stall_greedy: a start that minds the stall on the linear surrogate: from
   nothing offloaded, while the shortest window's memory row does not hold,
   the single move that adds the least surrogate stall per block it frees;
@@ -472,53 +469,6 @@ def fill_from_nothing(p: Any, work: Any, deadline: float) -> Any:
         scratch,
     )
     return choice
-
-
-@jit
-def _violation(
-    p: Any, choice: Any, layer_blocks: Any, mem: Any, scratch: Any
-) -> tuple[float, float]:
-    """(violation in blocks, latency): the shortest window's memory excess
-    plus its SLO excess times the bandwidth."""
-    bandwidth, slo_cap_s, slo_rtol = p[2], p[11], p[12]
-    excess = float(max(_excess(p, layer_blocks, mem), 0))
-    latency = _latency(p, choice, np.inf, scratch)
-    over = latency + _slo_blocks(p, choice, 0) / bandwidth - slo_cap_s[0] * (1 + slo_rtol)
-    if over > 0:
-        excess += over * bandwidth
-    return excess, latency
-
-
-@jit
-def repair(p: Any, work: Any, deadline: float, choice: Any) -> bool:
-    """Single moves that reduce the violation until choice is feasible (in
-    place); True when it is."""
-    num_r = choice.shape[0]
-    num_c = p[6].shape[0]
-    scratch = step_scratch(num_r, p[0].shape[0])
-    layer_blocks, mem = _state(p, choice)
-    current, latency = _violation(p, choice, layer_blocks, mem, scratch)
-    if _tick(work, deadline):
-        return False
-    while current > 0:
-        best_v, best_lat, best_r, best_c = current, latency, -1, -1
-        for r in range(num_r):
-            old = choice[r]
-            for c in range(num_c):
-                if c == old:
-                    continue
-                _move(p, choice, layer_blocks, mem, r, c)
-                v, lat = _violation(p, choice, layer_blocks, mem, scratch)
-                _move(p, choice, layer_blocks, mem, r, old)
-                if v < best_v or (v == best_v and lat < best_lat and best_r >= 0):
-                    best_v, best_lat, best_r, best_c = v, lat, r, c
-                if _tick(work, deadline):
-                    return False
-        if best_r < 0:
-            return False
-        _move(p, choice, layer_blocks, mem, best_r, best_c)
-        current, latency = best_v, best_lat
-    return True
 
 
 @jit

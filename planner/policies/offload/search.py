@@ -8,7 +8,8 @@ event-model step latency in the search space, with a proven bound on it.
   at once, and a plan that meets it is optimal.
 - Starts: the warm start (previous plan), the greedy plan, a stall-aware
   greedy on the surrogate, every uniform pattern, and fill from nothing
-  (local_search.py); when none is feasible, the stall-aware one repaired.
+  (local_search.py); when none is feasible, the tree below dives for a
+  first plan (or proves there is none).
 - Local search (local_search.improve, compiled): descent on the exact model
   with single, pair and compound moves to a local optimum, then kicks
   (perturbation and descent again) while the work lasts.
@@ -49,7 +50,6 @@ from planner.policies.offload.local_search import (
     new_work,
     now_s,
     packed,
-    repair,
 )
 from planner.policies.offload.local_search import stall_greedy as compiled_stall_greedy
 from planner.policies.offload.problem import (
@@ -185,9 +185,22 @@ def branch_and_bound(
         filled = work.run(fill_from_nothing, kernel)
         best.offer(filled, *evaluate_one(kernel, filled))
     if best.choice is None and not work.spent():
-        choice = surrogate_start.copy()
-        if work.run(repair, kernel, choice):
-            best.offer(choice, *evaluate_one(kernel, choice))
+        # No start is feasible: the tree, stopped at its first plan, finds
+        # one or proves there is none.
+        found = search_tree(
+            nodes,
+            time_limit_s=max(work.left_s(), 1e-6),
+            node_limit=node_limit,
+            relative_gap=1.0,
+            root_bound=root,
+            nodes_used=work.nodes,
+            rtol=LATENCY_RTOL,
+        )
+        work.nodes = found.nodes
+        if found.incumbent is not None:
+            best.offer(found.incumbent.choice, found.incumbent.objective, found.incumbent.tiebreak)
+        elif found.complete:
+            return _result(Status.INFEASIBLE, best, None, work, time_limit_s, tally)
     small = p.enumeration_size() <= EXACT_TREE_LIMIT
     proved = _within_gap(best.objective, root, relative_gap)
     if best.choice is not None and not proved and not work.spent():
@@ -236,7 +249,7 @@ def warm_up() -> None:
 def _load_kernels() -> None:
     blocks = np.array([40, 30, 20], dtype=np.int64)
     window = WindowOption(steps=1, ceiling_s=1.0, end_blocks=blocks)
-    for budget in (200, 400):  # infeasible at every start; then feasible
+    for budget in (200, 600):  # infeasible; then feasible only when offloading
         problem = offload_problem(
             np.full(8, 1e-3), 2e4, budget, blocks, candidate_patterns(8), windows=[window]
         )
@@ -247,7 +260,6 @@ def _load_kernels() -> None:
         problem.evaluate(np.zeros((1, 3), np.int64))
         evaluate_one(kernel, np.zeros(3, np.int64))
         fill_from_nothing(kernel, new_work(64), math.inf)
-        repair(kernel, new_work(64), math.inf, np.zeros(3, np.int64))
         optimum, _, _ = problem.enumerate()
         if optimum is not None:
             tally = np.zeros(len(TALLY), np.int64)
