@@ -16,8 +16,8 @@ from planner.trace.records import TraceRequest
 
 # Replay stops orbitflow's solves on work, not on the clock, so a run gives
 # the same plans on any machine (DESIGN.md §4); the time limit is a backstop.
-# 4,000 nodes: one plan (Pause-Resume rounds included) in about 20 ms on
-# the 2-core machine of docs/replay.md, 8 requests x 32 layers.
+# 4,000 nodes: one plan (Pause-Resume rounds included) in about 10-20 ms on
+# the shared 2-core machine of docs/replay.md, 8 requests x 32 layers.
 REPLAY_OFFLOAD_PARAMS = OffloadParams(time_limit_s=10.0, node_limit=4000)
 
 
