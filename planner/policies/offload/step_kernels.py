@@ -1,5 +1,6 @@
 """Compiled step-latency kernels for the layer-offload search (DESIGN.md §3.2):
-the exact event model and a lower bound on it, for many assignments per call.
+the exact event model, one assignment at a time or many per call, and a
+lower bound on it.
 
 numba compiles them when it is installed (a dependency; the compiled code is
 cached next to this file); without it the same functions run as plain Python,
@@ -9,10 +10,12 @@ readable reference of the exact model and the tests hold the two equal.
 Assignments are given as pattern indices: request r takes pattern
 choices[n, r], whose offloaded layers are layers_of[c, :count[c]] (ascending).
 
-- exact_latencies: the event model of event_model.py (a request's next fetch
+- step_latency: the event model of event_model.py (a request's next fetch
   is released when its previous offloaded layer has been computed, its first
-  at time 0; active fetches share the link equally), with the active fetches
-  in a binary heap keyed by the service at which each finishes.
+  at time 0; active fetches share the link equally) for one assignment, with
+  the active fetches in a binary heap keyed by the service at which each
+  finishes; it stops early once the step must end past a given limit (the
+  local search's comparisons). exact_latencies: it for many assignments.
 - relaxed_latencies: a lower bound on that latency for every schedule of the
   link, fair sharing included. A fetch released at the end of layer m (or at
   0) cannot start before then, every fetch for layers <= l is done before
