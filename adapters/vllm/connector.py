@@ -20,6 +20,8 @@ the scheduler as kv_connector_worker_meta."""
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +33,14 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
     KVConnectorWorkerMetadata,
 )
+from vllm.platforms import current_platform
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from .layer_fetch import LayerFetcher, LayerTimings
 from .layer_ledger import LayerOffloadLedger, LayerStep, ScheduledRequest
+from .plugin import LOGGER_NAME
 from .settings import PlannerSettings
+from .stats import PlannerPromMetrics, PlannerStats, StatsTaker
 from .swap_ledger import StepCopies, SwapLedger
 
 if TYPE_CHECKING:
@@ -49,6 +54,11 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 NUM_CPU_BLOCKS_KEY = "num_cpu_blocks"
+# vLLM's CPU backend reserves one more core per worker for any KV connector
+# (for NIXL's transfer threads); this connector copies on the worker's own
+# thread and needs none.
+RESERVED_CPU_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+logger = logging.getLogger(LOGGER_NAME)
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,39 @@ class PlannerSwapConnector(KVConnectorBase_V1):  # type: ignore[misc, unused-ign
         self.layer_fetcher: LayerFetcher | None = None
         # The last step's timings from the workers (scheduler side).
         self._timings: list[LayerTimings] = []
+        # What goes to vLLM's metrics each step (scheduler side).
+        self.stats = StatsTaker(self.ledger)
+        if role == KVConnectorRole.SCHEDULER:
+            _require_planner_scheduler(vllm_config)
+            if current_platform.is_cpu() and RESERVED_CPU_ENV not in os.environ:
+                logger.warning(
+                    "vLLM's CPU backend reserves an extra core for a KV connector "
+                    "(%s unset); PlannerSwapConnector needs none. On a small machine that "
+                    "core is taken from the model's threads (measured on 2 cores: +40%% "
+                    "wall time, +150%% worker CPU). Set %s to the workers per node "
+                    "(1 without tensor parallelism), what vLLM reserves without a connector.",
+                    RESERVED_CPU_ENV,
+                    RESERVED_CPU_ENV,
+                )
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> PlannerStats:
+        return PlannerStats(data=data) if data is not None else PlannerStats()
+
+    @classmethod
+    def build_prom_metrics(
+        cls,
+        vllm_config: VllmConfig,
+        metric_types: dict[type, type],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> PlannerPromMetrics:
+        return PlannerPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+    def get_kv_connector_stats(self) -> PlannerStats | None:
+        # Scheduler side only: the workers' copies are counted where they
+        # are planned.
+        return self.stats.take() if self.role == KVConnectorRole.SCHEDULER else None
 
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
@@ -274,6 +317,21 @@ class PlannerSwapConnector(KVConnectorBase_V1):  # type: ignore[misc, unused-ign
 
     def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
         return self.layer_fetcher.take_timings() if self.layer_fetcher is not None else None
+
+
+def _require_planner_scheduler(vllm_config: VllmConfig) -> None:
+    """vLLM frees a preempted request's blocks inside its scheduler before any
+    connector hook runs, so only PlannerScheduler can have them copied out
+    first; under another scheduler this connector would do nothing."""
+    from .scheduler import PlannerSchedulerBase
+
+    scheduler_cls = vllm_config.scheduler_config.get_scheduler_cls()
+    if not (isinstance(scheduler_cls, type) and issubclass(scheduler_cls, PlannerSchedulerBase)):
+        raise ValueError(
+            "--kv-transfer-config PlannerSwapConnector needs --scheduler-cls "
+            "planner.adapters.vllm.scheduler.PlannerScheduler (vLLM frees a preempted "
+            f"request's KV inside its scheduler); the scheduler is {scheduler_cls!r}"
+        )
 
 
 def _computed_tokens(scheduler_output: SchedulerOutput) -> list[tuple[str, int]]:

@@ -1,10 +1,14 @@
-"""PlannerScheduler: vLLM's AsyncScheduler (async scheduling stays on) that,
-each step, sends the planner a snapshot of its requests and applies the
-answer (preempt these running requests, admit these waiting ones first)
-before vLLM's own scheduling pass; with no usable answer that step is
-vLLM's own. Selected with
+"""PlannerScheduler: vLLM's scheduler that, each step, sends the planner a
+snapshot of its requests and applies the answer (preempt these running
+requests, admit these waiting ones first) before vLLM's own scheduling pass;
+with no usable answer that step is vLLM's own. Selected with
 
     --scheduler-cls planner.adapters.vllm.scheduler.PlannerScheduler
+
+It subclasses the scheduler vLLM itself would use: AsyncScheduler when async
+scheduling is on (the GPU default), the plain Scheduler when it is off
+(vLLM's CPU backend always turns it off): constructing PlannerScheduler
+under a synchronous engine gives a PlannerSyncScheduler.
 
 With PlannerSwapConnector as KV connector, preempted requests are swapped
 to CPU memory instead of recomputed, and with
@@ -13,10 +17,13 @@ layer-offload plans (layer_offload.py)."""
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+from google.protobuf import text_format
 from planner.adapters.common.apply import PlanActions, accept_plan
 from planner.adapters.common.counters import FallbackCounters
 from planner.adapters.common.link import PlannerLink
@@ -26,8 +33,10 @@ from planner.adapters.common.snapshot import (
     ViewState,
     build_rotation_request,
 )
+from prometheus_client import REGISTRY
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
@@ -38,22 +47,41 @@ from planner.v1 import common_pb2
 from .connector import PlannerSwapConnector
 from .layer_offload import DecodeView, LayerOffloadPlanner
 from .output_deposit import OutputDeposit
+from .plugin import LOGGER_NAME
 from .request_clock import RequestClock
 from .settings import PlannerSettings
 
+logger = logging.getLogger(LOGGER_NAME)
+# prometheus_client's multiprocess mode (vLLM's own, when several API
+# servers run): set, the adapter's counters are written where vLLM's
+# /metrics reads them even without the connector.
+PROMETHEUS_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-class PlannerScheduler(AsyncScheduler):  # type: ignore[misc, unused-ignore]
+
+class PlannerSchedulerBase(Scheduler):  # type: ignore[misc, unused-ignore]
+    """The planner's part, over whichever vLLM scheduler comes next in the
+    method resolution order (PlannerScheduler, PlannerSyncScheduler)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.planner_settings = PlannerSettings.from_additional_config(
             self.vllm_config.additional_config
         )
+        connector = self.connector
+        swap = connector if isinstance(connector, PlannerSwapConnector) else None
+        multiprocess_metrics = swap is None and PROMETHEUS_MULTIPROC_ENV in os.environ
         self.planner_link = PlannerLink(
             self.planner_settings.target,
             self.planner_settings.deadline_s,
-            FallbackCounters(engine="vllm"),
+            FallbackCounters(
+                REGISTRY if multiprocess_metrics else None,
+                engine="vllm",
+                keep_latencies=swap is not None,
+            ),
             security=self.planner_settings.security,
         )
+        if swap is not None:
+            swap.stats.counters = self.planner_link.counters
         self.request_clock = RequestClock()
         # What the planner had this step do (None: vLLM's own step).
         self.last_actions: PlanActions | None = None
@@ -68,6 +96,29 @@ class PlannerScheduler(AsyncScheduler):  # type: ignore[misc, unused-ignore]
         offload = self.planner_settings.layer_offload
         self.output_deposit = (
             OutputDeposit() if offload is not None and offload.token_deposit else None
+        )
+        settings = self.planner_settings
+        logger.info(
+            "planner adapter on: %s, planner %s (deadline %.1f ms), SLO TTFT %s TBT %s, "
+            "rotation %s, preemption by %s, layer offload %s, metrics %s, engine limits "
+            "%d tokens / %d requests per step",
+            type(self).__name__,
+            settings.target or "in process",
+            settings.deadline_s * 1e3,
+            f"{settings.slo_ttft_s} s" if settings.slo_ttft_s else "default",
+            f"{settings.slo_tbt_s} s" if settings.slo_tbt_s else "default",
+            text_format.MessageToString(settings.rotation, as_one_line=True) or "default"
+            if settings.rotation is not None
+            else "default",
+            f"swap ({swap.num_cpu_blocks} CPU blocks)" if swap is not None else "recompute",
+            "on" if self.layer_planner is not None else "off",
+            "vLLM KV connector stats"
+            if swap is not None
+            else PROMETHEUS_MULTIPROC_ENV
+            if multiprocess_metrics
+            else "log only (no connector, no PROMETHEUS_MULTIPROC_DIR)",
+            self.max_num_scheduled_tokens,
+            self.max_num_running_reqs,
         )
 
     def _layer_planner(self) -> LayerOffloadPlanner | None:
@@ -248,3 +299,24 @@ class PlannerScheduler(AsyncScheduler):  # type: ignore[misc, unused-ignore]
         if self.layer_planner is not None:
             self.layer_planner.close()
         super().shutdown()
+
+
+class PlannerScheduler(PlannerSchedulerBase, AsyncScheduler):  # type: ignore[misc, unused-ignore]
+    """The name to give --scheduler-cls. Over AsyncScheduler; under an engine
+    whose async scheduling is off, constructing it gives a
+    PlannerSyncScheduler (vLLM's engine and its scheduler must agree)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        vllm_config = kwargs.get("vllm_config", args[0] if args else None)
+        if (
+            cls is PlannerScheduler
+            and vllm_config is not None
+            and not vllm_config.scheduler_config.async_scheduling
+        ):
+            # Not a PlannerScheduler: Python does not call __init__ again.
+            return PlannerSyncScheduler(*args, **kwargs)
+        return super().__new__(cls)
+
+
+class PlannerSyncScheduler(PlannerSchedulerBase):
+    """Over vLLM's synchronous Scheduler."""

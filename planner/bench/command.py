@@ -21,6 +21,7 @@ from typing import Any
 from planner.bench import (
     buddy,
     kernels,
+    ledger,
     replay_speed,
     rotation,
     rotation_quality,
@@ -135,6 +136,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     solvers_offload.register(benches)
     kernels.register(benches)
     service.register(benches)
+    ledger.register(benches)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

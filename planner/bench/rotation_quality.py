@@ -9,7 +9,10 @@ arrivals, over a matrix of settings:
 - the bundled trace on llama-3-8b / GH200 at x1.5 and x2 (compute-bound);
 - qwen2.5-32b / GH200 in the SuperInfer paper's setting (B_xfer 2400, 400 GB
   of CPU KV, 16,384 running slots and batched tokens, short single-turn
-  prompts from our generator) at 25 and 30 rps.
+  prompts from our generator) at 25 and 30 rps;
+- qwen2.5-32b / GH200 with conversation-length prompts (the sharegpt preset,
+  mean 2.3k tokens) at 4 rps on the default engine (2,048 batched tokens,
+  256 slots): KV and compute both under pressure.
 
 Targets, per row: LVF's both-met attainment >= FCFS's, its token-level TBT
 attainment >= FCFS's - 1 point, stall <= 2 % of simulated time; on the
@@ -40,7 +43,7 @@ from planner.trace.generate import GenConfig, generate
 from planner.trace.importers.base import ImportOptions
 from planner.trace.importers.pipeline import import_trace
 from planner.trace.io import load_trace
-from planner.trace.length_model import Independent
+from planner.trace.length_model import Independent, preset_or_dist
 from planner.trace.lengths import parse_dist
 from planner.trace.records import TraceRequest
 
@@ -54,6 +57,10 @@ MOONCAKE = SHARED_TRACES / "mooncake_conversation_trace.jsonl"
 H100 = "llama-3-8b@h100-sxm-80gb"
 GH200_8B = "llama-3-8b@gh200-144gb"
 GH200_32B = "qwen2.5-32b@gh200-144gb"
+# The paper's link budget and CPU memory on the default engine.
+GH200_KNOBS = ReplayKnobs(
+    rotation=RotationParams(transfer_budget_blocks=2400), cpu_kv_bytes=400 * 10**9
+)
 # The paper's engine (SuperInfer §5.1 and its artifact's flags).
 PAPER_KNOBS = ReplayKnobs(
     rotation=RotationParams(transfer_budget_blocks=2400),
@@ -101,6 +108,16 @@ def _mooncake() -> list[TraceRequest] | None:
     return import_trace("mooncake", MOONCAKE, ImportOptions(duration_s=120.0))[0]
 
 
+def _sharegpt_preset(rate: float) -> Callable[[], list[TraceRequest] | None]:
+    config = GenConfig(
+        schedule=RateSchedule.constant(rate),
+        lengths=preset_or_dist("sharegpt"),
+        duration_s=120.0,
+        seed=0,
+    )
+    return lambda: generate(config)
+
+
 def _short(rate: float) -> Callable[[], list[TraceRequest] | None]:
     lengths = Independent(parse_dist(SHORT_PROMPTS), parse_dist(SHORT_OUTPUTS))
     config = GenConfig(
@@ -143,6 +160,13 @@ def matrix() -> list[MatrixRow]:
             tbt_slack=PAPER_TBT_SLACK,
         ),
         MatrixRow("paper 30 rps", GH200_32B, short.format(rate=30), _short(30.0), PAPER_KNOBS),
+        MatrixRow(
+            "GH200 32B long 4 rps",
+            GH200_32B,
+            "generated: 4 rps Poisson, 120 s, sharegpt preset lengths, seed 0",
+            _sharegpt_preset(4.0),
+            GH200_KNOBS,
+        ),
     ]
 
 

@@ -79,6 +79,11 @@ class ServerProcess:
         text = self._stderr.read().decode("utf-8", errors="replace").strip()
         return text[-limit:] or "(nothing on stderr)"
 
+    def kill(self) -> int:
+        """kill -9, as a crash would; returns the exit status."""
+        self._proc.kill()
+        return self._proc.wait()
+
     def close(self) -> int | None:
         """SIGTERM, wait; SIGKILL if it does not stop in time. Returns the
         exit status."""

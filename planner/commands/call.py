@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
 
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from planner.client import PlannerClient, PlannerError, RetryPolicy
+from planner.input_file import InputFileError, display_name, read_bytes
 from planner.rpc import RPCS, Rpc
 from planner.service.auth import TOKEN_ENV, AuthConfigError, read_token
 from planner.service.cluster_store import ClusterStore
 from planner.service.convert.json_errors import describe_json_error
-from planner.service.errors import FailedPreconditionError, InvalidArgumentError
+from planner.service.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    StoreUnavailableError,
+)
 from planner.service.limits import ServiceLimits
 from planner.service.methods import CallContext, handle
 from planner.service.tls import ClientTls, TlsConfigError
@@ -28,6 +32,9 @@ from planner.service.tls import ClientTls, TlsConfigError
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+# As large as the default gRPC message limit; a snapshot of the default
+# maximum of 100,000 requests is about 25 MB of JSON.
+MAX_REQUEST_JSON_BYTES = 64 * 1024 * 1024
 
 
 class CallFailedError(Exception):
@@ -124,20 +131,26 @@ def _rpc(name: str) -> Rpc:
         raise CallFailedError(EXIT_BAD_INPUT, f"unknown method {name!r} (known: {known})") from None
 
 
-def _read(path: str, stdin: TextIO = sys.stdin) -> str:
+def _read(path: str) -> str:
+    """The request's JSON text: a regular file, or standard input for "-"."""
     try:
-        if path == "-":
-            return stdin.read()
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CallFailedError(EXIT_BAD_INPUT, f"cannot read {path}: {exc}") from None
+        return read_bytes(path, MAX_REQUEST_JSON_BYTES).decode("utf-8")
+    except InputFileError as exc:
+        raise CallFailedError(EXIT_BAD_INPUT, f"--json {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise CallFailedError(
+            EXIT_BAD_INPUT, f"--json {display_name(path)}: not UTF-8 text ({exc.reason})"
+        ) from None
 
 
 def parse_request(rpc: Rpc, text: str) -> Message:
     request = rpc.request_type()
     try:
         json_format.Parse(text, request)
+    except RecursionError:
+        raise CallFailedError(
+            EXIT_BAD_INPUT, f"request is not a valid {rpc.name} JSON: nested too deeply"
+        ) from None
     except json_format.ParseError as exc:
         reason = describe_json_error(str(exc))
         raise CallFailedError(
@@ -159,6 +172,7 @@ def answer(
     if target is None:
         cluster_store = ClusterStore(store)
         try:
+            cluster_store.open()
             return handle(
                 rpc, request, CallContext(ServiceLimits(), deadline_s, cluster_store=cluster_store)
             )
@@ -166,6 +180,8 @@ def answer(
             raise CallFailedError(EXIT_BAD_INPUT, str(exc)) from None
         except FailedPreconditionError as exc:
             raise CallFailedError(EXIT_FAILED, f"FAILED_PRECONDITION: {exc}") from None
+        except StoreUnavailableError as exc:
+            raise CallFailedError(EXIT_FAILED, f"UNAVAILABLE: store unavailable: {exc}") from None
         except OSError as exc:
             raise CallFailedError(EXIT_FAILED, str(exc)) from None
         finally:

@@ -10,6 +10,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from planner.commands.output_paths import (
+    OutputPathError,
+    check_output_file,
+    check_output_folder,
+)
+from planner.commands.trace import add_trace_argument, check_max_trace_bytes
 from planner.domain.offload import OFFLOAD_BACKEND_NAMES, backend_named
 from planner.domain.requests import Slo
 from planner.domain.rotation import RotationParams
@@ -75,11 +81,16 @@ from planner.replay.serverless_setup import (
     serverless_config,
 )
 from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, ReplaySetup, build_setup, scale_rate
-from planner.trace.errors import TraceError
+from planner.trace.errors import SpecError, TraceError
 from planner.trace.io import load_trace
 from planner.trace.records import TraceRequest
+from planner.trace.validate import MAX_ARRIVAL_S
 
+EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+# Replaying a year of arrivals in 30 s; more only piles every request onto
+# the first instant.
+MAX_RATE_SCALE = 1e6
 
 ROTATION = "rotation"
 LONG_CONTEXT = "long-context"
@@ -116,7 +127,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"slices sharing one C2C link, many models, C2CServe and baselines; policies "
         f"{', '.join(SERVERLESS_POLICY_NAMES)}).",
     )
-    p.add_argument("trace", help="JSON-lines trace file")
+    add_trace_argument(p)
     p.add_argument(
         "--profile",
         default=DEFAULT_PROFILE,
@@ -320,6 +331,17 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _replay(args)
+    except OSError as exc:
+        # Output paths are checked before the run; a disk that fills up
+        # during it can still fail the last write.
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"planner replay: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _replay(args: argparse.Namespace) -> int:
     topology = args.topology
     if args.max_running is None:
         args.max_running = DEFAULT_MAX_RUNNING[topology]
@@ -333,6 +355,13 @@ def run(args: argparse.Namespace) -> int:
     for scale in scales:
         if not math.isfinite(scale) or scale <= 0:
             return _fail(f"--rate-scale must be a finite number > 0, got {scale}")
+        if scale > MAX_RATE_SCALE:
+            return _fail(f"--rate-scale must be at most {MAX_RATE_SCALE:g}, got {scale:g}")
+    try:
+        check_output_file("--json-out", args.json_out)
+        check_output_folder("--report-dir", args.report_dir)
+    except OutputPathError as exc:
+        return _fail(str(exc))
     if args.cpu_kv_gb is not None and not (math.isfinite(args.cpu_kv_gb) and args.cpu_kv_gb >= 0):
         return _fail(f"--cpu-kv-gb must be a finite number >= 0, got {args.cpu_kv_gb}")
     if not (math.isfinite(args.alpha) and args.alpha >= 0):
@@ -402,11 +431,19 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"{flag} must be a finite number >= 0, got {value}")
     try:
         # The serverless topology takes merged per-model traces: sorted here.
-        trace = load_trace(args.trace, sort=topology == SERVERLESS)
-    except TraceError as exc:
+        check_max_trace_bytes(args.max_trace_bytes)
+        trace = load_trace(args.trace, sort=topology == SERVERLESS, max_bytes=args.max_trace_bytes)
+    except (TraceError, SpecError) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot read {args.trace}: {exc.strerror or exc}")
+    for scale in scales:
+        span_s = trace[-1].arrival_s / scale
+        if span_s > MAX_ARRIVAL_S:
+            return _fail(
+                f"--rate-scale {scale:g} stretches the trace to {span_s:.3g} s, more than "
+                f"a year ({MAX_ARRIVAL_S:.0f} s)"
+            )
     slo = Slo(ttft_s=args.slo_ttft, tbt_s=args.slo_tbt)
     knobs = ReplayKnobs(
         slo=slo,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -10,10 +11,14 @@ import threading
 from types import FrameType
 
 from planner.service.auth import TOKEN_ENV, AuthConfigError, read_token
+from planner.service.connections import raise_descriptor_limit
 from planner.service.limits import ServiceLimits
 from planner.service.logs import configure
 from planner.service.server import PlannerServer, ServerConfig
 from planner.service.tls import ServerTls, TlsConfigError
+
+# gRPC takes these timeouts in int32 milliseconds; a day is plenty.
+MAX_TIMEOUT_S = 86_400.0
 
 
 def default_store_path() -> str:
@@ -43,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         help="serve Prometheus metrics over HTTP on this port (0 picks one); off by default",
     )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address the metrics endpoint binds (default 127.0.0.1: it has no token and "
+        "no TLS; give 0.0.0.0 or an address for a Prometheus on another machine)",
+    )
     p.add_argument("--max-workers", type=int, default=defaults.max_workers)
     p.add_argument(
         "--max-concurrent-rpcs",
@@ -54,6 +65,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--max-requests-per-snapshot", type=int, default=defaults.max_requests_per_snapshot
     )
     p.add_argument("--max-message-bytes", type=int, default=defaults.max_message_bytes)
+    p.add_argument(
+        "--max-health-watchers",
+        type=int,
+        default=defaults.max_health_watchers,
+        help="open grpc.health.v1 Watch streams at most; more are refused with "
+        f"RESOURCE_EXHAUSTED (default {defaults.max_health_watchers})",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=defaults.max_connections,
+        help="connections open at once, idle or not; more are closed when accepted. Lowered "
+        "to fit the open-file limit, whose soft value is raised to the hard one at start "
+        f"(default {defaults.max_connections})",
+    )
+    p.add_argument(
+        "--handshake-timeout-s",
+        type=float,
+        default=defaults.handshake_timeout_s,
+        help="drop a connection whose handshake has not finished by then "
+        f"(default {defaults.handshake_timeout_s:g})",
+    )
+    p.add_argument(
+        "--connection-idle-s",
+        type=float,
+        default=defaults.connection_idle_s,
+        help="close a connection with no call in flight for this long "
+        f"(default {defaults.connection_idle_s:g})",
+    )
     p.add_argument(
         "--store",
         default=None,
@@ -84,9 +124,20 @@ def run(args: argparse.Namespace) -> int:
         "max_concurrent_rpcs",
         "max_requests_per_snapshot",
         "max_message_bytes",
+        "max_health_watchers",
+        "max_connections",
+        "handshake_timeout_s",
+        "connection_idle_s",
     ):
-        if getattr(args, name) <= 0:
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
             print(f"planner serve: --{name.replace('_', '-')} must be > 0", file=sys.stderr)
+            return 2
+        if name.endswith("_s") and value > MAX_TIMEOUT_S:
+            print(
+                f"planner serve: --{name.replace('_', '-')} must be at most {MAX_TIMEOUT_S:g}",
+                file=sys.stderr,
+            )
             return 2
     try:
         config = _config(args)
@@ -103,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    raise_descriptor_limit()
     try:
         server = PlannerServer(config)
         server.start()
@@ -114,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"planner serving on {server.address}", flush=True)
     if server.metrics_port is not None:
-        print(f"metrics on http://{args.host}:{server.metrics_port}/metrics", flush=True)
+        host = _host_for_url(args.metrics_host)
+        print(f"metrics on http://{host}:{server.metrics_port}/metrics", flush=True)
     stop.wait()
     server.stop()
     return 0
@@ -132,13 +185,22 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         host=args.host,
         port=args.port,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
         limits=ServiceLimits(
             max_requests_per_snapshot=args.max_requests_per_snapshot,
             max_message_bytes=args.max_message_bytes,
             max_workers=args.max_workers,
             max_concurrent_rpcs=args.max_concurrent_rpcs,
+            max_health_watchers=args.max_health_watchers,
+            max_connections=args.max_connections,
+            handshake_timeout_s=args.handshake_timeout_s,
+            connection_idle_s=args.connection_idle_s,
         ),
         store_path=args.store if args.store is not None else default_store_path(),
         tls=tls,
         auth_token=read_token(args.auth_token_file),
     )
+
+
+def _host_for_url(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

@@ -16,13 +16,15 @@ import textwrap
 from pathlib import Path
 from typing import TypeAlias
 
+from planner.commands.output_paths import OutputPathError, check_output_file
+from planner.input_file import STDIN, display_name
 from planner.trace.arrivals import RateSchedule, check_burstiness
 from planner.trace.errors import SpecError, TraceError
 from planner.trace.generate import GenConfig, check_seed, generate
 from planner.trace.importers import CONVERTERS
 from planner.trace.importers.base import ImportOptions
 from planner.trace.importers.pipeline import import_trace
-from planner.trace.io import load_trace, write_trace
+from planner.trace.io import MAX_LINE_BYTES, MAX_TRACE_BYTES, load_trace, write_trace
 from planner.trace.length_model import LengthModel, build_length_model
 from planner.trace.lengths_file import read_lengths_file
 from planner.trace.presets import PRESETS
@@ -195,6 +197,28 @@ def _register_gen(sub: Subparsers) -> None:
     p.set_defaults(func=run_gen)
 
 
+def add_trace_argument(p: argparse.ArgumentParser) -> None:
+    """The TRACE.jsonl positional argument and the cap on its size."""
+    p.add_argument(
+        "trace",
+        metavar="TRACE.jsonl",
+        help="JSON-lines trace: a regular file, or - for standard input",
+    )
+    p.add_argument(
+        "--max-trace-bytes",
+        type=int,
+        default=MAX_TRACE_BYTES,
+        metavar="N",
+        help=f"refuse a trace larger than this (default {MAX_TRACE_BYTES:,}; every line "
+        f"at most {MAX_LINE_BYTES:,} bytes)",
+    )
+
+
+def check_max_trace_bytes(value: int) -> None:
+    if value <= 0:
+        raise SpecError("--max-trace-bytes", f"must be > 0, got {value}")
+
+
 def _register_stats(sub: Subparsers) -> None:
     p = sub.add_parser(
         "stats",
@@ -203,7 +227,7 @@ def _register_stats(sub: Subparsers) -> None:
         "rate in windows, burstiness (CV of inter-arrival gaps), prompt/output length mean "
         "and p50/p90/p99, requests per model.",
     )
-    p.add_argument("trace", metavar="TRACE.jsonl")
+    add_trace_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument(
         "--window",
@@ -321,6 +345,7 @@ def _check_format_options(args: argparse.Namespace, accepted: frozenset[str]) ->
 def run_import(args: argparse.Namespace) -> int:
     converter = CONVERTERS[args.format]
     try:
+        check_output_file("--output", args.output)
         _check_format_options(args, converter.options)
         options = ImportOptions(
             limit=args.limit,
@@ -333,7 +358,7 @@ def run_import(args: argparse.Namespace) -> int:
         )
         requests, summary = import_trace(args.format, args.source, options, _stamp(args))
         summary.written = write_trace(args.output, requests)
-    except (TraceError, SpecError) as exc:
+    except (TraceError, SpecError, OutputPathError) as exc:
         return _fail("import", str(exc))
     except OSError as exc:
         return _fail("import", f"cannot write {args.output}: {exc.strerror or exc}", EXIT_FAILED)
@@ -345,6 +370,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 def run_gen(args: argparse.Namespace) -> int:
     try:
+        check_output_file("--output", args.output)
         schedule = _schedule(args)
         if schedule is None:
             raise SpecError("--rate", "give --rate RPS or --rate-schedule S:RPS,...")
@@ -360,7 +386,7 @@ def run_gen(args: argparse.Namespace) -> int:
         )
         requests = _stamp(args).apply(generate(config))
         count = write_trace(args.output, requests)
-    except (TraceError, SpecError) as exc:
+    except (TraceError, SpecError, OutputPathError) as exc:
         return _fail("gen", str(exc))
     except OSError as exc:
         return _fail("gen", f"cannot write {args.output}: {exc.strerror or exc}", EXIT_FAILED)
@@ -380,14 +406,16 @@ def run_stats(args: argparse.Namespace) -> int:
     try:
         if args.window is not None and not (math.isfinite(args.window) and args.window > 0):
             raise SpecError("--window", f"must be > 0, got {args.window}")
-        requests = load_trace(args.trace, sort=args.sort)
+        check_max_trace_bytes(args.max_trace_bytes)
+        requests = load_trace(args.trace, sort=args.sort, max_bytes=args.max_trace_bytes)
         stats = compute_stats(requests, window_s=args.window)
     except (TraceError, SpecError) as exc:
         return _fail("stats", str(exc))
     if args.json:
         _emit(json.dumps(stats_to_json(stats), indent=2) + "\n")
     else:
-        _emit(render_stats(stats, f"trace {Path(args.trace).name}"))
+        name = display_name(args.trace) if args.trace == STDIN else Path(args.trace).name
+        _emit(render_stats(stats, f"trace {name}"))
     return EXIT_OK
 
 

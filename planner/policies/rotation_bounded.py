@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from planner.domain.rotation import Held, RotationInputs
 from planner.policies.rotation_budget import LinkUse, link_budget
@@ -144,21 +145,45 @@ def decide_bounded(
     tokens = _waiting_tokens(cols, pools.block_size_tokens) if pools.max_batched_tokens else None
     prioritized: list[int] = []
     engine_full = link_full = not_lagging = no_victim = 0
-    needs = need[order].tolist()
+    ordered_need = need[order]
+    needs = ordered_need.tolist()
     is_waiting = (state[order] == WAITING).tolist()
     is_urgent = urgent[order].tolist()
+    # The least any candidate from position i on needs: once nothing left
+    # could fit, the rest are only counted.
+    least_from = np.minimum.accumulate(ordered_need[::-1])[::-1].tolist()
+    reach_all = walk.reach
     for i, (row, n, waiting) in enumerate(zip(order.tolist(), needs, is_waiting, strict=True)):
         if slots <= 0:
             engine_full += len(order) - i
             break
-        if waiting and room <= 0:
-            engine_full += 1
-            continue
-        h2d = 0 if waiting else n
-        if h2d and not use.fits_swap_in(h2d):
-            link_full += 1
-            continue
-        if n > walk.usable(waiting):
+        free_now, free_later = walk.free_now, walk.free_later
+        if least_from[i] > free_now + free_later + reach_all[True, True]:
+            rest = _count_rest(
+                order[i:],
+                ordered_need[i:],
+                state=state,
+                urgent=urgent,
+                room=room,
+                use=use,
+                fallback=fallback,
+            )
+            engine_full, link_full = engine_full + rest[0], link_full + rest[1]
+            not_lagging, no_victim = not_lagging + rest[2], no_victim + rest[3]
+            break
+        if waiting:
+            if room <= 0:
+                engine_full += 1
+                continue
+            h2d = 0
+            usable = free_now + free_later
+        else:
+            h2d = n
+            if not use.fits_swap_in(h2d):
+                link_full += 1
+                continue
+            usable = free_now
+        if n > usable:
             if fallback or not is_urgent[i]:
                 not_lagging += 1
                 continue
@@ -195,6 +220,31 @@ def decide_bounded(
         running=running,
         link=use,
         held=Held(engine_full, link_full, not_lagging, no_victim),
+    )
+
+
+def _count_rest(
+    rows: IntArray,
+    needs: IntArray,
+    *,
+    state: npt.NDArray[np.int8],
+    urgent: BoolArray,
+    room: float,
+    use: LinkUse,
+    fallback: bool,
+) -> Held:
+    """Why the candidates rows, none of which fits any more, are left out
+    (as the walk would count them one by one)."""
+    waiting = state[rows] == WAITING
+    engine = waiting & (room <= 0)
+    link = ~waiting & ~use.swap_ins_fit(needs)
+    rest = ~engine & ~link
+    lagging = rest & urgent[rows] if not fallback else np.zeros(len(rows), dtype=np.bool_)
+    return Held(
+        int(engine.sum()),
+        int(link.sum()),
+        int((rest & ~lagging).sum()),
+        int(lagging.sum()),
     )
 
 
@@ -308,10 +358,11 @@ class _Walk:
                 self.reach[waiting, take_lost] -= gpu if waiting else self.synced[k]
 
     def take(self, need: int, waiting: bool, h2d: int) -> None:
-        if waiting:
-            later = min(need, self.free_later)
-            self.free_later -= later
-            self.free_now -= need - later
-        else:
+        if not waiting:
             self.free_now -= need
-        self.use.charge(h2d, 0)
+            self.use.h2d_blocks += h2d
+        elif need <= self.free_later:
+            self.free_later -= need
+        else:
+            self.free_now -= need - self.free_later
+            self.free_later = 0

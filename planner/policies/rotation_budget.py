@@ -15,6 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from planner.domain.rotation import PAPER_TRANSFER_BUDGET_BLOCKS, BudgetSource, RotationInputs
 from planner.profiles.link import GB
 
@@ -59,6 +62,15 @@ class LinkUse:
             return True
         first = self.h2d_blocks == 0 and (not self.budget.shared or self.d2h_blocks == 0)
         return first and self.fits(0, d2h)
+
+    def swap_ins_fit(self, h2d: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """fits_swap_in(b) for each b of h2d, with nothing copied out."""
+        b = self.budget
+        if self.h2d_blocks == 0 and (not b.shared or self.d2h_blocks == 0):
+            return np.ones(len(h2d), dtype=np.bool_)
+        used = self.h2d_blocks + (self.d2h_blocks if b.shared else 0)
+        fit: npt.NDArray[np.bool_] = used + h2d <= b.h2d_blocks
+        return fit
 
     def charge(self, h2d: int, d2h: int) -> None:
         self.h2d_blocks += h2d

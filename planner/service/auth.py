@@ -26,11 +26,15 @@ class AuthConfigError(ValueError):
 
 def read_token(path: str | None, flag: str = "--auth-token-file") -> str | None:
     """The token in file path (surrounding whitespace dropped), else
-    $PLANNER_AUTH_TOKEN, else None (no authentication)."""
+    $PLANNER_AUTH_TOKEN, else None (no authentication). A variable that is
+    set but empty is refused, not read as "no token": that is how a secret
+    missing from a deployment looks."""
     if path is None:
-        token = os.environ.get(TOKEN_ENV, "").strip()
-        if not token:
+        if TOKEN_ENV not in os.environ:
             return None
+        token = os.environ[TOKEN_ENV].strip()
+        if not token:
+            raise AuthConfigError(f"${TOKEN_ENV} is set but empty; unset it to run without a token")
         check_token(token, f"${TOKEN_ENV}")
         return token
     try:
@@ -45,8 +49,14 @@ def read_token(path: str | None, flag: str = "--auth-token-file") -> str | None:
 
 
 def check_token(token: str, flag: str) -> None:
-    if any(c.isspace() or not c.isprintable() for c in token):
-        raise AuthConfigError(f"{flag}: the token must be printable, without whitespace")
+    """gRPC metadata values are printable ASCII; a token with anything else
+    could not be sent by any client."""
+    if not token:
+        raise AuthConfigError(f"{flag}: the token is empty")
+    if not all("!" <= c <= "~" for c in token):
+        raise AuthConfigError(
+            f"{flag}: the token must be printable ASCII without whitespace (! to ~)"
+        )
 
 
 def is_loopback(host: str) -> bool:

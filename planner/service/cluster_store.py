@@ -4,7 +4,7 @@ document per cluster in SQLite.
 
 The connection, WAL/fsync settings and transactions are the shared store's
 (planner/service/store.py); PlacementService's lease ledger lives in the same
-file through `ClusterStore.db`. A read-modify-write of one cluster runs in one
+file (`ClusterStore.ledger`). A read-modify-write of one cluster runs in one
 IMMEDIATE transaction. No path (or ":memory:") keeps the state in memory only
 (`planner call` in process, tests).
 
@@ -26,6 +26,8 @@ from google.protobuf.message import Message
 
 from planner.service.errors import InvalidArgumentError
 from planner.service.idempotency import KeyedCall
+from planner.service.ledger_sqlite import SqliteLedgerBackend
+from planner.service.placement_ledger import LedgerStore
 from planner.service.store import MEMORY, SCHEMA_VERSION, SqliteDatabase
 
 T = TypeVar("T")
@@ -66,6 +68,8 @@ class ClusterStore:
     def __init__(self, path: str | Path | None = None) -> None:
         self.db = SqliteDatabase(path)
         self.db.register_schema("cluster", _SCHEMA)
+        # PlacementService's lease ledger, in the same file.
+        self.ledger = LedgerStore(SqliteLedgerBackend(self.db))
 
     @property
     def path(self) -> str:

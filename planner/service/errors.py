@@ -21,3 +21,13 @@ class FailedPreconditionError(ValueError):
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
+
+
+class StoreUnavailableError(Exception):
+    """The durable store cannot be written or read now (disk full, I/O error,
+    locked by another process past the busy timeout): UNAVAILABLE with the
+    reason, nothing changed; the call may be retried."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -23,3 +23,16 @@ class ServiceLimits:
     # response went out, so an engine calling again at once can still be
     # counted (tests/service/test_service_load.py).
     max_concurrent_rpcs: int = 128
+    # Open grpc.health.v1 Watch streams; more are refused with
+    # RESOURCE_EXHAUSTED (Check stays open).
+    max_health_watchers: int = 1024
+    # Connections open at once, idle or not (lowered to what the file
+    # descriptor limit allows); more are closed as soon as they are accepted.
+    max_connections: int = 4096
+    # A connection whose HTTP/2 (and TLS) handshake has not finished by then
+    # is dropped: a socket that never sends a byte holds a descriptor that
+    # long at most.
+    handshake_timeout_s: float = 10.0
+    # A connection with no call in flight for this long is closed (GOAWAY;
+    # gRPC clients reconnect on their next call).
+    connection_idle_s: float = 300.0

@@ -176,8 +176,8 @@ def _get_cluster_state(request: Message, ctx: CallContext) -> Message:
 
 
 def _ledger(ctx: CallContext) -> LedgerStore:
-    """The lease ledger's tables on the same store connection as ClusterService."""
-    return LedgerStore(ctx.cluster_store.db)
+    """The lease ledger, in the same store as ClusterService's state."""
+    return ctx.cluster_store.ledger
 
 
 def _classify_roles(request: Message, ctx: CallContext) -> Message:

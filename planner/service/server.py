@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -14,20 +15,27 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError, Message
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
-from planner.service.auth import BearerTokenInterceptor, require_tls_off_loopback
+from planner.service.auth import BearerTokenInterceptor, check_token, require_tls_off_loopback
 from planner.service.cluster_store import ClusterStore
-from planner.service.errors import FailedPreconditionError, InvalidArgumentError
+from planner.service.connections import connection_cap
+from planner.service.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    StoreUnavailableError,
+)
+from planner.service.health import NOT_SERVING, SERVING, HealthService
+from planner.service.health import SERVICE_NAME as HEALTH_SERVICE_NAME
 from planner.service.limits import ServiceLimits
 from planner.service.logs import LOGGER_NAME, log_event
 from planner.service.methods import CallContext, handle
 from planner.service.metrics import RpcMetrics
 from planner.service.offload_engines import OffloadEngines, warm_up
 from planner.service.serverless_tuners import ServerlessTuners
+from planner.service.store_health import StoreHealth
 from planner.service.tls import ServerTls
 
 SHUTDOWN_GRACE_S = 5.0
@@ -41,6 +49,12 @@ KEEPALIVE_TIME_MS = 60_000
 KEEPALIVE_TIMEOUT_MS = 20_000
 # Clients may ping at most this often; more gets the connection closed.
 MIN_CLIENT_PING_INTERVAL_MS = 10_000
+# The services whose calls read or write the durable store: NOT_SERVING
+# while it cannot be written.
+STORE_SERVICES = (
+    RPCS["ClusterService.GetClusterState"].full_service,
+    RPCS["PlacementService.GetPoolStatus"].full_service,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +62,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 50051
     metrics_port: int | None = None
+    # /metrics has no token and no TLS: loopback unless asked otherwise.
+    metrics_host: str = "127.0.0.1"
     limits: ServiceLimits = field(default_factory=ServiceLimits)
     # The durable store (SQLite) of state that outlives a restart (ClusterService,
     # PlacementService's lease ledger);
@@ -59,6 +75,8 @@ class ServerConfig:
     auth_token: str | None = None
 
     def __post_init__(self) -> None:
+        if self.auth_token is not None:
+            check_token(self.auth_token, "auth_token")
         require_tls_off_loopback(self.host, self.auth_token, self.tls is not None)
 
 
@@ -68,6 +86,7 @@ class PlannerServer:
     def __init__(self, config: ServerConfig) -> None:
         # Read before anything is opened: a bad file stops the server here.
         credentials = None if config.tls is None else config.tls.credentials()
+        self.max_connections = connection_cap(config.limits.max_connections)
         self.config = config
         self.metrics = RpcMetrics()
         self.offload_engines = OffloadEngines()
@@ -93,13 +112,16 @@ class PlannerServer:
                 ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
                 ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
                 ("grpc.http2.max_ping_strikes", 2),
+                ("grpc.max_allowed_incoming_connections", self.max_connections),
+                ("grpc.server_handshake_timeout_ms", round(limits.handshake_timeout_s * 1e3)),
+                ("grpc.max_connection_idle_ms", round(limits.connection_idle_s * 1e3)),
             ],
         )
-        self._server.add_generic_rpc_handlers(_generic_handlers(self))
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        self.health = HealthService(limits.max_health_watchers)
+        self.store_health = StoreHealth(self.cluster_store.db, self.health, STORE_SERVICES)
+        self._server.add_generic_rpc_handlers([*_generic_handlers(self), self.health.handler()])
         reflection.enable_server_reflection(
-            [*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
+            [*SERVICE_NAMES, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME], self._server
         )
         address = f"{_host_for_address(config.host)}:{config.port}"
         try:
@@ -129,18 +151,22 @@ class PlannerServer:
         threading.Thread(target=warm_up, name="solver-warm-up", daemon=True).start()
         self._server.start()
         for name in ("", *SERVICE_NAMES):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            failing = name in STORE_SERVICES and self.store_health.failing
+            self.health.set(name, NOT_SERVING if failing else SERVING)
         if self.config.metrics_port is not None:
             try:
                 self._metrics_http, _ = start_http_server(
-                    self.config.metrics_port, addr=self.config.host, registry=self.metrics.registry
+                    self.config.metrics_port,
+                    addr=self.config.metrics_host,
+                    registry=self.metrics.registry,
                 )
             except OSError as exc:
                 # Do not leave the gRPC server running behind the error.
                 self._server.stop(None).wait()
                 self._stopped.set()
                 raise OSError(
-                    f"cannot serve metrics on {self.config.host}:{self.config.metrics_port}: {exc}"
+                    f"cannot serve metrics on {self.config.metrics_host}:"
+                    f"{self.config.metrics_port}: {exc}"
                 ) from exc
             self.metrics_port = self._metrics_http.server_port
         log_event(
@@ -149,6 +175,7 @@ class PlannerServer:
             "serving",
             address=self.address,
             metrics_port=self.metrics_port,
+            metrics_host=self.config.metrics_host if self.metrics_port is not None else None,
             services=SERVICE_NAMES,
             store=self.cluster_store.path,
             tls="off"
@@ -157,6 +184,8 @@ class PlannerServer:
             if self.config.tls.client_ca_path
             else "on",
             auth="bearer" if self.config.auth_token is not None else "off",
+            max_connections=self.max_connections,
+            open_file_limit=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
         )
 
     def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
@@ -167,6 +196,7 @@ class PlannerServer:
         self._stopped.set()
         self.health.enter_graceful_shutdown()
         self._server.stop(grace_s).wait()
+        self.store_health.close()
         self.cluster_store.close()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
@@ -218,7 +248,7 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
         started = time.perf_counter()
         code = grpc.StatusCode.OK
         detail = ""
-        server.metrics.in_flight.inc()
+        server.metrics.start(method)
         try:
             remaining = context.time_remaining()
             if remaining is not None and remaining <= 0:
@@ -245,6 +275,9 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
                     code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
                 except FailedPreconditionError as exc:
                     code, detail = grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+                except StoreUnavailableError as exc:
+                    code = grpc.StatusCode.UNAVAILABLE
+                    detail = f"store unavailable: {exc.reason}"
                 except Exception:
                     server.logger.exception(
                         "handler failed", extra={"fields": {"method": method.short_name}}
@@ -253,8 +286,7 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
             context.abort(code, detail)
         finally:
             elapsed = time.perf_counter() - started
-            server.metrics.in_flight.dec()
-            server.metrics.observe(method.short_name, code.name, elapsed)
+            server.metrics.observe(method, code.name, elapsed)
             log_event(
                 server.logger,
                 logging.DEBUG if code == grpc.StatusCode.OK else logging.WARNING,

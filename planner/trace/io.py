@@ -6,6 +6,9 @@ Reading is strict (the rules are in `planner.trace.validate`); every problem
 is a TraceError naming the file, the 1-based line and the field. Blank lines
 are errors, not skipped: a trace has one JSON object on every line (the last
 line may or may not end with a newline). An empty file is an error too.
+Reading is bounded (planner.input_file): a regular file or standard input
+("-") only, at most `max_bytes` (default MAX_TRACE_BYTES) and MAX_LINE_BYTES
+per line.
 Writing validates every request by the same rules first and is atomic, so
 `load_trace(write_trace(...))` always succeeds and a failure midway leaves
 no partial file.
@@ -17,6 +20,7 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from planner.input_file import InputFileError, display_name, read_lines
 from planner.trace.atomic import atomic_write_lines
 from planner.trace.errors import TraceError
 from planner.trace.records import TraceRequest
@@ -26,6 +30,13 @@ from planner.trace.validate import (
     request_from_object,
     request_to_object,
 )
+
+# A trace line is about 100 bytes; a million-request trace about 100 MB.
+MAX_TRACE_BYTES = 1 << 30
+MAX_LINE_BYTES = 64 * 1024
+# A source file `planner trace import` or --lengths-file converts (public
+# traces are up to a few GB of CSV).
+MAX_SOURCE_BYTES = 4 << 30
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
@@ -53,6 +64,8 @@ def parse_line(text: str, line: int) -> TraceRequest:
         raise TraceError(line, None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
     except _DuplicateKeyError as exc:
         raise TraceError(line, exc.key, "field given twice") from None
+    except RecursionError:
+        raise TraceError(line, None, "invalid JSON: nested too deeply") from None
     return request_from_object(obj, line)
 
 
@@ -61,44 +74,44 @@ def dumps_request(request: TraceRequest) -> str:
     return json.dumps(request_to_object(request), allow_nan=False)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def _lines(path: str | Path, max_bytes: int) -> Iterator[tuple[int, str]]:
     """(line number, text without its line ending); decoded line by line so
     that bad UTF-8 is reported on its own line."""
+    name = display_name(path)
     try:
-        with path.open("rb") as f:
-            for line, raw in enumerate(f, start=1):
-                data = raw.rstrip(b"\n").rstrip(b"\r")
-                if line == 1 and data.startswith(b"\xef\xbb\xbf"):
-                    data = data[3:]
-                try:
-                    text = data.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise TraceError(
-                        line, None, f"not UTF-8 text ({exc.reason})", path=path
-                    ) from None
-                yield line, text
-    except OSError as exc:
-        raise TraceError(None, None, f"cannot read: {exc.strerror or exc}", path=path) from None
+        for line, raw in read_lines(path, max_bytes, MAX_LINE_BYTES):
+            data = raw.rstrip(b"\n").rstrip(b"\r")
+            if line == 1 and data.startswith(b"\xef\xbb\xbf"):
+                data = data[3:]
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceError(line, None, f"not UTF-8 text ({exc.reason})", path=name) from None
+            yield line, text
+    except InputFileError as exc:
+        raise TraceError(exc.line, None, exc.reason, path=name) from None
 
 
-def load_trace(path: str | Path, *, sort: bool = False) -> list[TraceRequest]:
-    """All requests of a trace file, in arrival order.
+def load_trace(
+    path: str | Path, *, sort: bool = False, max_bytes: int = MAX_TRACE_BYTES
+) -> list[TraceRequest]:
+    """All requests of a trace file ("-": standard input), in arrival order.
 
     An arrival earlier than the one before it is an error naming its line,
     unless `sort` is True: then the requests are sorted by arrival (stable,
     so equal arrivals keep their file order)."""
-    source = Path(path)
+    name = display_name(path)
     requests: list[TraceRequest] = []
     checker = SequenceChecker(check_order=not sort)
-    for line, text in _lines(source):
+    for line, text in _lines(path, max_bytes):
         try:
             request = parse_line(text, line)
             checker.feed(request, line)
         except TraceError as exc:
-            raise exc.with_path(path) from None
+            raise exc.with_path(name) from None
         requests.append(request)
     if not requests:
-        raise TraceError(None, None, "no requests (the file is empty)", path=path)
+        raise TraceError(None, None, "no requests (the file is empty)", path=name)
     if sort:
         requests.sort(key=lambda r: r.arrival_s)
     return requests

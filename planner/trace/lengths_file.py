@@ -19,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from planner.input_file import InputFileError, check_regular_file
 from planner.trace.errors import TraceError, show_value
+from planner.trace.io import MAX_SOURCE_BYTES
 from planner.trace.length_model import Resampled
 
 PAIRS: tuple[tuple[str, str], ...] = (
@@ -88,6 +90,10 @@ def read_lengths_file(path: str | Path) -> LengthsFile:
         rows_iter = _jsonl_rows(source)
     else:
         raise TraceError(None, None, "--lengths-file must be a .csv or .jsonl file", path=source)
+    try:
+        check_regular_file(source, MAX_SOURCE_BYTES)
+    except InputFileError as exc:
+        raise TraceError(None, None, exc.reason, path=source) from None
     prompts: list[int] = []
     outputs: list[int] = []
     rows = skipped = 0

@@ -282,10 +282,10 @@ def test_call_with_target_answers_like_in_process(serve, tmp_path):
     # The server counted both calls.
     with urllib.request.urlopen(match.group(1), timeout=TIMEOUT_S) as response:
         text = response.read().decode()
-    ok = 'planner_rpc_duration_seconds_count{code="OK",method="RotationService.PlanRotation"} 1.0'
+    rpc = 'grpc_method="PlanRotation",grpc_service="planner.v1.RotationService"'
+    ok = f'grpc_server_handling_seconds_count{{grpc_code="OK",{rpc},grpc_type="unary"}} 1.0'
     bad_sample = (
-        'planner_rpc_errors_total{code="INVALID_ARGUMENT",method="RotationService.PlanRotation"}'
-        " 1.0"
+        f'grpc_server_handled_total{{grpc_code="INVALID_ARGUMENT",{rpc},grpc_type="unary"}} 1.0'
     )
     assert ok in text
     assert bad_sample in text

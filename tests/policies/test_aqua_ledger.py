@@ -20,6 +20,7 @@ from hypothesis.stateful import (
 from planner.domain.placement import LeaseState
 from planner.policies.aqua.ledger import Ledger, LedgerConflictError
 from planner.service.errors import FailedPreconditionError, InvalidArgumentError
+from planner.service.ledger_sqlite import SqliteLedgerBackend
 from planner.service.placement_ledger import (
     LedgerStore,
     allocate_memory_rpc,
@@ -204,7 +205,7 @@ class StoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.db = SqliteDatabase()
-        self.store = LedgerStore(self.db)
+        self.store = LedgerStore(SqliteLedgerBackend(self.db))
         self.n = 0
         self.done: list[tuple[object, object]] = []  # (request, answer)
         self.live: list[str] = []

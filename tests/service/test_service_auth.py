@@ -5,6 +5,9 @@ refused off loopback without TLS; the server binds loopback by default."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import grpc
@@ -179,6 +182,9 @@ def test_is_loopback(host, loopback):
 def test_read_token(tmp_path, monkeypatch):
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     assert read_token(None) is None
+    monkeypatch.setenv(TOKEN_ENV, "")
+    with pytest.raises(AuthConfigError, match="set but empty"):
+        read_token(None)
     monkeypatch.setenv(TOKEN_ENV, f" {TOKEN}\n")
     assert read_token(None) == TOKEN
     path = tmp_path / "t"
@@ -192,6 +198,40 @@ def test_read_token(tmp_path, monkeypatch):
     monkeypatch.setenv(TOKEN_ENV, "a\tb")
     with pytest.raises(AuthConfigError, match=r"\$PLANNER_AUTH_TOKEN: the token must be printable"):
         read_token(None)
+
+
+@pytest.mark.parametrize(
+    ("value", "host"),
+    [("", "0.0.0.0"), (" \n\t", "0.0.0.0"), ("", "127.0.0.1"), ("t\u00f6ken", "127.0.0.1")],
+)
+def test_an_empty_or_unusable_token_in_the_environment_is_refused_at_start(value, host):
+    # A real process: a server that started anyway would run until the timeout.
+    serve = ["serve", "--host", host, "--port", "0", "--store", ":memory:"]
+    done = subprocess.run(
+        [sys.executable, "-m", "planner.cli", *serve],
+        env={**os.environ, TOKEN_ENV: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout
+    assert "$PLANNER_AUTH_TOKEN" in done.stderr
+    assert ("empty" if not value.strip() else "printable ASCII") in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("value", ["t\u00f6ken", "\u30c8\u30fc\u30af\u30f3"])
+def test_a_non_ascii_token_file_is_refused(value, tmp_path, capsys):
+    token_file = tmp_path / "token"
+    token_file.write_text(value, encoding="utf-8")
+    argv = ["serve", "--port", "0", "--store", ":memory:", "--auth-token-file", str(token_file)]
+    assert main(argv) == 2
+    assert "--auth-token-file: the token must be printable ASCII" in capsys.readouterr().err
+    with pytest.raises(AuthConfigError, match="printable ASCII"):
+        ServerConfig(auth_token=value)
+    with pytest.raises(AuthConfigError, match="empty"):
+        ServerConfig(auth_token="")
 
 
 def test_binds_loopback_by_default():

@@ -131,6 +131,16 @@ COUNTS_CASES: list[tuple[str, Mutation, str]] = [
     ),
     ("block_size_zero", _set("snapshot.block_size_tokens", 0), "snapshot.block_size_tokens"),
     ("last_iteration_zero", _set("snapshot.last_iteration_s", 0.0), "snapshot.last_iteration_s"),
+    (
+        "max_batched_tokens_zero",
+        _set("snapshot.max_batched_tokens", 0),
+        "snapshot.max_batched_tokens",
+    ),
+    (
+        "max_running_requests_negative",
+        _set("snapshot.max_running_requests", -1),
+        "snapshot.max_running_requests",
+    ),
     ("alpha_negative", _set("params.alpha", -1.0), "params.alpha"),
     ("beta_ttft_nan", _set("params.beta_ttft", math.nan), "params.beta_ttft"),
     (

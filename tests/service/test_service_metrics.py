@@ -1,5 +1,6 @@
-"""Prometheus metrics over HTTP: latency histogram and error counter by
-method and code."""
+"""Prometheus metrics over HTTP: calls started and handled and handling time,
+with the standard gRPC labels (grpc_type, grpc_service, grpc_method,
+grpc_code)."""
 
 from __future__ import annotations
 
@@ -31,15 +32,20 @@ def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
-def labels(method: str, code: str, **extra: str) -> frozenset[tuple[str, str]]:
-    return frozenset({"method": method, "code": code, **extra}.items())
+def labels(method: str, code: str | None = None, **extra: str) -> frozenset[tuple[str, str]]:
+    """The standard gRPC labels of "Service.Method" (and a status code)."""
+    service, name = method.split(".")
+    grpc = {"grpc_type": "unary", "grpc_service": f"planner.v1.{service}", "grpc_method": name}
+    if code is not None:
+        grpc["grpc_code"] = code
+    return frozenset({**grpc, **extra}.items())
 
 
 def test_metrics_count_calls_by_method_and_code(start_server, stub, example_request):
     server = start_server(metrics_port=0)
     assert server.metrics_port not in (None, 0)
     before = scrape(server.metrics_port)
-    assert not any(name.startswith("planner_rpc_duration") for name, _ in before)
+    assert not any(name.startswith("grpc_server_handling") for name, _ in before)
 
     bad = type(example_request)()
     bad.CopyFrom(example_request)
@@ -55,19 +61,18 @@ def test_metrics_count_calls_by_method_and_code(start_server, stub, example_requ
         stub(ch, INFO)(info_pb2.GetPlannerInfoRequest(), timeout=10)
 
     m = scrape(server.metrics_port)
-    count = "planner_rpc_duration_seconds_count"
+    count = "grpc_server_handling_seconds_count"
     assert m[count, labels(PLAN, "OK")] == 3
     assert m[count, labels(PLAN, "INVALID_ARGUMENT")] == 2
     assert m[count, labels(INFO, "OK")] == 1
     # Every call lands in the +Inf bucket; durations are positive.
-    assert m["planner_rpc_duration_seconds_bucket", labels(PLAN, "OK", le="+Inf")] == 3
-    assert m["planner_rpc_duration_seconds_sum", labels(PLAN, "OK")] > 0
-    # Errors: only the non-OK calls.
-    assert m["planner_rpc_errors_total", labels(PLAN, "INVALID_ARGUMENT")] == 2
-    assert ("planner_rpc_errors_total", labels(PLAN, "OK")) not in m
-    assert ("planner_rpc_errors_total", labels(INFO, "OK")) not in m
-    assert m["planner_rpc_calls_total", labels(PLAN, "OK")] == 3
-    assert m["planner_rpc_calls_total", labels(PLAN, "INVALID_ARGUMENT")] == 2
+    assert m["grpc_server_handling_seconds_bucket", labels(PLAN, "OK", le="+Inf")] == 3
+    assert m["grpc_server_handling_seconds_sum", labels(PLAN, "OK")] > 0
+    assert m["grpc_server_started_total", labels(PLAN)] == 5
+    assert m["grpc_server_started_total", labels(INFO)] == 1
+    assert m["grpc_server_handled_total", labels(PLAN, "OK")] == 3
+    assert m["grpc_server_handled_total", labels(PLAN, "INVALID_ARGUMENT")] == 2
+    assert ("grpc_server_handled_total", labels(INFO, "INVALID_ARGUMENT")) not in m
     assert m["planner_rpc_in_flight", frozenset()] == 0
 
 
@@ -76,7 +81,7 @@ def test_metrics_of_two_servers_are_separate(start_server, stub, example_request
     b = start_server(metrics_port=0)
     with grpc.insecure_channel(a.address) as ch:
         stub(ch, PLAN)(example_request, timeout=10)
-    count = ("planner_rpc_duration_seconds_count", labels(PLAN, "OK"))
+    count = ("grpc_server_handling_seconds_count", labels(PLAN, "OK"))
     assert scrape(a.metrics_port)[count] == 1
     assert count not in scrape(b.metrics_port)
 
@@ -106,3 +111,17 @@ def test_metrics_port_in_use_fails_start_and_leaves_nothing_serving():
         health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     server.stop()  # a no-op now, and harmless
+
+
+@pytest.mark.parametrize(("metrics_host", "bound"), [(None, "127.0.0.1"), ("0.0.0.0", "0.0.0.0")])
+def test_metrics_bind_loopback_unless_asked_even_when_grpc_listens_everywhere(metrics_host, bound):
+    """/metrics has no token: a server listening on every address keeps it on
+    loopback by default."""
+    extra = {} if metrics_host is None else {"metrics_host": metrics_host}
+    server = PlannerServer(ServerConfig(host="0.0.0.0", port=0, metrics_port=0, **extra))
+    server.start()
+    try:
+        assert server._metrics_http.server_address[0] == bound
+        assert scrape(server.metrics_port)
+    finally:
+        server.stop(grace_s=0)

@@ -210,18 +210,18 @@ def test_kill_9_mid_burst_loses_nothing_acknowledged(tmp_path):
 def test_store_file_holds_the_ledger_next_to_cluster_state(tmp_path, method):
     """One file, both services' tables."""
     from planner.service.cluster_store import ClusterStore
-    from planner.service.placement_ledger import LedgerStore, offer_memory_rpc
+    from planner.service.placement_ledger import offer_memory_rpc
 
     path = tmp_path / "s.sqlite3"
     cluster = ClusterStore(path)
     cluster.update("c", lambda s: ({"n": 1}, None))
-    ledger = LedgerStore(cluster.db)
+    ledger = cluster.ledger
     offer_memory_rpc(
         pb.OfferMemoryRequest(pool_id="p", idempotency_key="k", producer_id="g", bytes=5), ledger
     )
     cluster.close()
     reopened = ClusterStore(path)
     assert reopened.read("c") == ({"n": 1}, 1)
-    led, revision = LedgerStore(reopened.db).read("p")
+    led, revision = reopened.ledger.read("p")
     assert revision == 1 and led is not None and led.producers["g"].offered_bytes == 5
     reopened.close()

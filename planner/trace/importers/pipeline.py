@@ -15,9 +15,11 @@ import itertools
 import math
 from pathlib import Path
 
+from planner.input_file import InputFileError, check_regular_file
 from planner.trace.errors import SpecError, TraceError
 from planner.trace.importers import CONVERTERS
 from planner.trace.importers.base import ImportOptions, ImportSummary, SourceRecord
+from planner.trace.io import MAX_SOURCE_BYTES
 from planner.trace.records import TraceRequest
 from planner.trace.stamp import Stamp
 
@@ -81,6 +83,10 @@ def import_trace(
         raise SpecError("--format", f"unknown format {fmt!r} (known: {', '.join(CONVERTERS)})")
     check_window(options)
     path = Path(source)
+    try:
+        check_regular_file(path, MAX_SOURCE_BYTES)
+    except InputFileError as exc:
+        raise TraceError(None, None, exc.reason, path=path) from None
     summary = ImportSummary(format=fmt, source=str(source))
     records = _ordered(converter.read(path, options, summary), summary)
     if not records:

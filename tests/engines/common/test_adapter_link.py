@@ -4,7 +4,11 @@ answers with an error."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
+from planner.adapters.common.channel import CALL_SWITCH_INTERVAL_S, short_gil_switch_interval
 from planner.adapters.common.counters import FallbackCounters, FallbackReason
 from planner.adapters.common.link import PlannerLink
 from planner.adapters.common.snapshot import build_rotation_request
@@ -98,3 +102,60 @@ def test_counters_export_prometheus_metrics(views, pools):
     assert sample("planner_adapter_answers_total", {"engine": "vllm"}) == 1
     assert sample("planner_adapter_fallbacks_total", {"engine": "vllm", "reason": "error"}) == 1
     assert sample("planner_adapter_call_duration_seconds_count", {"engine": "vllm"}) == 2
+
+
+@pytest.fixture
+def stuck_in_process(monkeypatch):
+    """In-process mode whose handler blocks until the test releases it."""
+    import planner.service.methods as methods
+
+    release = threading.Event()
+    real = methods.handle
+
+    def handle(rpc, request, ctx):
+        release.wait()
+        return real(rpc, request, ctx)
+
+    monkeypatch.setattr(methods, "handle", handle)
+    yield release
+    release.set()
+
+
+def test_in_process_planner_is_cut_off_at_the_deadline(views, pools, stuck_in_process):
+    request = build_rotation_request(views, pools, NOW_S)
+    with PlannerLink(None, deadline_s=0.005) as link:
+        planner = link._local
+        assert planner.wait_idle(ROUND_TRIP_DEADLINE_S)  # the handler is loaded
+        # The handler never returns while the event is clear: the call
+        # comes back only because it is cut off at the deadline.
+        assert link.plan_rotation(request) is None
+        # Still busy with that call: the next one falls back at once.
+        assert planner.busy
+        assert link.plan_rotation(request) is None
+        snap = link.counters.snapshot()
+        assert snap.fallbacks[FallbackReason.DEADLINE] == 2
+        assert snap.latency.max_s < ROUND_TRIP_DEADLINE_S
+        stuck_in_process.set()
+        assert planner.wait_idle(ROUND_TRIP_DEADLINE_S)
+        link.deadline_s = planner.deadline_s = ROUND_TRIP_DEADLINE_S
+        assert link.plan_rotation(request) is not None
+        assert link.counters.snapshot().ok == 1
+
+
+def test_gil_switch_interval_is_short_only_during_a_call(views, pools):
+    previous = sys.getswitchinterval()
+    seen: list[float] = []
+    with PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S) as link:
+        real = link._ask
+
+        def ask(rpc, request):
+            seen.append(sys.getswitchinterval())
+            return real(rpc, request)
+
+        link._ask = ask
+        assert link.plan_rotation(build_rotation_request(views, pools, NOW_S)) is not None
+    assert seen == [pytest.approx(CALL_SWITCH_INTERVAL_S)]
+    assert sys.getswitchinterval() == previous
+    # Already shorter: left alone.
+    with short_gil_switch_interval(1.0):
+        assert sys.getswitchinterval() == previous

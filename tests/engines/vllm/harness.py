@@ -69,6 +69,7 @@ def vllm_config(tmp_path_factory: pytest.TempPathFactory) -> VllmConfig:
             enable_chunked_prefill=True,
             async_scheduling=True,
             is_encoder_decoder=False,
+            scheduler_cls="planner.adapters.vllm.scheduler.PlannerScheduler",
         ),
         model_config=ModelConfig(
             model=str(model_dir), skip_tokenizer_init=True, dtype="float32", max_model_len=512
@@ -139,6 +140,8 @@ class EngineRun:
     deliveries: list[tuple[float, str, int, bool]] = field(default_factory=list)
     # Per step, the per-layer timings the worker sent to the scheduler.
     worker_timings: list[Any] = field(default_factory=list)
+    # The connector stats each step's SchedulerStats carried to the front end.
+    connector_stats: list[dict[str, Any]] = field(default_factory=list)
     now_s: float = 0.0
     last_output: SchedulerOutput | None = None
 
@@ -213,6 +216,9 @@ class EngineRun:
             kv_connector_output=connector_output,
         )
         for outputs in self.scheduler.update_from_output(out, result).values():
+            stats = outputs.scheduler_stats
+            if stats is not None and stats.kv_connector_stats:
+                self.connector_stats.append(stats.kv_connector_stats)
             for o in outputs.outputs:
                 self.tokens[o.request_id] = self.tokens.get(o.request_id, 0) + len(o.new_token_ids)
                 self.deliveries.append(

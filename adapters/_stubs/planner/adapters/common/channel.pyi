@@ -1,0 +1,1 @@
+from adapters.common.channel import *  # noqa: F403

@@ -1,0 +1,120 @@
+"""The planner call as an engine adapter makes it, alone: PlannerLink over
+loopback gRPC to a real `planner serve` (or in process), one call per
+simulated step, with or without a busy Python thread beside the caller (what
+vLLM's output and input threads are to its scheduler), with the adapter's
+short GIL switch interval during the call or with CPython's default.
+
+    python -m planner.bench.planner_call [--requests 100] [--calls 600] [--busy-thread]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import threading
+import time
+
+from planner.adapters.common.channel import CALL_SWITCH_INTERVAL_S
+from planner.adapters.common.link import PlannerLink
+from planner.adapters.common.snapshot import (
+    EngineRequestView,
+    PoolSizes,
+    ViewState,
+    build_rotation_request,
+)
+from planner.bench.server_process import ServerProcess
+from planner.v1 import rotation_pb2
+
+NOW_S = 1000.0
+
+
+def snapshot(num_requests: int, seed: int = 0) -> rotation_pb2.PlanRotationRequest:
+    """A quarter running, the rest waiting: a vLLM step under KV pressure."""
+    rng = random.Random(seed)
+    views = []
+    for i in range(num_requests):
+        running = i < num_requests // 4
+        views.append(
+            EngineRequestView(
+                f"req-{i}",
+                ViewState.RUNNING if running else ViewState.WAITING,
+                prompt_tokens=170,
+                computed_tokens=170 if running else 0,
+                output_tokens=20 if running else 0,
+                gpu_blocks=7 if running else 0,
+                cpu_blocks=0,
+                arrival_s=NOW_S - rng.uniform(0, 5),
+                run_start_s=NOW_S - 1 if running else None,
+                last_token_s=NOW_S - 0.05 if running else None,
+            )
+        )
+    return build_rotation_request(views, PoolSizes(3, 32, 4096), NOW_S)
+
+
+def measure(
+    link: PlannerLink, request: rotation_pb2.PlanRotationRequest, calls: int
+) -> list[float]:
+    for _ in range(20):
+        link.plan_rotation(request)
+    latencies = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        link.plan_rotation(request)
+        latencies.append(time.perf_counter() - start)
+        time.sleep(0.005)  # a step's forward pass
+    return sorted(latencies)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=100)
+    parser.add_argument("--calls", type=int, default=600)
+    parser.add_argument("--deadline-ms", type=float, default=5.0)
+    parser.add_argument("--in-process", action="store_true")
+    parser.add_argument("--busy-thread", action="store_true")
+    parser.add_argument(
+        "--default-switch-interval",
+        action="store_true",
+        help="keep CPython's GIL switch interval during the call",
+    )
+    args = parser.parse_args(argv)
+    switch_s = None if args.default_switch_interval else CALL_SWITCH_INTERVAL_S
+    stop = threading.Event()
+
+    def spin() -> None:
+        x = 0
+        while not stop.is_set():
+            for i in range(1000):
+                x += i
+
+    if args.busy_thread:
+        threading.Thread(target=spin, daemon=True).start()
+    request = snapshot(args.requests)
+    deadline_s = args.deadline_ms / 1e3
+    try:
+        if args.in_process:
+            with PlannerLink(None, deadline_s, switch_interval_s=switch_s) as link:
+                lat = measure(link, request, args.calls)
+        else:
+            with (
+                ServerProcess() as server,
+                PlannerLink(server.address, deadline_s, switch_interval_s=switch_s) as link,
+            ):
+                lat = measure(link, request, args.calls)
+    finally:
+        stop.set()
+    over = sum(x > deadline_s for x in lat) / len(lat)
+    print(
+        f"{'in process' if args.in_process else 'gRPC loopback'}, {args.requests} requests, "
+        f"busy thread {'yes' if args.busy_thread else 'no'}, switch interval during the call "
+        f"{(switch_s or sys.getswitchinterval()) * 1e3:g} ms: "
+        f"p50 {lat[len(lat) // 2] * 1e3:.2f} ms, "
+        f"p99 {lat[int(0.99 * len(lat))] * 1e3:.2f} ms, over {args.deadline_ms:g} ms "
+        f"{100 * over:.1f} % of {len(lat)}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,337 @@
+"""Plugin on and off on a real vLLM server, back to back on the same load:
+both-met attainment (TTFT and TPOT SLOs), output tokens/s, the latency tails,
+vLLM's preemptions, and the adapter's own numbers from vLLM's /metrics
+(planner calls, calls over the deadline, swaps). Runs in the engine
+environment (`make bench-vllm`):
+
+    python -m planner.bench.vllm_compare --out out/bench-vllm [--markdown docs/adapters.md]
+
+Each load runs its configurations in turn (plain vLLM, then the plugin over
+gRPC, then in process), --repeat times, interleaved, on identical arrivals;
+the machine's load average is recorded before and after each run, since a
+shared machine moves every number."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from planner.adapters.common.counters import LATENCY_BUCKETS_S
+from planner.bench.http_load import BurstyLoad, RequestRecord, run_load
+from planner.bench.machine import describe, describe_commit, machine_info
+from planner.bench.markdown import write_section
+from planner.bench.server_process import ServerProcess
+from planner.bench.tiny_llama import cached
+from planner.bench.vllm_server import VllmServer, VllmServerConfig
+
+SECTION = "vllm-plugin"
+CONFIGS = ("plain", "grpc", "in-process")
+# vLLM's CPU backend reserves an extra core for any KV connector; this one
+# needs none (docs/adapters.md).
+ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
+
+
+@dataclass(frozen=True, slots=True)
+class LoadCase:
+    name: str
+    # KV blocks of 32 tokens.
+    num_gpu_blocks: int
+    load: BurstyLoad
+    what: str
+
+
+LOADS = {
+    "bursty": LoadCase(
+        "bursty",
+        512,
+        BurstyLoad(num_bursts=4, burst_size=50, burst_gap_s=5.0),
+        "200 requests in 4 bursts, 16k tokens of KV (little preemption)",
+    ),
+    "kv-pressure": LoadCase(
+        "kv-pressure",
+        64,
+        BurstyLoad(num_bursts=4, burst_size=50, burst_gap_s=5.0),
+        "the same 200 requests on 2k tokens of KV (the e2e test's load)",
+    ),
+}
+
+
+@dataclass(slots=True)
+class RunResult:
+    load: str
+    config: str
+    repeat: int
+    wall_s: float
+    requests: int
+    completed: int
+    output_tokens: int
+    output_tok_s: float
+    ttft_attainment: float
+    tpot_attainment: float
+    both_attainment: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tbt_p99_s: float
+    preemptions: float
+    planner_calls: float = 0.0
+    planner_answers: float = 0.0
+    fallbacks: dict[str, float] = field(default_factory=dict)
+    # Calls whose latency exceeded the deadline, from the adapter's histogram
+    # (its bucket bound at the deadline).
+    calls_over_deadline: float = 0.0
+    call_mean_ms: float = math.nan
+    swap_outs: float = 0.0
+    swap_ins: float = 0.0
+    load_average_before: float = math.nan
+    load_average_after: float = math.nan
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    return [
+        (s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+
+
+def _sum(samples: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float:
+    return sum(v for n, lab, v in samples if n == name and labels.items() <= lab.items())
+
+
+def summarize(
+    *,
+    load: str,
+    config: str,
+    repeat: int,
+    records: list[RequestRecord],
+    wall_s: float,
+    metrics_text: str,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    deadline_s: float,
+) -> RunResult:
+    done = [r for r in records if r.done]
+    ttft = [r.ttft_s for r in done if r.ttft_s is not None]
+    tpot = [r.tpot_s for r in done if r.tpot_s is not None]
+    n = len(records)
+    ttft_ok = [r.ttft_s is not None and r.ttft_s <= slo_ttft_s for r in records]
+    tpot_ok = [r.tpot_s is None or r.tpot_s <= slo_tpot_s for r in records]
+    both = [r.done and a and b for r, a, b in zip(records, ttft_ok, tpot_ok, strict=True)]
+    tokens = sum(r.completion_tokens for r in done)
+    m = _samples(metrics_text)
+    calls = _sum(m, "planner_adapter_calls_total")
+    within = _sum(m, "planner_adapter_call_duration_seconds_bucket", le=f"{deadline_s}")
+    latency_sum = _sum(m, "planner_adapter_call_duration_seconds_sum")
+    fallbacks: dict[str, float] = {}
+    for name, labels, value in m:
+        if name == "planner_adapter_fallbacks_total" and value:
+            fallbacks[labels["reason"]] = fallbacks.get(labels["reason"], 0.0) + value
+    return RunResult(
+        load=load,
+        config=config,
+        repeat=repeat,
+        wall_s=wall_s,
+        requests=n,
+        completed=len(done),
+        output_tokens=tokens,
+        output_tok_s=tokens / wall_s if wall_s > 0 else math.nan,
+        ttft_attainment=sum(ttft_ok) / n,
+        tpot_attainment=sum(tpot_ok) / n,
+        both_attainment=sum(both) / n,
+        ttft_p50_s=_pct(ttft, 0.5),
+        ttft_p99_s=_pct(ttft, 0.99),
+        tpot_p50_s=_pct(tpot, 0.5),
+        tbt_p99_s=_pct([x for r in done for x in r.tbt_s], 0.99),
+        preemptions=_sum(m, "vllm:num_preemptions_total"),
+        planner_calls=calls,
+        planner_answers=_sum(m, "planner_adapter_answers_total"),
+        fallbacks=fallbacks,
+        calls_over_deadline=calls - within if calls else 0.0,
+        call_mean_ms=1e3 * latency_sum / calls if calls else math.nan,
+        swap_outs=_sum(m, "planner_swap_outs_total"),
+        swap_ins=_sum(m, "planner_swap_ins_total"),
+    )
+
+
+def run_one(
+    case: LoadCase,
+    *,
+    config: str,
+    repeat: int,
+    model_dir: Path,
+    port: int,
+    planner_target: str | None,
+    args: argparse.Namespace,
+    log_dir: Path,
+) -> RunResult:
+    planner: dict[str, Any] = {
+        "slo_ttft_s": args.slo_ttft_s,
+        "slo_tbt_s": args.slo_tpot_s,
+        "deadline_ms": args.deadline_ms,
+    }
+    if config == "grpc":
+        planner["target"] = planner_target
+    on = config != "plain"
+    server_config = VllmServerConfig(
+        model_dir=model_dir,
+        port=port,
+        num_gpu_blocks=case.num_gpu_blocks,
+        scheduler=on,
+        connector=on,
+        planner=planner if on else {},
+        env=ENV,
+    )
+    log = log_dir / f"{case.name}-{config}-{repeat}.log"
+    with VllmServer(server_config, log_path=log, python=args.python) as server:
+        before = os.getloadavg()[0]
+        start = time.perf_counter()
+        records = run_load(server.url, str(model_dir), case.load.requests())
+        wall_s = time.perf_counter() - start
+        after = os.getloadavg()[0]
+        text = server.metrics_text()
+    result = summarize(
+        load=case.name,
+        config=config,
+        repeat=repeat,
+        records=records,
+        wall_s=wall_s,
+        metrics_text=text,
+        slo_ttft_s=args.slo_ttft_s,
+        slo_tpot_s=args.slo_tpot_s,
+        deadline_s=args.deadline_ms / 1e3,
+    )
+    result.load_average_before = before
+    result.load_average_after = after
+    outputs = {r.id: r.text for r in records}
+    (log_dir / f"{case.name}-{config}-{repeat}.outputs.json").write_text(
+        json.dumps(outputs), encoding="utf-8"
+    )
+    return result
+
+
+def _median(results: list[RunResult], attr: str) -> float:
+    values = [getattr(r, attr) for r in results]
+    values = [v for v in values if not math.isnan(v)]
+    return statistics.median(values) if values else math.nan
+
+
+def markdown(results: list[RunResult], args: argparse.Namespace, machine: dict[str, Any]) -> str:
+    lines = [
+        "Command: `make bench-vllm` (`python -m planner.bench.vllm_compare "
+        f"--repeat {args.repeat} --deadline-ms {args.deadline_ms:g} "
+        f"--slo-ttft-s {args.slo_ttft_s:g} --slo-tpot-s {args.slo_tpot_s:g}`), "
+        f"medians of {args.repeat} interleaved run(s). Machine: {describe(machine)}; "
+        f"{describe_commit(machine)}. The 1-minute load average before and after each run "
+        "is in the last column: on a shared machine every number moves with it.",
+        "",
+    ]
+    for name in dict.fromkeys(r.load for r in results):
+        case = LOADS[name]
+        lines += [
+            f"**{name}**: {case.what}.",
+            "",
+            "| configuration | done | wall s | out tok/s | both met | TTFT met | TPOT met "
+            "| TTFT p50 / p99 s | TPOT p50 s | TBT p99 s | preemptions | planner calls "
+            "| over deadline | mean call ms | swaps out/in | load avg |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for config in dict.fromkeys(r.config for r in results if r.load == name):
+            rs = [r for r in results if r.load == name and r.config == config]
+
+            def med(attr: str, rs: list[RunResult] = rs) -> float:
+                return _median(rs, attr)
+
+            calls = med("planner_calls")
+            over = med("calls_over_deadline")
+            lines.append(
+                f"| {config} | {med('completed'):.0f}/{med('requests'):.0f} "
+                f"| {med('wall_s'):.1f} | {med('output_tok_s'):.0f} "
+                f"| {100 * med('both_attainment'):.1f} % | {100 * med('ttft_attainment'):.1f} % "
+                f"| {100 * med('tpot_attainment'):.1f} % "
+                f"| {med('ttft_p50_s'):.2f} / {med('ttft_p99_s'):.2f} "
+                f"| {med('tpot_p50_s'):.3f} | {med('tbt_p99_s'):.3f} | {med('preemptions'):.0f} "
+                + (
+                    f"| {calls:.0f} | {over:.0f} ({100 * over / calls:.2f} %) "
+                    f"| {med('call_mean_ms'):.2f} | {med('swap_outs'):.0f}/{med('swap_ins'):.0f} "
+                    if calls
+                    else "| - | - | - | - "
+                )
+                + f"| {med('load_average_before'):.1f} to {med('load_average_after'):.1f} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("out/bench-vllm"))
+    parser.add_argument(
+        "--model", type=Path, help="a tiny_llama folder (default: ~/.cache/planner-engines)"
+    )
+    parser.add_argument("--load", action="append", choices=sorted(LOADS), help="default: all")
+    parser.add_argument("--config", action="append", choices=CONFIGS, help="default: all")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--deadline-ms", type=float, default=5.0)
+    parser.add_argument("--slo-ttft-s", type=float, default=2.0)
+    parser.add_argument("--slo-tpot-s", type=float, default=0.1)
+    parser.add_argument("--port", type=int, default=8123)
+    parser.add_argument("--python", default=sys.executable, help="the engine environment's")
+    parser.add_argument("--markdown", type=Path, help="write the table into this file's section")
+    args = parser.parse_args(argv)
+    if args.deadline_ms / 1e3 not in LATENCY_BUCKETS_S:
+        # Calls over the deadline are read off the adapter's histogram.
+        parser.error(f"--deadline-ms must be a latency bucket bound: {LATENCY_BUCKETS_S} s")
+    args.out.mkdir(parents=True, exist_ok=True)
+    model_dir = args.model or cached(Path.home() / ".cache" / "planner-engines")
+    loads = [LOADS[n] for n in (args.load or LOADS)]
+    configs = args.config or list(CONFIGS)
+    results: list[RunResult] = []
+    with ServerProcess() as planner:
+        for case in loads:
+            for repeat in range(args.repeat):
+                for config in configs:
+                    result = run_one(
+                        case,
+                        config=config,
+                        repeat=repeat,
+                        model_dir=model_dir,
+                        port=args.port,
+                        planner_target=planner.address,
+                        args=args,
+                        log_dir=args.out,
+                    )
+                    results.append(result)
+                    print(json.dumps(asdict(result)), flush=True)
+    machine = machine_info()
+    (args.out / "results.json").write_text(
+        json.dumps({"machine": machine, "results": [asdict(r) for r in results]}, indent=1),
+        encoding="utf-8",
+    )
+    table = markdown(results, args, machine)
+    (args.out / "table.md").write_text(table, encoding="utf-8")
+    print(table)
+    if args.markdown is not None:
+        write_section(args.markdown, SECTION, table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

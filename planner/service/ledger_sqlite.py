@@ -1,0 +1,401 @@
+"""The lease ledger's rows in the SQLite store (planner.service.store).
+
+Tables, each keyed by pool: ledger_pool (counters), ledger_producer (with
+its lendable bytes, indexed so that the producer an allocation picks is one
+index lookup), ledger_lease, ledger_reclaim (lease ids as a JSON list) and
+ledger_request (answered calls, indexed by revision for pruning). A change
+is one IMMEDIATE transaction, which holds SQLite's one write lock of the
+file: pools take turns, each turn a few row writes long.
+
+A store written by an older planner kept each pool as one JSON document
+(placement_pool, placement_request): opening it converts every pool to rows
+in the schema transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from planner.domain.placement import Lease, LeaseState, ProducerAccount, Reclaim
+from planner.policies.aqua.ledger import Ledger
+from planner.service.ledger_rows import PoolCounters, PoolRows, RecordedCall
+from planner.service.store import SqliteDatabase
+
+_SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS ledger_pool (
+    pool_id TEXT PRIMARY KEY,
+    revision INTEGER NOT NULL,
+    next_lease INTEGER NOT NULL,
+    next_reclaim INTEGER NOT NULL
+)
+""",
+    """
+CREATE TABLE IF NOT EXISTS ledger_producer (
+    pool_id TEXT NOT NULL,
+    producer_id TEXT NOT NULL,
+    server_id TEXT NOT NULL,
+    offered_bytes INTEGER NOT NULL,
+    leased_bytes INTEGER NOT NULL,
+    offered_total_bytes INTEGER NOT NULL,
+    returned_total_bytes INTEGER NOT NULL,
+    lendable_bytes INTEGER NOT NULL,
+    PRIMARY KEY (pool_id, producer_id)
+) WITHOUT ROWID
+""",
+    """
+CREATE INDEX IF NOT EXISTS ledger_producer_by_lendable
+    ON ledger_producer (pool_id, lendable_bytes DESC, producer_id)
+""",
+    """
+CREATE INDEX IF NOT EXISTS ledger_producer_by_server
+    ON ledger_producer (pool_id, server_id, lendable_bytes DESC, producer_id)
+""",
+    """
+CREATE TABLE IF NOT EXISTS ledger_lease (
+    pool_id TEXT NOT NULL,
+    lease_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    producer_id TEXT NOT NULL,
+    consumer_id TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    created_s REAL NOT NULL,
+    reclaim_id TEXT NOT NULL,
+    deadline_s REAL NOT NULL,
+    PRIMARY KEY (pool_id, lease_id)
+) WITHOUT ROWID
+""",
+    """
+CREATE INDEX IF NOT EXISTS ledger_lease_by_producer
+    ON ledger_lease (pool_id, producer_id, seq)
+""",
+    """
+CREATE TABLE IF NOT EXISTS ledger_reclaim (
+    pool_id TEXT NOT NULL,
+    reclaim_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    producer_id TEXT NOT NULL,
+    requested_bytes INTEGER NOT NULL,
+    returned_bytes INTEGER NOT NULL,
+    requested_s REAL NOT NULL,
+    deadline_s REAL NOT NULL,
+    lease_ids TEXT NOT NULL,
+    complete INTEGER NOT NULL,
+    PRIMARY KEY (pool_id, reclaim_id)
+) WITHOUT ROWID
+""",
+    """
+CREATE INDEX IF NOT EXISTS ledger_reclaim_by_producer
+    ON ledger_reclaim (pool_id, producer_id, complete, seq)
+""",
+    """
+CREATE INDEX IF NOT EXISTS ledger_reclaim_completed
+    ON ledger_reclaim (pool_id, complete, seq)
+""",
+    """
+CREATE TABLE IF NOT EXISTS ledger_request (
+    pool_id TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    method TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    response BLOB NOT NULL,
+    revision INTEGER NOT NULL,
+    PRIMARY KEY (pool_id, idempotency_key)
+)
+""",
+    """
+CREATE INDEX IF NOT EXISTS ledger_request_by_revision
+    ON ledger_request (pool_id, revision)
+""",
+)
+
+_PRODUCER_COLUMNS = (
+    "producer_id, server_id, offered_bytes, leased_bytes, offered_total_bytes, returned_total_bytes"
+)
+_LEASE_COLUMNS = (
+    "lease_id, producer_id, consumer_id, bytes, state, created_s, reclaim_id, deadline_s"
+)
+_RECLAIM_COLUMNS = (
+    "reclaim_id, producer_id, requested_bytes, returned_bytes, requested_s, deadline_s, lease_ids"
+)
+
+
+def _seq(record_id: str) -> int:
+    """The number in "lease-12" or "reclaim-3" (the Ledger makes the ids)."""
+    return int(record_id.rsplit("-", 1)[1])
+
+
+def _producer(row: tuple[object, ...]) -> ProducerAccount:
+    pid, server, offered, leased, total, returned = row
+    return ProducerAccount(
+        producer_id=str(pid),
+        server_id=str(server),
+        offered_bytes=int(offered),  # type: ignore[call-overload]
+        leased_bytes=int(leased),  # type: ignore[call-overload]
+        offered_total_bytes=int(total),  # type: ignore[call-overload]
+        returned_total_bytes=int(returned),  # type: ignore[call-overload]
+    )
+
+
+def _lease(row: tuple[object, ...]) -> Lease:
+    lid, pid, cid, size, state, created, reclaim_id, deadline = row
+    return Lease(
+        lease_id=str(lid),
+        producer_id=str(pid),
+        consumer_id=str(cid),
+        bytes=int(size),  # type: ignore[call-overload]
+        state=LeaseState(str(state)),
+        created_s=float(created),  # type: ignore[arg-type]
+        reclaim_id=str(reclaim_id),
+        deadline_s=float(deadline),  # type: ignore[arg-type]
+    )
+
+
+def _reclaim(row: tuple[object, ...]) -> Reclaim:
+    rid, pid, requested, returned, requested_s, deadline, lease_ids = row
+    return Reclaim(
+        reclaim_id=str(rid),
+        producer_id=str(pid),
+        requested_bytes=int(requested),  # type: ignore[call-overload]
+        requested_s=float(requested_s),  # type: ignore[arg-type]
+        deadline_s=float(deadline),  # type: ignore[arg-type]
+        returned_bytes=int(returned),  # type: ignore[call-overload]
+        lease_ids=[str(x) for x in json.loads(str(lease_ids))],
+    )
+
+
+class SqliteLedgerTransaction:
+    """planner.service.ledger_rows.LedgerTransaction on one connection."""
+
+    def __init__(self, conn: sqlite3.Connection, pool_id: str) -> None:
+        self._conn = conn
+        self._pool = pool_id
+
+    def counters(self) -> PoolCounters | None:
+        row = self._conn.execute(
+            "SELECT revision, next_lease, next_reclaim FROM ledger_pool WHERE pool_id = ?",
+            (self._pool,),
+        ).fetchone()
+        return None if row is None else PoolCounters(int(row[0]), int(row[1]), int(row[2]))
+
+    def producer(self, producer_id: str) -> ProducerAccount | None:
+        row = self._conn.execute(
+            f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer "
+            "WHERE pool_id = ? AND producer_id = ?",
+            (self._pool, producer_id),
+        ).fetchone()
+        return None if row is None else _producer(row)
+
+    def most_lendable_producer(self, server_id: str) -> ProducerAccount | None:
+        if server_id:
+            row = self._conn.execute(
+                f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer "
+                "WHERE pool_id = ? AND server_id = ? "
+                "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
+                (self._pool, server_id),
+            ).fetchone()
+        else:
+            row = self._conn.execute(
+                f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? "
+                "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
+                (self._pool,),
+            ).fetchone()
+        return None if row is None else _producer(row)
+
+    def pending_reclaims(self, producer_id: str) -> list[Reclaim]:
+        rows = self._conn.execute(
+            f"SELECT {_RECLAIM_COLUMNS} FROM ledger_reclaim "
+            "WHERE pool_id = ? AND producer_id = ? AND complete = 0 ORDER BY seq",
+            (self._pool, producer_id),
+        ).fetchall()
+        return [_reclaim(r) for r in rows]
+
+    def leases_of(self, producer_id: str) -> list[Lease]:
+        rows = self._conn.execute(
+            f"SELECT {_LEASE_COLUMNS} FROM ledger_lease "
+            "WHERE pool_id = ? AND producer_id = ? ORDER BY seq",
+            (self._pool, producer_id),
+        ).fetchall()
+        return [_lease(r) for r in rows]
+
+    def lease(self, lease_id: str) -> Lease | None:
+        row = self._conn.execute(
+            f"SELECT {_LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? AND lease_id = ?",
+            (self._pool, lease_id),
+        ).fetchone()
+        return None if row is None else _lease(row)
+
+    def recorded(self, key: str) -> RecordedCall | None:
+        row = self._conn.execute(
+            "SELECT method, digest, response FROM ledger_request "
+            "WHERE pool_id = ? AND idempotency_key = ?",
+            (self._pool, key),
+        ).fetchone()
+        return None if row is None else RecordedCall(str(row[0]), str(row[1]), bytes(row[2]))
+
+    def put_counters(self, counters: PoolCounters) -> None:
+        self._conn.execute(
+            "INSERT INTO ledger_pool (pool_id, revision, next_lease, next_reclaim) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT(pool_id) DO UPDATE SET "
+            "revision = excluded.revision, next_lease = excluded.next_lease, "
+            "next_reclaim = excluded.next_reclaim",
+            (self._pool, counters.revision, counters.next_lease, counters.next_reclaim),
+        )
+
+    def put_producer(self, account: ProducerAccount, lendable_bytes: int) -> None:
+        self._conn.execute(
+            f"INSERT OR REPLACE INTO ledger_producer (pool_id, {_PRODUCER_COLUMNS}, "
+            "lendable_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self._pool,
+                account.producer_id,
+                account.server_id,
+                account.offered_bytes,
+                account.leased_bytes,
+                account.offered_total_bytes,
+                account.returned_total_bytes,
+                lendable_bytes,
+            ),
+        )
+
+    def put_lease(self, lease: Lease) -> None:
+        self._conn.execute(
+            f"INSERT OR REPLACE INTO ledger_lease (pool_id, seq, {_LEASE_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self._pool,
+                _seq(lease.lease_id),
+                lease.lease_id,
+                lease.producer_id,
+                lease.consumer_id,
+                lease.bytes,
+                str(lease.state),
+                lease.created_s,
+                lease.reclaim_id,
+                lease.deadline_s,
+            ),
+        )
+
+    def delete_lease(self, lease_id: str) -> None:
+        self._conn.execute(
+            "DELETE FROM ledger_lease WHERE pool_id = ? AND lease_id = ?", (self._pool, lease_id)
+        )
+
+    def put_reclaim(self, reclaim: Reclaim) -> None:
+        self._conn.execute(
+            f"INSERT OR REPLACE INTO ledger_reclaim (pool_id, seq, complete, {_RECLAIM_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self._pool,
+                _seq(reclaim.reclaim_id),
+                int(reclaim.complete),
+                reclaim.reclaim_id,
+                reclaim.producer_id,
+                reclaim.requested_bytes,
+                reclaim.returned_bytes,
+                reclaim.requested_s,
+                reclaim.deadline_s,
+                json.dumps(reclaim.lease_ids),
+            ),
+        )
+
+    def delete_reclaim(self, reclaim_id: str) -> None:
+        self._conn.execute(
+            "DELETE FROM ledger_reclaim WHERE pool_id = ? AND reclaim_id = ?",
+            (self._pool, reclaim_id),
+        )
+
+    def prune_completed_reclaims(self, keep: int) -> None:
+        self._conn.execute(
+            "DELETE FROM ledger_reclaim WHERE pool_id = ? AND complete = 1 AND seq <= ("
+            "SELECT seq FROM ledger_reclaim WHERE pool_id = ? AND complete = 1 "
+            "ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+            (self._pool, self._pool, keep),
+        )
+
+    def record(self, key: str, call: RecordedCall, revision: int) -> None:
+        self._conn.execute(
+            "INSERT INTO ledger_request "
+            "(pool_id, idempotency_key, method, digest, response, revision) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (self._pool, key, call.method, call.digest, call.response, revision),
+        )
+
+    def prune_records(self, up_to_revision: int) -> None:
+        self._conn.execute(
+            "DELETE FROM ledger_request WHERE pool_id = ? AND revision <= ?",
+            (self._pool, up_to_revision),
+        )
+
+
+class SqliteLedgerBackend:
+    """planner.service.ledger_rows.LedgerBackend on the planner's SQLite store."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+        db.register_schema("ledger", _SCHEMA, migrate_pool_documents)
+
+    @contextmanager
+    def change(self, pool_id: str) -> Iterator[SqliteLedgerTransaction]:
+        with self.db.transaction() as conn:
+            yield SqliteLedgerTransaction(conn, pool_id)
+
+    def rows(self, pool_id: str) -> PoolRows | None:
+        with self.db.reading() as conn:
+            counters = SqliteLedgerTransaction(conn, pool_id).counters()
+            if counters is None:
+                return None
+            producers = conn.execute(
+                f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? "
+                "ORDER BY producer_id",
+                (pool_id,),
+            ).fetchall()
+            leases = conn.execute(
+                f"SELECT {_LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? ORDER BY seq",
+                (pool_id,),
+            ).fetchall()
+            reclaims = conn.execute(
+                f"SELECT {_RECLAIM_COLUMNS} FROM ledger_reclaim WHERE pool_id = ? ORDER BY seq",
+                (pool_id,),
+            ).fetchall()
+        return PoolRows(
+            counters=counters,
+            producers=[_producer(r) for r in producers],
+            leases=[_lease(r) for r in leases],
+            reclaims=[_reclaim(r) for r in reclaims],
+        )
+
+
+def migrate_pool_documents(conn: sqlite3.Connection) -> None:
+    """Converts pools kept as one JSON document each (tables placement_pool
+    and placement_request) to rows, and drops the old tables."""
+    tables = {
+        str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+    if "placement_pool" not in tables:
+        return
+    for pool_id, revision, state in conn.execute(
+        "SELECT pool_id, revision, state FROM placement_pool"
+    ).fetchall():
+        ledger = Ledger.from_dict(json.loads(state))
+        tx = SqliteLedgerTransaction(conn, str(pool_id))
+        tx.put_counters(PoolCounters(int(revision), ledger.next_lease, ledger.next_reclaim))
+        for pid, account in ledger.producers.items():
+            tx.put_producer(account, ledger.lendable_bytes(pid))
+        for lease in ledger.leases.values():
+            tx.put_lease(lease)
+        for reclaim in ledger.reclaims.values():
+            tx.put_reclaim(reclaim)
+    if "placement_request" in tables:
+        conn.execute(
+            "INSERT OR IGNORE INTO ledger_request "
+            "(pool_id, idempotency_key, method, digest, response, revision) "
+            "SELECT pool_id, idempotency_key, method, digest, response, revision "
+            "FROM placement_request"
+        )
+        conn.execute("DROP TABLE placement_request")
+    conn.execute("DROP TABLE placement_pool")
