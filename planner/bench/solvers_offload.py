@@ -193,8 +193,9 @@ def _run_model(inst: Instance, limit_s: float, backend: Backend) -> Outcome:
 
 def _run_exhaustive(inst: Instance) -> Outcome:
     started = time.perf_counter()
-    choice, best, _ = inst.problem.enumerate()
+    found = inst.problem.enumerate()
     wall = time.perf_counter() - started
+    choice, best = found.choice, found.latency
     if choice is None:
         return Outcome(Status.INFEASIBLE.value, wall, None, None, None, None)
     return Outcome(Status.OPTIMAL.value, wall, best, best, best, 0.0)

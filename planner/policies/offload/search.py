@@ -260,7 +260,7 @@ def _load_kernels() -> None:
         problem.evaluate(np.zeros((1, 3), np.int64))
         evaluate_one(kernel, np.zeros(3, np.int64))
         fill_from_nothing(kernel, new_work(64), math.inf)
-        optimum, _, _ = problem.enumerate()
+        optimum = problem.enumerate().choice
         if optimum is not None:
             tally = np.zeros(len(TALLY), np.int64)
             improve(kernel, new_work(64), math.inf, optimum, 4, tally)
