@@ -67,6 +67,8 @@ def solve_gurobi(
         p.OutputFlag = 1 if options.log else 0
         p.TimeLimit = max(time_limit_s, 0.0)
         p.Threads = options.threads
+        if options.work_limit is not None:
+            p.WorkLimit = options.work_limit
         p.MIPGap = options.relative_gap
         p.Seed = options.seed
         vtypes = [_VTYPE[int(v)] for v in f.vtype]

@@ -1,6 +1,9 @@
 """Fixtures shared by every test folder: a real PostgreSQL server for the
 suites that run against both stores (planner.bench.postgres_server).
 
+Hypothesis runs without its per-example deadline: speed is measured by the
+benchmarks, and a deadline only turns a loaded machine into a failure.
+
 Tests that need it skip, saying why, only when no server can be started
 here (no binaries: `make postgresql-server` installs Debian's package);
 with PLANNER_REQUIRE_POSTGRESQL=1 (CI) they fail instead."""
@@ -13,6 +16,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("planner", deadline=None)
+settings.load_profile("planner")
 
 REQUIRE_ENV = "PLANNER_REQUIRE_POSTGRESQL"
 STORES = ("sqlite", "postgresql")  # as tests/service/stores.py

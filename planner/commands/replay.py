@@ -777,6 +777,7 @@ def _run_long_context(
                     "link_layer_blocks_per_s": config.link_blocks_per_s,
                     "offload_time_limit_s": params.time_limit_s,
                     "offload_node_limit": params.node_limit,
+                    "offload_ilp_work_limit": params.ilp_work_limit,
                     "offload_backend": str(params.backend),
                     "flexgen_design_tokens": design,
                 }

@@ -116,6 +116,11 @@ def _rows() -> list[tuple[str, list[_Row]]]:
                 _Row("Pauses (Pause-Resume)", lambda m: m.stats.pauses, _int),
                 _Row("Planning wall time", lambda m: m.stats.plan_wall_s, fmt_seconds),
                 _Row("Solver time share", lambda m: m.stats.solver_time_share, fmt_pct),
+                _Row("Solves", lambda m: m.stats.solves.solves or None, _int),
+                _Row("Solves proved optimal", lambda m: _optimal_share(m.stats), fmt_pct),
+                _Row("Solver gap max", lambda m: m.stats.solves.gap_max, fmt_pct),
+                _Row("Solver nodes", lambda m: m.stats.solves.nodes or None, _int),
+                _Row("Solves stopped by the clock", lambda m: _clock_stops(m.stats), _int),
                 _Row(
                     "Planning wall / sim time",
                     lambda m: (
@@ -151,6 +156,15 @@ def _rows() -> list[tuple[str, list[_Row]]]:
             ],
         ),
     ]
+
+
+def _optimal_share(stats: LongctxStats) -> float | None:
+    s = stats.solves
+    return s.statuses.get("OPTIMAL", 0) / s.solves if s.solves else None
+
+
+def _clock_stops(stats: LongctxStats) -> float | None:
+    return stats.solves.over_time_limit if stats.solves.solves else None
 
 
 def _peak_fraction(stats: LongctxStats) -> float | None:
