@@ -199,7 +199,7 @@ def evaluate_drop_trigger_rpc(
         return cluster_pb2.EvaluateDropTriggerResponse(
             instances=triggers,
             drop=any(t.drop for t in triggers),
-            required_bytes=sum(t.shortfall_bytes for t in triggers),
+            required_bytes=min(sum(t.shortfall_bytes for t in triggers), MAX_BYTES),
             revision=revision,
         )
 

@@ -200,6 +200,30 @@ def test_drop_trigger_remembers_rates_per_cluster(stub):
     assert not stateless.drop and stateless.revision == 0
 
 
+def test_shortfalls_past_the_byte_limit_sum_to_all_of_it(stub):
+    """Two instances each short by as much as a byte count may say (2^62):
+    their sum is capped there too, not an int64 overflow (INTERNAL)."""
+    huge = cluster_pb2.InstanceMemory(
+        kv_used_bytes=2**61,
+        hbm_available_bytes=2**61 + GB,
+        kv_rate_bytes_per_s=float(2**62),
+        hbm_rate_bytes_per_s=-float(2**62),
+    )
+    a, b = cluster_pb2.InstanceMemory(), cluster_pb2.InstanceMemory()
+    a.CopyFrom(huge)
+    b.CopyFrom(huge)
+    a.instance_id, b.instance_id = "a", "b"
+    response = stub.EvaluateDropTrigger(
+        cluster_pb2.EvaluateDropTriggerRequest(
+            now_s=0.0, instances=[a, b], params=cluster_pb2.TriggerParams(horizon_s=4.0)
+        ),
+        timeout=10,
+    )
+    shortfalls = [t.shortfall_bytes for t in response.instances]
+    assert shortfalls == [2**62, 2**62]
+    assert response.drop and response.required_bytes == 2**62
+
+
 def test_restore_with_hysteresis_updates_the_stored_plan(stub):
     cid = "cluster-restore"
     plan = stub.PlanBuddyGroups(plan_request(cid, required_bytes=P), timeout=10).plan
