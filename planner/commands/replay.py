@@ -8,8 +8,10 @@ import argparse
 import contextlib
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from planner.commands.trace import add_trace_argument, check_max_trace_bytes
 from planner.domain.offload import OFFLOAD_BACKEND_NAMES, backend_named
@@ -619,6 +621,8 @@ def _replay(args: argparse.Namespace) -> int:
             for policy in policies
         ]
         sweep[scale] = compare(results)
+        for result, m in zip(results, sweep[scale], strict=True):
+            _collect(args, result, m.to_json())
         every_result.extend(results)
         if not main_results:
             main_results = results
@@ -647,6 +651,13 @@ def _replay(args: argparse.Namespace) -> int:
         )
         print(f"wrote {len(paths)} plots to {args.report_dir}")
     return 0
+
+
+def _collect(args: argparse.Namespace, result: ReplayResult, summary: dict[str, Any]) -> None:
+    """Hands each run to a caller in process (planner.api), if one asked."""
+    collect: Callable[[ReplayResult, dict[str, Any]], None] | None = getattr(args, "collect", None)
+    if collect is not None:
+        collect(result, summary)
 
 
 def _wrote(path: Path) -> None:
@@ -785,6 +796,8 @@ def _run_long_context(
             runs.append(run)
             every_run.append(run)
         metrics = [summarize_longctx(r) for r in runs]
+        for run, m in zip(runs, metrics, strict=True):
+            _collect(args, run.result, {**m.metrics.to_json(), "offload": m.offload_json()})
         gpu_gb = config.gpu_block_budget * config.layer_block_bytes / 1e9
         print_longctx_report(
             metrics,
@@ -869,6 +882,8 @@ def _run_cluster(
             runs.append(run)
             every_run.append(run)
         metrics = [summarize_cluster(r) for r in runs]
+        for run, m in zip(runs, metrics, strict=True):
+            _collect(args, run.result, {**m.metrics.to_json(), "cluster": m.cluster_json()})
         kv_gb = config.kv_blocks_per_instance * config.block_bytes / 1e9
         print_cluster_report(
             metrics,
@@ -948,6 +963,8 @@ def _run_serverless(
             runs.append(run)
             every_run.append(run)
         metrics = compare_serverless(runs)
+        for run, m in zip(runs, metrics, strict=True):
+            _collect(args, run.result, {**m.metrics.to_json(), "serverless": m.serverless_json()})
         sweep[scale] = metrics
         models = len({t.model for t in trace})
         print_serverless_report(
