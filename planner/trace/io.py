@@ -20,9 +20,10 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from planner.input_file import InputFileError, display_name, read_lines
+from planner.input_file import STDIN, InputFileError, display_name, read_bytes, read_lines
 from planner.trace.atomic import atomic_write_lines
 from planner.trace.errors import TraceError
+from planner.trace.fast_load import read_trace_columns
 from planner.trace.records import TraceRequest
 from planner.trace.validate import (
     SequenceChecker,
@@ -99,8 +100,20 @@ def load_trace(
 
     An arrival earlier than the one before it is an error naming its line,
     unless `sort` is True: then the requests are sorted by arrival (stable,
-    so equal arrivals keep their file order)."""
+    so equal arrivals keep their file order).
+
+    A file is read by the columnar reader first (planner.trace.fast_load);
+    where that cannot vouch for it, line by line, which names the bad line."""
     name = display_name(path)
+    if str(path) != STDIN:
+        try:
+            data = read_bytes(path, max_bytes)
+        except InputFileError:
+            data = None  # the line reader says why
+        if data is not None:
+            fast = read_trace_columns(data, sort=sort, max_line_bytes=MAX_LINE_BYTES)
+            if fast is not None:
+                return fast
     requests: list[TraceRequest] = []
     checker = SequenceChecker(check_order=not sort)
     for line, text in _lines(path, max_bytes):
