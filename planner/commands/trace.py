@@ -24,7 +24,7 @@ from planner.trace.exporters import EXPORTERS, export_trace
 from planner.trace.generate import GenConfig, check_seed, generate
 from planner.trace.importers import CONVERTERS
 from planner.trace.importers.base import ImportOptions
-from planner.trace.importers.pipeline import import_trace
+from planner.trace.importers.pipeline import import_trace_to_file
 from planner.trace.io import MAX_LINE_BYTES, MAX_TRACE_BYTES, load_trace, write_trace
 from planner.trace.length_model import LengthModel, build_length_model
 from planner.trace.lengths_file import read_lengths_file
@@ -385,8 +385,7 @@ def run_import(args: argparse.Namespace) -> int:
             seed=_seed(args),
             lengths=_length_model(args, default=None) if "lengths" in converter.options else None,
         )
-        requests, summary = import_trace(args.format, args.source, options, _stamp(args))
-        summary.written = write_trace(args.output, requests)
+        summary = import_trace_to_file(args.format, args.source, options, _stamp(args), args.output)
     except (TraceError, SpecError, OutputPathError) as exc:
         return _fail("import", str(exc))
     except OSError as exc:

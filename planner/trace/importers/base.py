@@ -10,11 +10,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from planner.trace.arrivals import RateSchedule
 from planner.trace.errors import TraceError, show_value
 from planner.trace.human import format_duration
 from planner.trace.length_model import LengthModel
+
+if TYPE_CHECKING:
+    from planner.trace.importers.columns import SourceColumns
 
 
 @dataclass(slots=True)
@@ -80,6 +84,9 @@ class ImportSummary:
 
 
 Reader = Callable[[Path, ImportOptions, ImportSummary], list[SourceRecord]]
+# The columnar reader (planner.trace.importers.columns): None where the
+# strict Reader must decide.
+ColumnReader = Callable[[Path, ImportSummary], "SourceColumns | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +95,7 @@ class Converter:
     help: str
     read: Reader
     options: frozenset[str] = frozenset()  # format-specific options it accepts
+    read_columns: ColumnReader | None = None
 
 
 def source_error(path: Path, line: int | None, column: str | None, reason: str) -> TraceError:
