@@ -27,6 +27,7 @@ from planner.bench import (
     rotation_quality,
     service,
     solvers_offload,
+    trace_io,
 )
 from planner.bench.baseline import DEFAULT_FACTOR, compare
 from planner.bench.machine import load_average, machine_info
@@ -137,6 +138,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     kernels.register(benches)
     service.register(benches)
     ledger.register(benches)
+    trace_io.register(benches)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

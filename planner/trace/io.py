@@ -103,17 +103,26 @@ def load_trace(
     so equal arrivals keep their file order).
 
     A file is read by the columnar reader first (planner.trace.fast_load);
-    where that cannot vouch for it, line by line, which names the bad line."""
-    name = display_name(path)
+    where that cannot vouch for it, by read_trace_lines, which names the bad
+    line."""
     if str(path) != STDIN:
         try:
             data = read_bytes(path, max_bytes)
         except InputFileError:
-            data = None  # the line reader says why
+            data = None  # read_trace_lines says why
         if data is not None:
             fast = read_trace_columns(data, sort=sort, max_line_bytes=MAX_LINE_BYTES)
             if fast is not None:
                 return fast
+    return read_trace_lines(path, sort=sort, max_bytes=max_bytes)
+
+
+def read_trace_lines(
+    path: str | Path, *, sort: bool = False, max_bytes: int = MAX_TRACE_BYTES
+) -> list[TraceRequest]:
+    """load_trace line by line: the strict reader, whose errors name the
+    file, the line and the field."""
+    name = display_name(path)
     requests: list[TraceRequest] = []
     checker = SequenceChecker(check_order=not sort)
     for line, text in _lines(path, max_bytes):
