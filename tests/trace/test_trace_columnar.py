@@ -30,6 +30,8 @@ ROWS = [
     "2023-11-16 18:16:47,1,1",
 ]
 AZURE = HEADER + "\r\n".join(ROWS) + "\r\n"
+# Each example overwrites the one file it writes in tmp_path.
+_SLOW_AND_TMP_PATH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 
 
 def strict_bytes(source: Path, options: ImportOptions, stamp: Stamp, out: Path) -> bytes:
@@ -65,9 +67,7 @@ def test_azure_by_columns_sorts_as_the_strict_path(write_file: WriteFile, tmp_pa
     out = tmp_path / "c.jsonl"
     summary = import_trace_to_file("azure", source, ImportOptions(), Stamp(), out)
     assert "1 rows were earlier than the row before them; sorted" in summary.notes
-    assert out.read_bytes() == strict_bytes(
-        source, ImportOptions(), Stamp(), tmp_path / "s.jsonl"
-    )
+    assert out.read_bytes() == strict_bytes(source, ImportOptions(), Stamp(), tmp_path / "s.jsonl")
 
 
 @pytest.mark.parametrize(
@@ -111,9 +111,7 @@ def test_token_count_over_the_limit_is_named_by_its_output_line(
     assert (info.value.line, info.value.field) == (1, "prompt_tokens")
 
 
-def test_blank_lines_are_skipped_and_noted_as_before(
-    write_file: WriteFile, tmp_path: Path
-) -> None:
+def test_blank_lines_are_skipped_and_noted_as_before(write_file: WriteFile, tmp_path: Path) -> None:
     source = write_file("a.csv", HEADER + ROWS[0] + "\r\n\r\n" + ROWS[2] + "\r\n")
     out = tmp_path / "o.jsonl"
     summary = import_trace_to_file("azure", source, ImportOptions(), Stamp(), out)
@@ -154,7 +152,7 @@ def traces(draw: st.DrawFn) -> list[TraceRequest]:
     return requests
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=_SLOW_AND_TMP_PATH)
 @given(trace=traces())
 def test_load_of_save_is_the_trace_by_columns(tmp_path: Path, trace: list[TraceRequest]) -> None:
     path = tmp_path / "t.jsonl"
@@ -195,7 +193,7 @@ def lines(draw: st.DrawFn) -> str:
     return text
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=_SLOW_AND_TMP_PATH)
 @given(trace_lines=st.lists(lines(), min_size=1, max_size=4), sort=st.booleans())
 def test_columns_never_accept_what_the_strict_reader_refuses(
     tmp_path: Path, trace_lines: list[str], sort: bool

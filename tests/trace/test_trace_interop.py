@@ -156,4 +156,3 @@ def test_export_bad_trace_named_with_exit_2(
         f"planner trace export: {trace}:2: prompt_tokens: must be an integer >= 1, got 0"
     )
     assert not out.exists()
-
