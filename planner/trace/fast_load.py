@@ -13,7 +13,9 @@ one the error is the strict reader's.
 
 from __future__ import annotations
 
+import dataclasses
 import io
+from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -97,6 +99,30 @@ def _valid(table: pa.Table, check_order: bool) -> bool:
     return len(blocks) == 0 or (blocks.null_count == 0 and pc.min(blocks).as_py() >= 0)
 
 
+# TraceRequest's fields in an unfrozen class of the same slot layout. A frozen
+# dataclass sets each field through object.__setattr__, which for a million
+# requests costs about a second; building the unfrozen twin and giving it
+# TraceRequest's class (allowed between classes of identical slots) makes
+# the same frozen objects in about half the time.
+_Unfrozen = dataclasses.make_dataclass(
+    "_Unfrozen",
+    [
+        (f.name, f.type, dataclasses.field(default=f.default))
+        for f in dataclasses.fields(TraceRequest)
+    ],
+    slots=True,
+)
+
+
+def _frozen(request: object) -> TraceRequest:
+    request.__class__ = TraceRequest
+    return request  # type: ignore[return-value]
+
+
+def _build(*columns: Iterable[object]) -> list[TraceRequest]:
+    return list(map(_frozen, map(_Unfrozen, *columns)))
+
+
 def _column(table: pa.Table, name: str) -> list[object]:
     column = table[name]
     if column.null_count == len(column):
@@ -111,23 +137,14 @@ def _requests(table: pa.Table) -> list[TraceRequest]:
     outputs = table["output_tokens"].to_numpy().tolist()
     optional = ("id", "model", "tenant", "priority", "slo_ttft_s", "slo_tbt_s")
     if all(table[name].null_count == n for name in (*optional, "prefix_block_ids")):
-        return list(map(TraceRequest, arrivals, prompts, outputs))
+        return _build(arrivals, prompts, outputs)
     blocks_column = table["prefix_block_ids"]
     blocks = (
         [()] * n
         if blocks_column.null_count == n
         else [() if b is None else tuple(b) for b in blocks_column.to_pylist()]
     )
-    return list(
-        map(
-            TraceRequest,
-            arrivals,
-            prompts,
-            outputs,
-            *(_column(table, name) for name in optional),
-            blocks,
-        )
-    )
+    return _build(arrivals, prompts, outputs, *(_column(table, name) for name in optional), blocks)
 
 
 def read_trace_columns(
