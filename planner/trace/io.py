@@ -3,7 +3,9 @@
 One request per line, e.g.
 ``{"arrival_s": 0.52, "prompt_tokens": 812, "output_tokens": 97, "model": "llama-3-8b"}``.
 Reading is strict (the rules are in `planner.trace.validate`); every problem
-is a TraceError naming the file, the 1-based line and the field. Blank lines
+is a TraceError naming the file, the 1-based line and the field. A file is
+first read by columns (planner.trace.fast_load), which gives the same
+requests or hands the file to the line reader. Blank lines
 are errors, not skipped: a trace has one JSON object on every line (the last
 line may or may not end with a newline). An empty file is an error too.
 Reading is bounded (planner.input_file): a regular file or standard input
