@@ -5,7 +5,6 @@ same file on every good input, and on a bad one the strict reader's error
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -206,9 +205,4 @@ def test_columns_never_accept_what_the_strict_reader_refuses(
     except TraceError:
         assert by_columns is None
         return
-    if by_columns is not None:
-        assert by_columns == strict
-        assert all(
-            math.isnan(a.arrival_s) is False and a.arrival_s == b.arrival_s
-            for a, b in zip(by_columns, strict, strict=True)
-        )
+    assert by_columns is None or by_columns == strict
