@@ -4,6 +4,7 @@ same file on every good input, and on a bad one the strict reader's error
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -206,3 +207,13 @@ def test_columns_never_accept_what_the_strict_reader_refuses(
         assert by_columns is None
         return
     assert by_columns is None or by_columns == strict
+
+
+def test_requests_read_by_columns_are_frozen_trace_requests() -> None:
+    data = b'{"arrival_s": 0.5, "prompt_tokens": 2, "output_tokens": 3, "model": "m"}\n'
+    (request,) = read_trace_columns(data, sort=False, max_line_bytes=MAX_LINE_BYTES) or []
+    expected = TraceRequest(0.5, 2, 3, model="m")
+    assert type(request) is TraceRequest
+    assert request == expected and hash(request) == hash(expected)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.prompt_tokens = 4  # type: ignore[misc]
