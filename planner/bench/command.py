@@ -28,6 +28,7 @@ from planner.bench import (
     rotation_quality,
     service,
     solvers_offload,
+    trace_io,
 )
 from planner.bench.baseline import DEFAULT_FACTOR, compare
 from planner.bench.machine import load_average, machine_info
@@ -139,6 +140,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     service.register(benches)
     ledger.register(benches)
     calibration.register(benches)
+    trace_io.register(benches)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

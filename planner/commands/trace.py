@@ -1,4 +1,4 @@
-"""`planner trace import|gen|stats`: make and inspect request traces.
+"""`planner trace import|export|gen|stats`: make, convert and inspect request traces.
 
 Exit codes: 0 done; 2 bad input (a bad line of a file, named by file:line
 and field, or a bad option), one line on stderr, nothing written; 1 anything
@@ -20,10 +20,11 @@ from planner.input_file import STDIN, display_name
 from planner.output_paths import OutputPathError, check_output_file
 from planner.trace.arrivals import RateSchedule, check_burstiness
 from planner.trace.errors import SpecError, TraceError
+from planner.trace.exporters import EXPORTERS, export_trace
 from planner.trace.generate import GenConfig, check_seed, generate
 from planner.trace.importers import CONVERTERS
 from planner.trace.importers.base import ImportOptions
-from planner.trace.importers.pipeline import import_trace
+from planner.trace.importers.pipeline import import_trace_to_file
 from planner.trace.io import MAX_LINE_BYTES, MAX_TRACE_BYTES, load_trace, write_trace
 from planner.trace.length_model import LengthModel, build_length_model
 from planner.trace.lengths_file import read_lengths_file
@@ -65,13 +66,14 @@ def _para(text: str, indent: str = "") -> str:
 def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "trace",
-        help="make and inspect request traces (import, gen, stats)",
+        help="make and inspect request traces (import, export, gen, stats)",
         description="Request traces in the JSON-lines format of `planner replay`: one request "
         "per line with arrival_s, prompt_tokens, output_tokens (and optional id, model, "
         "tenant, priority, slo_ttft_s, slo_tbt_s, prefix_block_ids).",
     )
     sub = p.add_subparsers(dest="trace_command", metavar="COMMAND")
     _register_import(sub)
+    _register_export(sub)
     _register_gen(sub)
     _register_stats(sub)
     p.set_defaults(func=lambda args: _usage(p))
@@ -170,6 +172,33 @@ def _register_import(sub: Subparsers) -> None:
     _add_length_options(p, "alibaba only")
     _add_stamp_options(p)
     p.set_defaults(func=run_import)
+
+
+def _register_export(sub: Subparsers) -> None:
+    formats = "\n".join(
+        textwrap.fill(
+            f"{name:<15} {e.help}. {' '.join(e.notes)}",
+            width=79,
+            initial_indent="  ",
+            subsequent_indent=" " * 18,
+            break_on_hyphens=False,
+        )
+        for name, e in EXPORTERS.items()
+    )
+    p = sub.add_parser(
+        "export",
+        help="convert a JSON-lines trace to another tool's format",
+        formatter_class=_Formatter,
+        description=_para(
+            "Write a JSON-lines trace in another tool's trace format, atomically. Prints "
+            "the fields the format cannot carry (and on how many requests they were set)."
+        ),
+        epilog=f"formats:\n{formats}",
+    )
+    add_trace_argument(p)
+    p.add_argument("--format", required=True, choices=list(EXPORTERS), help="format to write")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="file to write")
+    p.set_defaults(func=run_export)
 
 
 def _register_gen(sub: Subparsers) -> None:
@@ -356,12 +385,27 @@ def run_import(args: argparse.Namespace) -> int:
             seed=_seed(args),
             lengths=_length_model(args, default=None) if "lengths" in converter.options else None,
         )
-        requests, summary = import_trace(args.format, args.source, options, _stamp(args))
-        summary.written = write_trace(args.output, requests)
+        summary = import_trace_to_file(args.format, args.source, options, _stamp(args), args.output)
     except (TraceError, SpecError, OutputPathError) as exc:
         return _fail("import", str(exc))
     except OSError as exc:
         return _fail("import", f"cannot write {args.output}: {exc.strerror or exc}", EXIT_FAILED)
+    for line in summary.lines():
+        print(line)
+    print(f"wrote {args.output}")
+    return EXIT_OK
+
+
+def run_export(args: argparse.Namespace) -> int:
+    try:
+        check_output_file("--output", args.output)
+        check_max_trace_bytes(args.max_trace_bytes)
+        requests = load_trace(args.trace, max_bytes=args.max_trace_bytes)
+        summary = export_trace(EXPORTERS[args.format], requests, args.output)
+    except (TraceError, SpecError, OutputPathError) as exc:
+        return _fail("export", str(exc))
+    except OSError as exc:
+        return _fail("export", f"cannot write {args.output}: {exc.strerror or exc}", EXIT_FAILED)
     for line in summary.lines():
         print(line)
     print(f"wrote {args.output}")

@@ -3,7 +3,9 @@
 One request per line, e.g.
 ``{"arrival_s": 0.52, "prompt_tokens": 812, "output_tokens": 97, "model": "llama-3-8b"}``.
 Reading is strict (the rules are in `planner.trace.validate`); every problem
-is a TraceError naming the file, the 1-based line and the field. Blank lines
+is a TraceError naming the file, the 1-based line and the field. A file is
+first read by columns (planner.trace.fast_load), which gives the same
+requests or hands the file to the line reader. Blank lines
 are errors, not skipped: a trace has one JSON object on every line (the last
 line may or may not end with a newline). An empty file is an error too.
 Reading is bounded (planner.input_file): a regular file or standard input
@@ -20,9 +22,10 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from planner.input_file import InputFileError, display_name, read_lines
+from planner.input_file import STDIN, InputFileError, display_name, read_bytes, read_lines
 from planner.trace.atomic import atomic_write_lines
 from planner.trace.errors import TraceError
+from planner.trace.fast_load import read_trace_columns
 from planner.trace.records import TraceRequest
 from planner.trace.validate import (
     SequenceChecker,
@@ -99,7 +102,28 @@ def load_trace(
 
     An arrival earlier than the one before it is an error naming its line,
     unless `sort` is True: then the requests are sorted by arrival (stable,
-    so equal arrivals keep their file order)."""
+    so equal arrivals keep their file order).
+
+    A file is read by the columnar reader first (planner.trace.fast_load);
+    where that cannot vouch for it, by read_trace_lines, which names the bad
+    line."""
+    if str(path) != STDIN:
+        try:
+            data = read_bytes(path, max_bytes)
+        except InputFileError:
+            data = None  # read_trace_lines says why
+        if data is not None:
+            fast = read_trace_columns(data, sort=sort, max_line_bytes=MAX_LINE_BYTES)
+            if fast is not None:
+                return fast
+    return read_trace_lines(path, sort=sort, max_bytes=max_bytes)
+
+
+def read_trace_lines(
+    path: str | Path, *, sort: bool = False, max_bytes: int = MAX_TRACE_BYTES
+) -> list[TraceRequest]:
+    """load_trace line by line: the strict reader, whose errors name the
+    file, the line and the field."""
     name = display_name(path)
     requests: list[TraceRequest] = []
     checker = SequenceChecker(check_order=not sort)

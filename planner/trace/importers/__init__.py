@@ -3,7 +3,7 @@ format; the registry maps --format names to them)."""
 
 from __future__ import annotations
 
-from planner.trace.importers import alibaba, azure, burstgpt, mooncake, sharegpt
+from planner.trace.importers import alibaba, azure, burstgpt, mooncake, sharegpt, vidur
 from planner.trace.importers.base import Converter, ImportOptions, ImportSummary
 
 CONVERTERS: dict[str, Converter] = {
@@ -14,6 +14,7 @@ CONVERTERS: dict[str, Converter] = {
         burstgpt.CONVERTER,
         sharegpt.CONVERTER,
         alibaba.CONVERTER,
+        vidur.CONVERTER,
     )
 }
 

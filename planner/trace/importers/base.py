@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from planner.trace.arrivals import RateSchedule
 from planner.trace.errors import TraceError, show_value
 from planner.trace.human import format_duration
@@ -80,6 +83,21 @@ class ImportSummary:
 
 
 Reader = Callable[[Path, ImportOptions, ImportSummary], list[SourceRecord]]
+# The columnar reader (planner.trace.importers.columns): None where the
+# strict Reader must decide.
+ColumnReader = Callable[[Path, ImportSummary], "SourceColumns | None"]
+
+Int64s = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceColumns:
+    """A source's requests as columns, in file order; times in integer
+    nanoseconds on the source's own clock; token counts already >= 1."""
+
+    time_ns: Int64s
+    prompt_tokens: Int64s
+    output_tokens: Int64s
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +106,7 @@ class Converter:
     help: str
     read: Reader
     options: frozenset[str] = frozenset()  # format-specific options it accepts
+    read_columns: ColumnReader | None = None
 
 
 def source_error(path: Path, line: int | None, column: str | None, reason: str) -> TraceError:

@@ -16,10 +16,12 @@ import math
 from pathlib import Path
 
 from planner.input_file import InputFileError, check_regular_file
+from planner.trace.atomic import atomic_write_lines
 from planner.trace.errors import SpecError, TraceError
 from planner.trace.importers import CONVERTERS
 from planner.trace.importers.base import ImportOptions, ImportSummary, SourceRecord
-from planner.trace.io import MAX_SOURCE_BYTES
+from planner.trace.importers.columns import json_lines, order_and_window
+from planner.trace.io import MAX_SOURCE_BYTES, write_trace
 from planner.trace.records import TraceRequest
 from planner.trace.stamp import Stamp
 
@@ -72,14 +74,8 @@ def _windowed(
     return out
 
 
-def import_trace(
-    fmt: str, source: str | Path, options: ImportOptions, stamp: Stamp | None = None
-) -> tuple[list[TraceRequest], ImportSummary]:
-    """Convert `source` (of format `fmt`); the summary says what was dropped,
-    changed and left out. Raises TraceError (bad source) or SpecError (bad
-    options); returns at least one request."""
-    converter = CONVERTERS.get(fmt)
-    if converter is None:
+def _checked_source(fmt: str, source: str | Path, options: ImportOptions) -> Path:
+    if fmt not in CONVERTERS:
         raise SpecError("--format", f"unknown format {fmt!r} (known: {', '.join(CONVERTERS)})")
     check_window(options)
     path = Path(source)
@@ -87,6 +83,41 @@ def import_trace(
         check_regular_file(path, MAX_SOURCE_BYTES)
     except InputFileError as exc:
         raise TraceError(None, None, exc.reason, path=path) from None
+    return path
+
+
+def import_trace_to_file(
+    fmt: str, source: str | Path, options: ImportOptions, stamp: Stamp, output: str | Path
+) -> ImportSummary:
+    """import_trace, then write_trace to `output`; by columns where the
+    converter has a columnar reader that vouches for the source (the same
+    requests, the same summary), else request by request."""
+    path = _checked_source(fmt, source, options)
+    read_columns = CONVERTERS[fmt].read_columns
+    if read_columns is not None:
+        summary = ImportSummary(format=fmt, source=str(source))
+        columns = read_columns(path, summary)
+        if columns is not None:
+            trace = order_and_window(columns, options, summary)
+            if len(trace) and trace.valid():
+                atomic_write_lines(output, json_lines(trace, stamp))
+                summary.written = len(trace)
+                summary.first_arrival_s = float(trace.arrival_s[0])
+                summary.last_arrival_s = float(trace.arrival_s[-1])
+                return summary
+    requests, summary = import_trace(fmt, source, options, stamp)
+    summary.written = write_trace(output, requests)
+    return summary
+
+
+def import_trace(
+    fmt: str, source: str | Path, options: ImportOptions, stamp: Stamp | None = None
+) -> tuple[list[TraceRequest], ImportSummary]:
+    """Convert `source` (of format `fmt`); the summary says what was dropped,
+    changed and left out. Raises TraceError (bad source) or SpecError (bad
+    options); returns at least one request."""
+    path = _checked_source(fmt, source, options)
+    converter = CONVERTERS[fmt]
     summary = ImportSummary(format=fmt, source=str(source))
     records = _ordered(converter.read(path, options, summary), summary)
     if not records:
