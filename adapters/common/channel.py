@@ -72,6 +72,9 @@ class PlannerChannel:
             else None
         )
         self._local = InProcessPlanner(deadline_s) if target is None else None
+        # Pipelined calls over gRPC: one sending thread, one call in flight.
+        self._sender: ThreadPoolExecutor | None = None
+        self._sent: Future[Message] | None = None
 
     @property
     def in_process(self) -> bool:
@@ -88,10 +91,27 @@ class PlannerChannel:
                 response, reason = self._ask(rpc, request)
         elapsed = time.perf_counter() - start
         counters.record_call(elapsed)
+        counters.record_wait(elapsed)
         if reason is not None:
             counters.record_fallback(reason)
             return None
         return response
+
+    def send(self, rpc: Rpc, request: Message, timeout_s: float) -> Future[Message] | None:
+        """Sends a call without waiting for it (pipelined planning): the
+        future ends with the answer or the planner's error (PlannerError
+        over gRPC). None while an earlier sent call is still running: one
+        call in flight at a time. Over gRPC the call is cut after timeout_s;
+        in process the planner thread finishes it whatever it takes."""
+        if self._local is not None:
+            return self._local.send(rpc, request)
+        if self._sent is not None and not self._sent.done():
+            return None
+        if self._sender is None:
+            self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner-send")
+        assert self._client is not None
+        self._sent = self._sender.submit(self._client.call, rpc, request, timeout_s)
+        return self._sent
 
     def _ask(self, rpc: Rpc, request: Message) -> tuple[Message | None, FallbackReason | None]:
         try:
@@ -100,12 +120,14 @@ class PlannerChannel:
             assert self._local is not None
             return self._local.call(rpc, request)
         except PlannerError as exc:
-            return None, _reason(exc.code)
+            return None, reason_of(exc.code)
         except Exception:
             # Whatever the planner does wrong, the engine keeps running.
             return None, FallbackReason.ERROR
 
     def close(self) -> None:
+        if self._sender is not None:
+            self._sender.shutdown(wait=False, cancel_futures=True)
         if self._client is not None:
             self._client.close()
         if self._local is not None:
@@ -139,7 +161,7 @@ def short_gil_switch_interval(interval_s: float = CALL_SWITCH_INTERVAL_S) -> Ite
             sys.setswitchinterval(previous)
 
 
-def _reason(code: grpc.StatusCode) -> FallbackReason:
+def reason_of(code: grpc.StatusCode) -> FallbackReason:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return FallbackReason.DEADLINE
     if code == grpc.StatusCode.UNAVAILABLE:
@@ -197,6 +219,19 @@ class InProcessPlanner:
         if time.perf_counter() - start > self.deadline_s:
             return None, FallbackReason.DEADLINE
         return response, None
+
+    def send(self, rpc: Rpc, request: Message) -> Future[Message] | None:
+        """Starts a call on the planner thread without waiting for it; None
+        while the thread is still busy with an earlier call. The future ends
+        with the answer or what the handler raised (or why loading failed)."""
+        if self.busy:
+            return None
+        if self._handler is None:
+            failed: Future[Message] = self._last
+            return failed
+        future = self._pool.submit(self._run, rpc, request)
+        self._last = future
+        return future
 
     def wait_idle(self, timeout_s: float | None = None) -> bool:
         """Whether the planner thread finished its last call within timeout_s."""
