@@ -290,3 +290,21 @@ def test_a_pending_call_is_taken_once(views, pools):
         assert link.take_rotation(call) is not None
         with pytest.raises(RuntimeError, match="once"):
             link.take_rotation(call)
+
+
+def test_gil_switch_interval_is_short_while_a_pipelined_call_is_in_flight(
+    views, pools, stuck_in_process
+):
+    previous = sys.getswitchinterval()
+    with PlannerLink(None, deadline_s=0.005) as link:
+        assert link._local.wait_idle(ROUND_TRIP_DEADLINE_S)
+        pipeline = PlanPipeline(link, max_age_s=ROUND_TRIP_DEADLINE_S)
+        pipeline.send(build_rotation_request(views, pools, NOW_S), None)
+        assert stuck_in_process.entered.wait(ROUND_TRIP_DEADLINE_S)
+        # Between steps, with no one waiting on the call: still short.
+        assert pipeline.take() is None
+        assert sys.getswitchinterval() == pytest.approx(CALL_SWITCH_INTERVAL_S)
+        stuck_in_process.set()
+        _answered(pipeline)
+        assert pipeline.take() is not None
+    assert sys.getswitchinterval() == previous
