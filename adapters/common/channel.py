@@ -80,6 +80,11 @@ class PlannerChannel:
     def in_process(self) -> bool:
         return self._client is None
 
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        """Whether the in-process planner thread is free (its handler loaded,
+        its last call finished) within timeout_s; True at once over gRPC."""
+        return self._local is None or self._local.wait_idle(timeout_s)
+
     def call(self, rpc: Rpc, request: Message, counters: FallbackCounters) -> Message | None:
         """The answer, or None with the fallback counted. The caller counts
         an answer it accepts (record_ok) or rejects (INVALID_PLAN)."""

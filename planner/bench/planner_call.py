@@ -62,6 +62,7 @@ def snapshot(num_requests: int, seed: int = 0) -> rotation_pb2.PlanRotationReque
 def measure(
     link: PlannerLink, request: rotation_pb2.PlanRotationRequest, calls: int, step_s: float = 0.005
 ) -> list[float]:
+    link.wait_idle()
     for _ in range(20):
         link.plan_rotation(request)
     latencies = []
@@ -80,6 +81,8 @@ def measure_pipelined(
     "forward pass" (sleep step_s). Returns each step's wait (sorted), the
     steps without an answer in time, and the steps that asked."""
     pipeline: PlanPipeline[None] = PlanPipeline(link)
+    # In process, calls fall back until the planner thread has loaded.
+    link.wait_idle()
     for _ in range(20):
         pipeline.send(request, None)
         pipeline.take()
