@@ -13,7 +13,7 @@ GIL while the engine's thread busy-waits for the model (vLLM spins on its
 worker's queue, giving the GIL back only for an instant at each turn), and
 with CPython's 5 ms it gets it only after whole intervals. Measured with a
 thread spinning like that, 10 ms steps, PlanRotation at 200 requests over
-loopback gRPC: 55 of 400 answers late at 5 ms, 2 at 0.2 ms
+loopback gRPC: 16 % of answers late at 5 ms, 1-1.5 % at 0.2 ms
 (docs/benchmarks.md)."""
 
 from __future__ import annotations
