@@ -37,13 +37,16 @@ from planner.bench.tiny_llama import cached
 from planner.bench.vllm_server import VllmServer, VllmServerConfig
 
 SECTION = "vllm-plugin"
-# The plugin's configurations: where the planner runs and how each step's
-# plan is asked for (additional_config.planner.planning).
+# The plugin's configurations: where the planner runs, how each step's plan
+# is asked for (additional_config.planner.planning), and whether the swap
+# connector is on (off: every preemption, the planner's and vLLM's, is by
+# recompute, vLLM's own way; the planner's counters are then not on /metrics).
 PLUGIN_CONFIGS = {
-    "grpc": ("grpc", "pipelined"),
-    "grpc-sync": ("grpc", "synchronous"),
-    "in-process": ("in-process", "pipelined"),
-    "in-process-sync": ("in-process", "synchronous"),
+    "grpc": ("grpc", "pipelined", True),
+    "grpc-sync": ("grpc", "synchronous", True),
+    "in-process": ("in-process", "pipelined", True),
+    "in-process-sync": ("in-process", "synchronous", True),
+    "in-process-recompute": ("in-process", "pipelined", False),
 }
 CONFIGS = ("plain", *PLUGIN_CONFIGS)
 # vLLM's CPU backend reserves an extra core for any KV connector; this one
@@ -210,8 +213,9 @@ def run_one(
         "slo_tbt_s": args.slo_tpot_s,
         "deadline_ms": args.deadline_ms,
     }
+    swap = on
     if on:
-        where, planning = PLUGIN_CONFIGS[config]
+        where, planning, swap = PLUGIN_CONFIGS[config]
         planner["planning"] = planning
         if where == "grpc":
             planner["target"] = planner_target
@@ -222,7 +226,7 @@ def run_one(
         port=port,
         num_gpu_blocks=case.num_gpu_blocks,
         scheduler=on,
-        connector=on,
+        connector=swap,
         planner=planner if on else {},
         env=ENV,
     )
