@@ -284,11 +284,17 @@ class PlannerSchedulerBase(Scheduler):  # type: ignore[misc, unused-ignore]
         held = [self.requests[rid] for rid in actions.preempt]
         first = [self.requests[rid] for rid in actions.resume]
         self.waiting.remove_requests(held + first)
-        self.waiting.prepend_requests(first)
+        self.put_first(first)
         try:
             return super().schedule(throttle_prefills)
         finally:
-            self.waiting.prepend_requests(held)
+            self.put_first(held)
+
+    def put_first(self, requests: list[Request]) -> None:
+        """At the head of the waiting queue, in this order (vLLM's
+        prepend_requests reverses the order it is given)."""
+        for request in reversed(requests):
+            self.waiting.prepend_request(request)
 
     def pool_sizes(self) -> PoolSizes:
         connector = self.connector

@@ -150,7 +150,7 @@ def test_pipelined_plan_applies_at_the_next_step_unless_stale(engine):
         plan = in_flight.call._future.result(timeout=10).plan
         if plan.fcfs_fallback or not plan.prioritized:
             continue
-        if aborted is None:
+        if applied and aborted is None:
             aborted = plan.prioritized[0].id
             run.scheduler.finish_requests(aborted, RequestStatus.FINISHED_ABORTED)
             run.step()
@@ -171,3 +171,15 @@ def test_pipelined_plan_applies_at_the_next_step_unless_stale(engine):
     counters = run.scheduler.planner_counters.snapshot()
     assert counters.ok == counters.calls
     assert counters.total_fallbacks == counters.fallbacks[FallbackReason.STALE_PLAN] >= 1
+
+
+def test_plan_order_is_the_waiting_queue_order(engine):
+    # The plan's prioritized requests start in the plan's order, ahead of
+    # the rest (vLLM's own prepend_requests would reverse them).
+    run = engine({"deadline_ms": 10_000, **SLO})
+    _load(run)
+    scheduler = run.scheduler
+    first = [scheduler.requests[rid] for rid in ("r4", "r1", "r3")]
+    scheduler.waiting.remove_requests(first)
+    scheduler.put_first(first)
+    assert [r.request_id for r in scheduler.waiting] == ["r4", "r1", "r3", "r0", "r2", "r5"]
