@@ -14,7 +14,7 @@ PROTO_FILES := $(wildcard proto/planner/v1/*.proto)
 # proto/BREAKING_BASE (the last landed contract), or BREAKING_BASE=<ref>.
 BREAKING_BASE ?= $(shell cat proto/BREAKING_BASE 2>/dev/null)
 
-.PHONY: run test test-slow test-gpu bench-gpu proto proto-check lint format bench bench-quick serve buf clean
+.PHONY: run test test-slow test-gpu bench-gpu proto proto-check lint format bench bench-quick serve buf clean postgresql-server
 
 # torch is pinned and installed first so pip takes the local CPU wheel where
 # one is on disk (an unpinned torch pulls several GB of CUDA packages); the
@@ -25,15 +25,36 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet 'torch==$(TORCH_VERSION)' 'triton==$(TRITON_VERSION)'
-	$(BIN)/python -m pip install --quiet -e '.[dev,kernels]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,kernels,postgresql]'
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/planner replay fixtures/traces/default.jsonl --policy fcfs --policy lvf \
 		--json-out out/replay/default.json --report-dir out/replay
 
+# The store suites need PostgreSQL's server binaries: installed first where
+# they are missing and this user may install packages (root, passwordless
+# sudo); where not, those tests skip, saying why (CI requires them).
 test: $(STAMP)
+	@$(MAKE) --no-print-directory postgresql-server || \
+		echo "PostgreSQL server binaries could not be installed: the PostgreSQL store tests will skip"
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The PostgreSQL server binaries the store suites start their own server
+# from (tests/conftest.py; without them those tests skip, saying why):
+# Debian's postgresql package, installed when initdb is not found, as root
+# or through passwordless sudo. No cluster of the package's own is created.
+PG_CREATECLUSTER_CONF := /etc/postgresql-common/createcluster.d/planner.conf
+postgresql-server:
+	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "PostgreSQL server binaries: present"; \
+	else \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+		$$SUDO mkdir -p $$(dirname $(PG_CREATECLUSTER_CONF)) && \
+		{ [ -e $(PG_CREATECLUSTER_CONF) ] || echo "create_main_cluster = false" | $$SUDO tee $(PG_CREATECLUSTER_CONF) >/dev/null; } && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; \
+	fi
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
@@ -44,7 +65,7 @@ test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu tests/kernels
 
 bench-gpu: $(STAMP)
-	$(BIN)/python -m planner.kernels.bench_gpu --out $${OUT:-out/kernels}
+	$(BIN)/python -m planner.bench.kernels_gpu --out $${OUT:-out/kernels}
 
 # The engine tiers (DESIGN.md §6): vLLM's real V1 scheduler on CPU
 # (test-engines, seconds) and a real vLLM OpenAI server with the plugin on
@@ -95,7 +116,7 @@ $(ENGINES_STAMP): $(ENGINES_BASE)/.installed pyproject.toml
 	$(ENGINES_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(ENGINES_STAMP)
 
-.PHONY: test-engines test-e2e bench-vllm
+.PHONY: test-engines test-e2e bench-vllm bench-calibration
 test-engines: $(ENGINES_STAMP)
 	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m pytest -q -m engines tests/engines
 
@@ -109,6 +130,18 @@ test-e2e: $(ENGINES_STAMP)
 BENCH_VLLM_OUT ?= out/bench-vllm
 bench-vllm: $(ENGINES_STAMP)
 	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m planner.bench.vllm_compare --out $(BENCH_VLLM_OUT)
+
+# How far a replay predicts a real engine (docs/replay.md, "How far to trust
+# a replay"): a real vLLM server (CPU build, the tiny model) and `planner
+# replay` with a profile measured on it (`planner profile`), on the same
+# loads, vLLM's own scheduler and the rotation plugin. About 2-3 minutes a
+# repeat on 2 cores; rewrites that section of docs/replay.md. CI runs the
+# quick version in the e2e tier (tests/e2e/test_calibration.py).
+CALIBRATION_OUT ?= out/calibration
+CALIBRATION_REPEAT ?= 3
+bench-calibration: $(ENGINES_STAMP)
+	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m planner.cli bench calibration \
+		--repeat $(CALIBRATION_REPEAT) --out $(CALIBRATION_OUT) --markdown docs/replay.md
 
 serve: $(STAMP)
 	$(BIN)/planner serve
@@ -138,7 +171,7 @@ bench-quick: $(STAMP)
 	$(BIN)/planner bench solvers --problem offload --sizes 4x32,16x32 --instances 8 --pruning-instances 0 --out $(BENCH_QUICK_OUT)/solvers_offload.json
 	$(BIN)/planner bench solvers --problem placement --gpus 16,64 --limits 0.5 --out $(BENCH_QUICK_OUT)/solvers_placement.json
 	$(BIN)/planner bench service --clients 16 --duration-s 5 --overload --overload-duration-s 3 --overload-limits 8:8,1:2 --out $(BENCH_QUICK_OUT)/service.json $(if $(BENCH_BASELINE),--baseline $(BENCH_BASELINE)/service.json)
-	$(BIN)/planner bench ledger --producers 10,1000 --calls 50 --busy-clients 2 --out $(BENCH_QUICK_OUT)/ledger.json
+	$(BIN)/planner bench ledger --producers 10,1000 --calls 50 --busy-clients 2 --replicas 1,2 --write-clients 4 --write-duration-s 3 --out $(BENCH_QUICK_OUT)/ledger.json
 
 $(BUF):
 	mkdir -p .tools
@@ -172,6 +205,7 @@ lint: $(STAMP) $(BUF)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python tools/lint_imports.py
 	$(BUF) lint
 	@if [ -z "$(BREAKING_BASE)" ]; then \
 		echo "buf breaking: no base recorded in proto/BREAKING_BASE, nothing to compare"; \

@@ -15,7 +15,7 @@ concept per module; every kernel has a torch reference and runs on CPU
   buffer and its inverse scatter.
 - ``hybrid_gemm`` / ``triton_gemm``: C2CServe's HybridGEMM.
 - ``tiny_model`` / ``harness``: the end-to-end rotation correctness harness.
-- ``bench_gpu``: the GPU benchmark script (``python -m planner.kernels.bench_gpu``).
+- the GPU benchmark script is ``planner.bench.kernels_gpu``.
 
 Importing this package needs neither torch nor triton; its modules do.
 """

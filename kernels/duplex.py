@@ -18,14 +18,23 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from planner.domain.rotation import CopyDirection, RotationPlan, TransferBatch
-
 from .extents import by_direction, check_bounds, check_race_free
+from .transfer_batch import CopyDirection, TransferBatch
+from .transfer_memcpy import memcpy_batch_available, run_batch_memcpy
 from .transfer_naive import copy_per_block, copy_per_extent
 from .transfer_ref import run_batch_reference
+from .triton_support import triton_installed
+
+
+class PlanWithBatches(Protocol):
+    """A plan's copies (planner.domain.rotation.RotationPlan is one)."""
+
+    @property
+    def batches(self) -> Sequence[TransferBatch]: ...
 
 
 class Method(enum.StrEnum):
@@ -43,14 +52,12 @@ Mover = Callable[[torch.Tensor, torch.Tensor, TransferBatch], object]
 
 
 def _triton(src: torch.Tensor, dst: torch.Tensor, batch: TransferBatch) -> None:
-    from .triton_blocks import run_batch_triton
+    from .triton_blocks import run_batch_triton  # noqa: PLC0415 - triton is optional
 
     run_batch_triton(src, dst, batch)
 
 
 def _memcpy(src: torch.Tensor, dst: torch.Tensor, batch: TransferBatch) -> None:
-    from .transfer_memcpy import run_batch_memcpy
-
     run_batch_memcpy(src, dst, batch)
 
 
@@ -60,9 +67,6 @@ def resolve(method: Method, on_cuda: bool) -> Method:
     if method is not Method.AUTO:
         return method
     if on_cuda:
-        from .transfer_memcpy import memcpy_batch_available
-        from .triton_support import triton_installed
-
         if memcpy_batch_available():
             return Method.MEMCPY_BATCH
         if triton_installed():
@@ -200,5 +204,5 @@ class DuplexEngine:
             self._last_d2h = done[0].event
         return DuplexHandle(done[0], done[1])
 
-    def submit_plan(self, plan: RotationPlan) -> DuplexHandle:
+    def submit_plan(self, plan: PlanWithBatches) -> DuplexHandle:
         return self.submit(plan.batches)

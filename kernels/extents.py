@@ -1,6 +1,6 @@
 """A rotation plan's transfer batches as the kernels consume them.
 
-``planner.domain.rotation.TransferBatch`` lists extents ``(src_start,
+``TransferBatch`` (transfer_batch) lists extents ``(src_start,
 dst_start, num_blocks)``: for D2H the source ids are GPU blocks and the
 destination ids CPU blocks, for H2D the reverse. Block-first layout makes each
 block one contiguous region of every pool, so an extent is one contiguous
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from planner.domain.rotation import BlockExtent, CopyDirection, TransferBatch
+from .transfer_batch import BlockExtent, CopyDirection, TransferBatch
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from planner.domain.rotation import CopyDirection, TransferBatch
-
 from .duplex import DuplexEngine, Method
 from .extents import make_batch
 from .layout import KVLayout, KVShape, allocate
 from .tiny_model import TinyTransformer
+from .transfer_batch import CopyDirection, TransferBatch
 
 
 @dataclass(frozen=True, slots=True)

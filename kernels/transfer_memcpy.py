@@ -19,9 +19,8 @@ from typing import Any
 
 import torch
 
-from planner.domain.rotation import TransferBatch
-
 from .extents import check_bounds
+from .transfer_batch import TransferBatch
 
 MIN_CUDA_VERSION = 12080
 
@@ -56,7 +55,7 @@ def batch_spans(src_pool: torch.Tensor, dst_pool: torch.Tensor, batch: TransferB
 
 
 def _runtime() -> Any:
-    from cuda.bindings import runtime
+    from cuda.bindings import runtime  # noqa: PLC0415 - cuda-python is optional
 
     return runtime
 

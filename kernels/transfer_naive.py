@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from planner.domain.rotation import TransferBatch
-
 from .extents import block_copies, check_bounds
 from .layout import KVLayout
+from .transfer_batch import TransferBatch
 
 
 def _non_blocking(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from planner.domain.rotation import TransferBatch
-
 from .extents import block_copies, check_bounds
+from .transfer_batch import TransferBatch
 
 
 def copy_blocks_reference(

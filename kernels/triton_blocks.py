@@ -16,10 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
-from planner.domain.rotation import TransferBatch
-
 from .extents import block_copies, check_bounds
 from .layout import block_rows
+from .transfer_batch import TransferBatch
 
 CHUNK = 4096
 

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from planner._version import __version__
+from planner.bench import command as bench
+from planner.bench import profile_command as profile_cmd
 from planner.commands import call, replay, serve, trace
 from planner.commands import profiles as profiles_cmd
 
@@ -24,8 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     call.register(subparsers)
     trace.register(subparsers)
     profiles_cmd.register(subparsers)
-    from planner.bench import command as bench
-
+    profile_cmd.register(subparsers)
     bench.register(subparsers)
     return parser
 

@@ -9,11 +9,22 @@ adapters reuse this client with a deadline of a few milliseconds.
 
 TLS (ClientTls: the CA to trust, a client certificate for mutual TLS) and a
 bearer token (sent as `authorization` metadata on every call) are optional.
+
+Several targets (planner replicas on one shared store: a list, or one
+string with commas) are balanced by gRPC's round_robin policy over their
+addresses (planner.targets): each call goes to the next replica that is
+up, and a retry after UNAVAILABLE to another one. Calls of the services
+that keep per-engine state in memory (planner.affinity) go instead to the
+replica their engine (or GPU) id hashes to, and to its next choice while
+that one is down, so an engine's controller stays on one replica. With
+TLS, every replica's certificate must name the first target's host.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -21,9 +32,11 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from planner.affinity import affinity_key, rendezvous_order
+from planner.bearer_token import bearer_metadata
 from planner.rpc import RPCS, Rpc
-from planner.service.auth import bearer_metadata
-from planner.service.tls import ClientTls
+from planner.targets import Replicas, resolve, split_targets
+from planner.tls import ClientTls
 from planner.v1 import info_pb2, rotation_pb2
 
 DEFAULT_DEADLINE_S = 1.0
@@ -80,7 +93,7 @@ class PlannerError(Exception):
 class PlannerClient:
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         deadline_s: float = DEFAULT_DEADLINE_S,
         retry: RetryPolicy | None = None,
         max_message_bytes: int = 64 * 1024 * 1024,
@@ -88,11 +101,17 @@ class PlannerClient:
         tls: ClientTls | None = None,
         auth_token: str | None = None,
     ) -> None:
-        self.target = target
+        """target: "host:port" (or a gRPC target URI), or several "host:port"
+        replicas (a list, or comma-separated); ValueError (TargetError) when
+        they cannot be used."""
+        targets = split_targets(target)
+        self.targets = targets
+        self.target = ",".join(targets)
         self.deadline_s = deadline_s
         retry = retry or RetryPolicy()
         self._wait_for_ready = retry.wait_for_ready
         self._metadata = None if auth_token is None else bearer_metadata(auth_token)
+        self._tls = tls
         options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -105,23 +124,73 @@ class PlannerClient:
             # gRPC rejects a retry policy with maxAttempts < 2 and the channel
             # then fails every call; no retries means no retry policy.
             options.append(("grpc.enable_retries", 0))
-        if tls is None:
-            self._channel = grpc.insecure_channel(target, options=options)
+        self.replicas: Replicas | None = None
+        if len(targets) > 1:
+            self.replicas = resolve(targets)
+            # One authority (and TLS name) for every replica: the first target's.
+            options.append(("grpc.default_authority", targets[0]))
+            if tls is not None:
+                options.append(("grpc.ssl_target_name_override", self.replicas.first_host))
+        self._options = options
+        self._lock = threading.Lock()
+        if self.replicas is None:
+            self._channel = self._open(targets[0], None)
         else:
-            self._channel = grpc.secure_channel(target, tls.credentials(), options=options)
-        self._stubs: dict[str, Any] = {}
+            self._channel = self._open(self.replicas.channel_target(), "round_robin")
+        # (first choice, second choice) -> a channel trying the replicas in
+        # that key's order (pick_first), for calls with engine affinity.
+        self._affine: dict[tuple[str, str], grpc.Channel] = {}
+        self._stubs: dict[tuple[int, str], Any] = {}
+
+    def _open(self, target: str, lb_policy: str | None) -> grpc.Channel:
+        options = list(self._options)
+        if lb_policy is not None:
+            options.append(("grpc.lb_policy_name", lb_policy))
+        if self._tls is None:
+            return grpc.insecure_channel(target, options=options)
+        return grpc.secure_channel(target, self._tls.credentials(), options=options)
+
+    def channel_for(self, rpc: Rpc, request: Message) -> grpc.Channel:
+        """The channel a call goes out on: the balanced one, or for a call
+        with engine affinity, the one that prefers that engine's replica."""
+        if self.replicas is None:
+            return self._channel
+        key = affinity_key(rpc, request)
+        if key is None or len(self.replicas.addresses) < 2:
+            return self._channel
+        order = rendezvous_order(key, self.replicas.addresses)
+        choice = (order[0], order[1])
+        with self._lock:
+            channel = self._affine.get(choice)
+            if channel is None:
+                # The first two choices name the channel; after them the
+                # order is the first choice's own, so there are at most
+                # n * (n - 1) such channels.
+                rest = [a for a in rendezvous_order(order[0], order) if a not in choice]
+                channel = self._open(self.replicas.channel_target([*choice, *rest]), "pick_first")
+                self._affine[choice] = channel
+            return channel
+
+    def preferred_replica(self, method: str | Rpc, request: Message) -> str | None:
+        """The address a call with engine affinity prefers (None: any)."""
+        m = RPCS[method] if isinstance(method, str) else method
+        key = affinity_key(m, request)
+        if self.replicas is None or key is None:
+            return None
+        return rendezvous_order(key, self.replicas.addresses)[0]
 
     def call(self, method: str | Rpc, request: Message, deadline_s: float | None = None) -> Message:
         """Call Service.Method; raises PlannerError on a non-OK status."""
         m = RPCS[method] if isinstance(method, str) else method
-        stub = self._stubs.get(m.full_path)
+        channel = self.channel_for(m, request)
+        stub = self._stubs.get((id(channel), m.full_path))
         if stub is None:
-            stub = self._channel.unary_unary(
+            stub = channel.unary_unary(
                 m.full_path,
                 request_serializer=lambda msg: msg.SerializeToString(),
                 response_deserializer=m.response_type.FromString,
             )
-            self._stubs[m.full_path] = stub
+            self._stubs[(id(channel), m.full_path)] = stub
         try:
             response: Message = stub(
                 request,
@@ -149,6 +218,11 @@ class PlannerClient:
 
     def close(self) -> None:
         self._channel.close()
+        with self._lock:
+            affine = list(self._affine.values())
+            self._affine.clear()
+        for channel in affine:
+            channel.close()
 
     def __enter__(self) -> PlannerClient:
         return self

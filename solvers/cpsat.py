@@ -165,6 +165,8 @@ def solve_cpsat(
     params = solver.parameters
     params.max_time_in_seconds = time_limit_s
     params.num_workers = options.threads
+    if options.work_limit is not None:
+        params.max_deterministic_time = options.work_limit
     params.random_seed = options.seed
     params.relative_gap_limit = options.relative_gap
     params.log_search_progress = options.log

@@ -33,7 +33,7 @@ _env: dict[str, Any] = {}
 def import_gurobipy() -> Any:
     """gurobipy, or BackendUnavailableError naming the extra to install."""
     try:
-        import gurobipy
+        import gurobipy  # noqa: PLC0415 - gurobipy is optional (the gurobi extra)
     except ImportError as exc:
         raise BackendUnavailableError(
             f"gurobi backend: gurobipy is not installed ({INSTALL_HINT})"
@@ -67,6 +67,8 @@ def solve_gurobi(
         p.OutputFlag = 1 if options.log else 0
         p.TimeLimit = max(time_limit_s, 0.0)
         p.Threads = options.threads
+        if options.work_limit is not None:
+            p.WorkLimit = options.work_limit
         p.MIPGap = options.relative_gap
         p.Seed = options.seed
         vtypes = [_VTYPE[int(v)] for v in f.vtype]

@@ -19,6 +19,12 @@ class SolveOptions:
     scaling by a power of two of at most this many bits is rounded so that its
     largest coefficient has `coefficient_bits` bits (relative resolution
     2**-coefficient_bits); see solvers/README.md, "Scaling"."""
+    work_limit: float | None = None
+    """A deterministic work limit next to the time limit (None: the clock
+    only): CP-SAT `max_deterministic_time` (its deterministic seconds), Gurobi
+    `WorkLimit` (its work units, about a second of one core each); with one
+    thread the same model stops at the same point on any machine. Exhaustive
+    enumeration is bounded by `max_enumeration` instead."""
     presolve: bool = True
     """CP-SAT presolve (off can find a first solution sooner on tiny budgets)."""
     max_enumeration: int = 2_000_000
@@ -36,5 +42,7 @@ class SolveOptions:
             raise ValueError("relative_gap must be >= 0")
         if not 4 <= self.coefficient_bits <= 52:
             raise ValueError("coefficient_bits must be in [4, 52]")
+        if self.work_limit is not None and not self.work_limit > 0.0:
+            raise ValueError("work_limit must be > 0 (or None)")
         if self.max_enumeration < 1:
             raise ValueError("max_enumeration must be >= 1")

@@ -6,14 +6,16 @@ from __future__ import annotations
 import importlib.util
 import math
 import time
-from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
 
 from .continuous import fill_continuous, plan_continuous
+from .cpsat import solve_cpsat
 from .errors import BackendUnavailableError, ModelTooLargeError, UnsupportedModelError
+from .exhaustive import solve_exhaustive
 from .frozen import FEASIBILITY_TOL, FloatArray, VarType
+from .gurobi import solve_gurobi
 from .model import Model
 from .options import SolveOptions
 from .outcome import Outcome
@@ -116,14 +118,8 @@ def _run(
             "the branch and bound solves an AssignmentProblem (branch_and_bound), not a Model"
         )
     if backend is Backend.EXHAUSTIVE:
-        from .exhaustive import solve_exhaustive
-
         return solve_exhaustive(model, deadline, options)
-    runner: Callable[[Model, float, SolveOptions, FloatArray | None], Outcome]
-    if backend is Backend.GUROBI:
-        from .gurobi import solve_gurobi as runner
-    else:
-        from .cpsat import solve_cpsat as runner
+    runner = solve_gurobi if backend is Backend.GUROBI else solve_cpsat
     return runner(model, remaining, options, hint)
 
 

@@ -13,9 +13,14 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from planner.solvers import Model, solve
+
+import planner
+from planner.v1 import rotation_pb2, rotation_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FOREIGN_NAMES = ("kernels", "adapters", "solvers")
@@ -90,22 +95,18 @@ def test_planner_and_stubs_import():
     for stub in STUBS:
         module = importlib.import_module(f"planner.v1.{stub}")
         assert _from_this_repo(module.__file__)
-    from planner.v1 import rotation_pb2, rotation_pb2_grpc
 
     assert rotation_pb2.DESCRIPTOR.package == "planner.v1"
     assert hasattr(rotation_pb2_grpc, "RotationServiceStub")
     for folder, name in MAPPED.items():
         module = importlib.import_module(name)
         assert Path(module.__file__).resolve().parent == REPO_ROOT / folder
-    from planner.solvers import Model, solve
 
     assert callable(solve) and Model().num_vars == 0
 
 
 def test_editable_install_maps_only_planner():
     """The installed distribution's top-level names: `planner` alone."""
-    from importlib import metadata
-
     dist = metadata.distribution("planner")
     top_level = dist.read_text("top_level.txt")
     if top_level is not None:
@@ -239,7 +240,6 @@ print(planner.__version__)
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    import planner
 
     assert result.stdout.strip() == planner.__version__
     installed = {p.name for p in target.iterdir() if not p.name.endswith(".dist-info")}

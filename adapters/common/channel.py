@@ -5,9 +5,10 @@ the engine. PlannerLink and OffloadLink build on it."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
@@ -33,17 +34,25 @@ NO_RETRY = RetryPolicy(max_attempts=1)
 # loopback at 100 requests: 66 % of calls over 5 ms at 5 ms, 6 % at 0.2 ms
 # (docs/adapters.md). Set only for the call, then put back.
 CALL_SWITCH_INTERVAL_S = 0.0002
+# The in-process shim's handler table (planner/in_process): loaded by name on
+# the planner thread, and only when the planner runs in process, so that an
+# engine using a planner server does not load the service, its policies and
+# solvers (about 2 s and 240 MB).
+IN_PROCESS_SERVICE = "planner.in_process.service"
 
 
 class PlannerChannel:
     """target "host:port" for gRPC (security as `planner serve` was started
-    with); None for in-process mode, which runs the server's own handler on
-    a planner thread of its own (InProcessPlanner): the caller waits at most
-    the deadline, as it would for a remote planner."""
+    with), or several planner replicas ("host1:port,host2:port", or a list):
+    calls are balanced across them, and OffloadService and the serverless
+    knob tuner's calls keep to their engine's (GPU's) replica (see
+    planner.client); None for in-process mode, which runs the server's own
+    handler on a planner thread of its own (InProcessPlanner): the caller
+    waits at most the deadline, as it would for a remote planner."""
 
     def __init__(
         self,
-        target: str | None,
+        target: str | Sequence[str] | None,
         deadline_s: float,
         retry: RetryPolicy = NO_RETRY,
         security: ChannelSecurity | None = None,
@@ -57,7 +66,7 @@ class PlannerChannel:
         security = security or ChannelSecurity()
         if target is None and security != ChannelSecurity():
             raise ValueError("TLS and a token need a target (in process there is no channel)")
-        self.target = target
+        self.target = target if target is None or isinstance(target, str) else ",".join(target)
         self.deadline_s = deadline_s
         self.switch_interval_s = switch_interval_s
         self._client = (
@@ -179,9 +188,9 @@ class InProcessPlanner:
     for the answer at most the deadline; a late answer is dropped (the
     thread finishes it and is free again), and while the thread is still
     busy with an earlier call, a new one falls back at once instead of
-    queueing behind it. The handler is imported and warmed on the thread as
-    soon as the planner is made, so the engine's first step does not wait
-    for it (it falls back while the thread is busy).
+    queueing behind it. The handler (planner.in_process.service) is loaded
+    and made on the thread as soon as the planner is, so the engine's first
+    step does not wait for it (it falls back while the thread is busy).
 
     The planner thread shares the engine process's GIL: its pure-Python
     parts slow the engine's thread while they run, even after the deadline.
@@ -194,7 +203,8 @@ class InProcessPlanner:
         self._last: Future[Any] = self._pool.submit(self._load)
 
     def _load(self) -> None:
-        self._handler = _in_process_handler(self.deadline_s)
+        shim = importlib.import_module(IN_PROCESS_SERVICE)
+        self._handler = shim.service_handler(self.deadline_s)
 
     def _run(self, rpc: Rpc, request: Message) -> Message:
         assert self._handler is not None
@@ -248,15 +258,3 @@ class InProcessPlanner:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _in_process_handler(deadline_s: float) -> Callable[[Rpc, Message], Message]:
-    # The service's handler table, imported only in this mode (DESIGN.md §1:
-    # adapters otherwise depend on the client and the proto alone). One
-    # context for the channel's life: OffloadService keeps each engine's
-    # controller in it between calls, as a server would.
-    from planner.service.limits import ServiceLimits
-    from planner.service.methods import CallContext, handle
-
-    ctx = CallContext(ServiceLimits(), deadline_s)
-    return lambda rpc, request: handle(rpc, request, ctx)

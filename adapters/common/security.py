@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.service.auth import AuthConfigError, read_token
-from planner.service.tls import ClientTls, TlsConfigError
+from planner.bearer_token import AuthConfigError, read_token
+from planner.tls import ClientTls, TlsConfigError
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,7 +173,10 @@ def rotate_out(scheduler: Scheduler, batch: ScheduleBatch, victims: tuple[str, .
 def register() -> None:
     """The ``sglang.srt.plugins`` entry point. SGLang runs it in every
     process before applying hooks."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import (  # noqa: PLC0415 - sglang is optional
+        HookRegistry,
+        HookType,
+    )
 
     config = PluginConfig.from_env(os.environ)
     if not config.enabled:

@@ -39,6 +39,7 @@ from vllm.v1.metrics.cache_hit_source import CacheHitSource
 from .layer_fetch import LayerFetcher, LayerTimings
 from .layer_ledger import LayerOffloadLedger, LayerStep, ScheduledRequest
 from .plugin import LOGGER_NAME
+from .preempted_blocks import HandsOverPreemptedBlocks
 from .settings import PlannerSettings
 from .stats import PlannerPromMetrics, PlannerStats, StatsTaker
 from .swap_ledger import StepCopies, SwapLedger
@@ -323,10 +324,10 @@ def _require_planner_scheduler(vllm_config: VllmConfig) -> None:
     """vLLM frees a preempted request's blocks inside its scheduler before any
     connector hook runs, so only PlannerScheduler can have them copied out
     first; under another scheduler this connector would do nothing."""
-    from .scheduler import PlannerSchedulerBase
-
     scheduler_cls = vllm_config.scheduler_config.get_scheduler_cls()
-    if not (isinstance(scheduler_cls, type) and issubclass(scheduler_cls, PlannerSchedulerBase)):
+    if not (
+        isinstance(scheduler_cls, type) and issubclass(scheduler_cls, HandsOverPreemptedBlocks)
+    ):
         raise ValueError(
             "--kv-transfer-config PlannerSwapConnector needs --scheduler-cls "
             "planner.adapters.vllm.scheduler.PlannerScheduler (vLLM frees a preempted "

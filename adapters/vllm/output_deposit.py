@@ -1,8 +1,8 @@
 """Token-Deposit on vLLM's output path (OrbitFlow §3.2, DESIGN.md §3.2):
 the decode tokens of a request running under a layer-offload plan go into
 its deposit instead of straight to the user, and one is released per TBT
-SLO interval (planner.policies.offload.deposit.TokenDeposit keeps the
-schedule); on finish the rest goes out with the finishing output.
+SLO interval (TokenDeposit, through the in-process shim planner.in_process,
+keeps the schedule); on finish the rest goes out with the finishing output.
 
 The extension point is the scheduler's update_from_output, whose return
 value (EngineCoreOutputs per client) is exactly what the engine core sends
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
 
-from planner.policies.offload.deposit import DepositEvents, TokenDeposit
+from planner.in_process.deposit import DepositEvents, TokenDeposit
 
 if TYPE_CHECKING:
     from vllm.v1.engine import EngineCoreEvent

@@ -28,7 +28,7 @@ def _major_minor(version: str) -> tuple[int, int] | None:
 
 def register() -> bool:
     """True when the installed vLLM is a version the adapter supports."""
-    import vllm
+    import vllm  # noqa: PLC0415 - vllm is optional (the vllm extra)
 
     version = str(vllm.__version__)
     supported = _major_minor(version) in SUPPORTED_VLLM

@@ -44,15 +44,15 @@ from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
-from planner.domain.requests import DEFAULT_TBT_SLO_S
 from planner.v1 import common_pb2, rotation_pb2
 
 from .connector import PlannerSwapConnector
 from .layer_offload import DecodeView, LayerOffloadPlanner
 from .output_deposit import OutputDeposit
 from .plugin import LOGGER_NAME
+from .preempted_blocks import HandsOverPreemptedBlocks
 from .request_clock import RequestClock
-from .settings import PIPELINED, PlannerSettings
+from .settings import DEFAULT_TBT_SLO_S, PIPELINED, PlannerSettings
 
 logger = logging.getLogger(LOGGER_NAME)
 # prometheus_client's multiprocess mode (vLLM's own, when several API
@@ -61,7 +61,7 @@ logger = logging.getLogger(LOGGER_NAME)
 PROMETHEUS_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-class PlannerSchedulerBase(Scheduler):  # type: ignore[misc, unused-ignore]
+class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore[misc, unused-ignore]
     """The planner's part, over whichever vLLM scheduler comes next in the
     method resolution order (PlannerScheduler, PlannerSyncScheduler)."""
 

@@ -22,6 +22,10 @@ VARIANTS = {
     "lvf": rotation_pb2.ROTATION_VARIANT_LVF,
     "lvf-paper": rotation_pb2.ROTATION_VARIANT_LVF_PAPER,
 }
+# The TBT SLO for Token-Deposit when slo_tbt_s is not set: the planner's own
+# default for a snapshot without one (planner.domain.requests; a test holds
+# them equal).
+DEFAULT_TBT_SLO_S = 0.1
 ROTATION_KEYS = ("variant", "preempt_slack_tbts", "resume_slack_tbts", "lost_slack_tbts")
 # How each step's rotation plan is asked for: "pipelined" sends the call
 # right after a step is scheduled and applies the answer at the next one

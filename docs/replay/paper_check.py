@@ -41,6 +41,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from planner.domain.requests import Slo
+from planner.domain.rotation import RotationParams
+from planner.replay.engine import Engine
+from planner.replay.metrics import summarize
+from planner.replay.scheduler_by_name import make_scheduler
+from planner.replay.schedulers import EngineView, Lvf, SchedulePlan
+from planner.replay.setup import ReplayKnobs, build_setup
+from planner.trace.io import load_trace
 
 POLICIES = ("fcfs", "lvf-paper", "lvf", "waiting-first", "swapped-first")
 RATE = re.compile(r"_r([\d.]+)\.json$")
@@ -96,14 +107,11 @@ def table(directory: Path, name: str) -> str:
 
 
 def plot(directory: Path, name: str, out: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     points = _points(directory, name)
     rates = [r for r, _ in points]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    fig = Figure(figsize=(9, 3.6))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2, sharey=True)
     styles = {
         "fcfs": ("tab:blue", "-", "o"),
         "lvf": ("tab:red", "-", "s"),
@@ -131,7 +139,6 @@ def plot(directory: Path, name: str, out: Path, title: str) -> None:
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
-    plt.close(fig)
 
 
 # -- what-if runs -------------------------------------------------------------
@@ -160,8 +167,6 @@ def make_variant(variant: str, setup: Any, trace: Any) -> Any:
     """An engine (a subclass of planner.replay.engine.Engine that records why
     the head of the waiting queue did not start) running the variant on
     trace, ready to run(). Raises ValueError for an unknown variant."""
-    from planner.replay.engine import Engine
-    from planner.replay.schedulers import EngineView, Lvf, SchedulePlan, make_scheduler
 
     class FreeLink:
         def transfer_time_s(self, d2h: float, h2d: float, seg: float | None = None) -> float:
@@ -262,12 +267,6 @@ def make_variant(variant: str, setup: Any, trace: Any) -> Any:
 def whatif(argv: list[str]) -> list[dict[str, Any]]:
     """Runs the variants; prints one line each and returns their rows (the
     --json-out content)."""
-    from planner.domain.requests import Slo
-    from planner.domain.rotation import RotationParams
-    from planner.replay.metrics import summarize
-    from planner.replay.setup import ReplayKnobs, build_setup
-    from planner.trace.io import load_trace
-
     ap = argparse.ArgumentParser(prog="paper_check.py whatif")
     ap.add_argument("trace")
     ap.add_argument("--variant", action="append")

@@ -20,6 +20,7 @@ from typing import Any
 
 from planner.bench import (
     buddy,
+    calibration,
     kernels,
     ledger,
     replay_speed,
@@ -137,6 +138,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     kernels.register(benches)
     service.register(benches)
     ledger.register(benches)
+    calibration.register(benches)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

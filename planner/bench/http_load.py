@@ -133,7 +133,7 @@ async def _one(
 
 
 async def run_load_async(url: str, model: str, requests: list[LoadRequest]) -> list[RequestRecord]:
-    import aiohttp
+    import aiohttp  # noqa: PLC0415 - aiohttp is in the engines environment only
 
     timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
     # A connection per request: a pooled one that the server's keep-alive

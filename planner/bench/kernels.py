@@ -1,4 +1,4 @@
-"""`planner bench kernels`: the GPU kernels' benchmark (planner.kernels.bench_gpu).
+"""`planner bench kernels`: the GPU kernels' benchmark (planner.bench.kernels_gpu).
 
 On a CUDA machine it checks every kernel against its torch reference on the
 device, then measures transfer bandwidth, the SuperInfer Table 1 workload
@@ -47,11 +47,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     # planner.kernels is typed through a stub without submodules (mypy),
     # and imports torch only when the benchmark runs.
-    bench_gpu = importlib.import_module("planner.kernels.bench_gpu")
+    kernels_gpu = importlib.import_module("planner.bench.kernels_gpu")
     argv = ["--out", str(args.out)]
     if args.smoke:
         argv.append("--smoke")
     if args.skip_gemm:
         argv.append("--skip-gemm")
-    status: int = bench_gpu.main(argv)
+    status: int = kernels_gpu.main(argv)
     return status

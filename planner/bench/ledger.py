@@ -8,7 +8,9 @@ cost of a call should not depend on the pool's size. Last, `--busy-clients`
 unpaced clients offer into the largest pool while one client times offers
 into the smallest: a busy pool should not crowd a quiet one out. Every call
 carries its own idempotency key and is written to disk (fsync) before it
-answers, so the times include the store's writes.
+answers, so the times include the store's writes. Then write throughput
+and latency with `--replicas` replicas on one PostgreSQL database, next to
+one on SQLite (planner.bench.ledger_replicas).
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from typing import Any
 
 import grpc
 
+from planner.bench.ledger_replicas import WriteResult, run_cases
 from planner.bench.machine import describe, load_average, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.server_process import ServerProcess, ServerStartError
 from planner.bench.stats import LatencyStats, summarize
 from planner.bench.table import markdown_table, text_table
+from planner.service.store_location import without_password
 from planner.v1 import placement_pb2 as pb
 from planner.v1 import placement_pb2_grpc
 
@@ -43,6 +47,9 @@ EXIT_FAILED = 1
 DEFAULT_PRODUCERS = (10, 100, 1_000, 10_000)
 DEFAULT_CALLS = 300
 DEFAULT_BUSY_CLIENTS = 8
+DEFAULT_REPLICAS = (1, 2, 4)
+DEFAULT_WRITE_CLIENTS = 8
+DEFAULT_WRITE_DURATION_S = 10.0
 SEED_CLIENTS = 4
 SERVERS = 8
 GB = 10**9
@@ -93,6 +100,19 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _replicas(text: str) -> tuple[int, ...]:
+    if text.strip() in ("", "0", "none"):
+        return ()
+    return _sizes(text)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def _count(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -123,6 +143,31 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         type=_count,
         default=DEFAULT_BUSY_CLIENTS,
         help=f"clients offering into the largest pool meanwhile (default {DEFAULT_BUSY_CLIENTS})",
+    )
+    p.add_argument(
+        "--replicas",
+        type=_replicas,
+        default=DEFAULT_REPLICAS,
+        help="replica counts on one PostgreSQL database for the write phase, comma-separated "
+        f"(default {','.join(str(n) for n in DEFAULT_REPLICAS)}; 'none' skips the phase)",
+    )
+    p.add_argument(
+        "--write-clients",
+        type=_count,
+        default=DEFAULT_WRITE_CLIENTS,
+        help=f"client processes of the write phase (default {DEFAULT_WRITE_CLIENTS})",
+    )
+    p.add_argument(
+        "--write-duration-s",
+        type=_seconds,
+        default=DEFAULT_WRITE_DURATION_S,
+        help=f"seconds each write case runs (default {DEFAULT_WRITE_DURATION_S:g})",
+    )
+    p.add_argument(
+        "--postgresql",
+        metavar="URL",
+        help="the PostgreSQL database of the write phase (default: a throwaway server with "
+        "its default durability, started from Debian's postgresql binaries)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the producers picked")
     p.add_argument("--out", type=Path, help="write results and machine info as JSON")
@@ -323,6 +368,24 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return EXIT_FAILED
+        writes: list[WriteResult] = []
+        postgresql_missing: str | None = None
+        if args.replicas:
+            try:
+                writes, postgresql_missing = run_cases(
+                    replica_counts=args.replicas,
+                    clients=args.write_clients,
+                    duration_s=args.write_duration_s,
+                    seed=args.seed,
+                    folder=Path(folder),
+                    postgresql_url=args.postgresql,
+                    progress=_progress,
+                )
+            except ServerStartError as exc:
+                print(f"planner bench ledger: {exc}", file=sys.stderr)
+                return EXIT_FAILED
+            if postgresql_missing is not None:
+                _progress(f"writes on PostgreSQL left out: {postgresql_missing}")
     machine["load_avg_1m_at_end"] = load_average()
     report = {
         "bench": BENCH,
@@ -331,13 +394,21 @@ def run(args: argparse.Namespace) -> int:
         "machine": machine,
         "pools": [p.to_json() for p in pools],
         "crowding": None if crowd is None else crowd.to_json(),
+        "writes": [w.to_json() for w in writes],
+        "writes_postgresql_left_out": postgresql_missing,
     }
     print(text_report(pools, crowd))
+    if writes:
+        print(text_table(WRITE_HEADERS, _write_rows(writes), WRITE_RIGHT))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     if args.markdown is not None:
-        write_section(args.markdown, SECTION, markdown_section(report, pools, crowd))
+        write_section(
+            args.markdown,
+            SECTION,
+            markdown_section(report, pools, crowd, writes, postgresql_missing),
+        )
     return EXIT_OK
 
 
@@ -349,6 +420,14 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--calls", str(args.calls)]
     if args.busy_clients != DEFAULT_BUSY_CLIENTS:
         parts += ["--busy-clients", str(args.busy_clients)]
+    if args.replicas != DEFAULT_REPLICAS:
+        parts += ["--replicas", ",".join(str(n) for n in args.replicas) or "none"]
+    if args.write_clients != DEFAULT_WRITE_CLIENTS:
+        parts += ["--write-clients", str(args.write_clients)]
+    if args.write_duration_s != DEFAULT_WRITE_DURATION_S:
+        parts += ["--write-duration-s", f"{args.write_duration_s:g}"]
+    if args.postgresql is not None:
+        parts += ["--postgresql", without_password(args.postgresql)]
     if args.seed:
         parts += ["--seed", str(args.seed)]
     for flag, path in (("--out", args.out), ("--markdown", args.markdown)):
@@ -407,8 +486,61 @@ def text_report(pools: Sequence[PoolResult], crowd: CrowdResult | None) -> str:
     return f"{table}\n{_crowd_line(crowd)}".rstrip()
 
 
+WRITE_HEADERS = (
+    "store",
+    "replicas",
+    "clients",
+    "writes/s",
+    "p50 ms",
+    "p99 ms",
+    "max ms",
+    "failed",
+)
+WRITE_RIGHT = set(range(1, len(WRITE_HEADERS)))
+_STORE_NAMES = {"sqlite": "SQLite file", "postgresql": "PostgreSQL"}
+
+
+def _write_rows(writes: Sequence[WriteResult]) -> list[list[str]]:
+    return [
+        [
+            _STORE_NAMES.get(w.store, w.store),
+            str(w.replicas),
+            str(w.clients),
+            f"{w.calls_per_s:,.0f}",
+            _ms(w.latency.p50_ms),
+            _ms(w.latency.p99_ms),
+            _ms(w.latency.max_ms),
+            str(w.failed),
+        ]
+        for w in writes
+    ]
+
+
+def _writes_part(writes: Sequence[WriteResult], postgresql_missing: str | None) -> str:
+    if not writes:
+        return ""
+    w = writes[0]
+    text = (
+        "### Writes with replicas\n\n"
+        f"{w.clients} client processes, each a PlannerClient given every replica (gRPC "
+        f"round robin), offer into a pool of their own for {w.duration_s:g} s per case, as "
+        "fast as they are answered; every call is a committed write (SQLite: fsync per "
+        "change; PostgreSQL: a throwaway server on the same machine with its default "
+        "durability, fsync and synchronous commit). Replicas, PostgreSQL and the clients "
+        "share the machine's cores.\n\n"
+        + markdown_table(WRITE_HEADERS, _write_rows(writes), WRITE_RIGHT)
+    )
+    if postgresql_missing is not None:
+        text += f"\n\nPostgreSQL left out: {postgresql_missing}."
+    return text
+
+
 def markdown_section(
-    report: dict[str, Any], pools: Sequence[PoolResult], crowd: CrowdResult | None
+    report: dict[str, Any],
+    pools: Sequence[PoolResult],
+    crowd: CrowdResult | None,
+    writes: Sequence[WriteResult] = (),
+    postgresql_missing: str | None = None,
 ) -> str:
     return "\n\n".join(
         part
@@ -419,10 +551,11 @@ def markdown_section(
             "is on disk (fsync) before it answers.",
             markdown_table(HEADERS, _rows(pools), RIGHT),
             _crowd_line(crowd),
+            _writes_part(writes, postgresql_missing),
             "The same bench against a server that kept each pool as one JSON document is in "
             "[reliability.md](reliability.md) (attack 5). `make bench` runs this at full "
-            "size; `make bench-quick` with pools of 10 and 1,000 producers, 50 calls, JSON "
-            "under out/bench-quick/ only.",
+            "size; `make bench-quick` with pools of 10 and 1,000 producers, 50 calls, 1 and "
+            "2 replicas for 3 s, JSON under out/bench-quick/ only.",
         )
         if part
     )

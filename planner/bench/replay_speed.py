@@ -17,7 +17,8 @@ from typing import Any
 from planner.bench.machine import describe, describe_commit, load_average, machine_info
 from planner.bench.markdown import write_section
 from planner.replay.engine import Engine
-from planner.replay.schedulers import POLICY_NAMES, Lvf, make_scheduler
+from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
+from planner.replay.schedulers import Lvf
 from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, build_setup
 from planner.trace.arrivals import RateSchedule
 from planner.trace.generate import GenConfig, generate

@@ -36,7 +36,7 @@ from planner.bench.markdown import write_section
 from planner.domain.rotation import RotationParams
 from planner.replay.engine import Engine
 from planner.replay.metrics import PolicyMetrics, summarize
-from planner.replay.schedulers import make_scheduler
+from planner.replay.scheduler_by_name import make_scheduler
 from planner.replay.setup import ReplayKnobs, build_setup, scale_rate
 from planner.trace.arrivals import RateSchedule
 from planner.trace.generate import GenConfig, generate

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.bench.gurobi_probe import gurobi_unavailable
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.solvers_placement_instances import (
@@ -39,6 +40,7 @@ from planner.bench.solvers_placement_instances import (
     PlacementInstance,
     make_instance,
 )
+from planner.bench.solvers_placement_report import markdown_section, text_report
 from planner.domain.placement import PlacementInputs
 from planner.policies.aqua.placer import MB, lower_bound_bytes, place_models
 
@@ -150,8 +152,6 @@ def _warm_up(backends: list[str]) -> None:
 
 
 def run_bench(config: PConfig, progress: Callable[[str], None] = lambda _: None) -> PMeasured:
-    from planner.bench.solvers_offload import gurobi_unavailable
-
     measured = PMeasured()
     backends = list(config.backends)
     if "gurobi" in backends:
@@ -430,7 +430,6 @@ def _progress(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner.bench.solvers_placement_report import markdown_section, text_report
 
     config = config_from(args)
     if isinstance(config, str):

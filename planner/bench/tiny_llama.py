@@ -49,9 +49,20 @@ def prompt_text(num_words: int, seed: int) -> str:
 def build(out_dir: Path, shape: TinyLlamaShape | None = None, seed: int = 0) -> Path:
     """Writes config.json, model.safetensors and the tokenizer files to
     out_dir; returns out_dir. Deterministic in seed."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    # torch, tokenizers and transformers: the engines environment only.
+    import torch  # noqa: PLC0415 - optional
+    from tokenizers import (  # noqa: PLC0415 - optional
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        trainers,
+    )
+    from transformers import (  # noqa: PLC0415 - optional
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedTokenizerFast,
+    )
 
     shape = shape or TinyLlamaShape()
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -14,10 +14,11 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from planner.bearer_token import TOKEN_ENV, AuthConfigError, read_token
 from planner.client import PlannerClient, PlannerError, RetryPolicy
 from planner.input_file import InputFileError, display_name, read_bytes
+from planner.replay.role_oracle import ReplayRoleOracles
 from planner.rpc import RPCS, Rpc
-from planner.service.auth import TOKEN_ENV, AuthConfigError, read_token
 from planner.service.cluster_store import ClusterStore
 from planner.service.convert.json_errors import describe_json_error
 from planner.service.errors import (
@@ -27,7 +28,7 @@ from planner.service.errors import (
 )
 from planner.service.limits import ServiceLimits
 from planner.service.methods import CallContext, handle
-from planner.service.tls import ClientTls, TlsConfigError
+from planner.tls import ClientTls, TlsConfigError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -57,11 +58,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="-",
         help="request as proto3 JSON: a file, or - for stdin (default)",
     )
-    p.add_argument("--target", help="host:port of a planner server; in process when omitted")
+    p.add_argument(
+        "--target",
+        help="host:port of a planner server, or several separated by commas (replicas, "
+        "balanced round robin); in process when omitted",
+    )
     p.add_argument(
         "--store",
-        help="in process only: the SQLite store of cluster state and lease ledgers to read "
-        "and update (default: none, state lives for this call only)",
+        help="in process only: the store of cluster state and lease ledgers to read and "
+        "update, a SQLite file or a postgresql:// URL (default: none, state lives for this "
+        "call only)",
     )
     p.add_argument(
         "--deadline-ms", type=float, default=10_000.0, help="deadline of the call (default 10 s)"
@@ -174,7 +180,14 @@ def answer(
         try:
             cluster_store.open()
             return handle(
-                rpc, request, CallContext(ServiceLimits(), deadline_s, cluster_store=cluster_store)
+                rpc,
+                request,
+                CallContext(
+                    ServiceLimits(),
+                    deadline_s,
+                    cluster_store=cluster_store,
+                    role_oracles=ReplayRoleOracles(),
+                ),
             )
         except InvalidArgumentError as exc:
             raise CallFailedError(EXIT_BAD_INPUT, str(exc)) from None

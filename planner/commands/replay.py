@@ -5,20 +5,21 @@ are called in process; see planner.replay."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from planner.commands.output_paths import (
-    OutputPathError,
-    check_output_file,
-    check_output_folder,
-)
 from planner.commands.trace import add_trace_argument, check_max_trace_bytes
 from planner.domain.offload import OFFLOAD_BACKEND_NAMES, backend_named
 from planner.domain.requests import Slo
 from planner.domain.rotation import RotationParams
+from planner.output_paths import (
+    OutputPathError,
+    check_output_file,
+    check_output_folder,
+)
 from planner.profiles.errors import ProfileError
 from planner.replay.cfs_paging import DEFAULT_PEER_KV_GB, paging_target
 from planner.replay.cfs_scheduler import (
@@ -30,9 +31,9 @@ from planner.replay.cfs_scheduler import (
 from planner.replay.cluster_engine import CLUSTER_POLICY_NAMES, ClusterEngine, ClusterRun
 from planner.replay.cluster_report import (
     ClusterMetrics,
+    cluster_json,
     print_cluster_report,
     summarize_cluster,
-    write_cluster_json,
 )
 from planner.replay.cluster_setup import (
     DEFAULT_INSTANCES,
@@ -40,14 +41,15 @@ from planner.replay.cluster_setup import (
     ClusterKnobs,
     cluster_config,
 )
+from planner.replay.console import print_table
 from planner.replay.engine import Engine
 from planner.replay.longctx_engine import LongctxEngine, LongctxRun
 from planner.replay.longctx_policies import LONGCTX_POLICY_NAMES, make_longctx_policy
 from planner.replay.longctx_report import (
     LongctxMetrics,
+    longctx_json,
     print_longctx_report,
     summarize_longctx,
-    write_longctx_json,
 )
 from planner.replay.longctx_setup import (
     REPLAY_OFFLOAD_PARAMS,
@@ -57,27 +59,37 @@ from planner.replay.longctx_setup import (
 )
 from planner.replay.metrics import PolicyMetrics, compare
 from planner.replay.noise import JitteredCost
+from planner.replay.outputs import is_stdout, table_suffix_error, write_json_document, write_table
 from planner.replay.plots import write_report
 from planner.replay.progress import replay_progress
 from planner.replay.records import ReplayResult
 from planner.replay.report import print_report, write_json
-from planner.replay.schedulers import POLICY_NAMES, make_scheduler
+from planner.replay.request_table import request_table
+from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
 from planner.replay.serverless_engine import (
     SERVERLESS_POLICY_NAMES,
     ServerlessEngine,
     ServerlessRun,
 )
+from planner.replay.serverless_plots import write_serverless_report
 from planner.replay.serverless_report import (
     ServerlessMetrics,
+    compare_serverless,
     print_serverless_report,
-    summarize_serverless,
-    write_serverless_json,
+    serverless_json,
+    serverless_sweep_table,
 )
 from planner.replay.serverless_setup import (
     DEFAULT_MIG,
     DEFAULT_SWITCH_SETUP_S,
     LOAD_LINKS,
+    MAX_DRAIN_S,
+    MIN_HOLD_TTFT,
+    STARVE_AFTER_S,
+    URGENT_SLACK_TTFT,
+    VICTIM_SLACK_MARGIN_S,
     ServerlessKnobs,
+    describe,
     serverless_config,
 )
 from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, ReplaySetup, build_setup, scale_rate
@@ -202,6 +214,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--cpu-kv-gb", type=float, help="CPU memory for swapped KV, GB (default 90%% of host)"
     )
+    e = p.add_argument_group(
+        f"the engine's own limits ({ROTATION} topology)",
+        "what a real engine was started with, to replay it as it is (vLLM: --block-size, "
+        "--num-gpu-blocks-override, the swap connector's num_cpu_blocks)",
+    )
+    e.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    e.add_argument(
+        "--gpu-kv-blocks",
+        type=int,
+        help="GPU KV blocks (default: what the profile's memory leaves at 90%% utilization)",
+    )
+    e.add_argument(
+        "--cpu-kv-blocks", type=int, help="CPU KV blocks for swapped KV (overrides --cpu-kv-gb)"
+    )
     p.add_argument(
         "--compute-jitter",
         type=float,
@@ -311,7 +337,45 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument(
         "--load-link",
         choices=LOAD_LINKS,
-        help="dedicated: the link weights load over on a model switch (default pcie, 55 GB/s)",
+        help="dedicated, sllm, aegaeon: the link weights load over on a model switch "
+        "(default: pcie at 55 GB/s for dedicated, c2c for sllm and aegaeon)",
+    )
+    v.add_argument(
+        "--models-per-slice",
+        type=int,
+        help="c2cserve: models resident on one slice at once, taking turns (default "
+        f"{ServerlessKnobs().max_models_per_slice})",
+    )
+    v.add_argument(
+        "--urgent-slack",
+        type=float,
+        help="policies that preempt: a waiting model may take a slice from an active one "
+        "once its most urgent request has this much slack left, s (TTFT deadline - now, or "
+        f"the pause its mean TPOT allows; default {URGENT_SLACK_TTFT:g} x the TTFT SLO)",
+    )
+    v.add_argument(
+        "--min-hold",
+        type=float,
+        help="policies that preempt: a model keeps a slice at least this long once ready, s "
+        f"(default {MIN_HOLD_TTFT:g} x the TTFT SLO)",
+    )
+    v.add_argument(
+        "--victim-slack",
+        type=float,
+        help="policies that preempt: the slack every request of a preempted model needs, s "
+        f"(default --starve-after + --min-hold + {VICTIM_SLACK_MARGIN_S:g})",
+    )
+    v.add_argument(
+        "--max-drain",
+        type=float,
+        help="policies that preempt: a starving model drains its victim (no new requests) "
+        f"for at most this long, then preempts the rest, s (default {MAX_DRAIN_S:g})",
+    )
+    v.add_argument(
+        "--starve-after",
+        type=float,
+        help="policies that preempt: after this long waiting a model preempts whatever the "
+        f"slack (the starvation backstop), s (default {STARVE_AFTER_S:g}: off)",
     )
     v.add_argument(
         "--switch-setup",
@@ -319,7 +383,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="c2cserve and the streaming baselines: engine setup on a model switch, s "
         f"(default {DEFAULT_SWITCH_SETUP_S:g})",
     )
-    p.add_argument("--json-out", type=Path, help="write every number as JSON here")
+    p.add_argument(
+        "--json-out", type=Path, help="write every number as JSON here (- for standard output)"
+    )
+    p.add_argument(
+        "--requests-out",
+        type=Path,
+        metavar="FILE.csv|FILE.parquet",
+        help="write one row per request per run (every policy and rate scale): arrival, "
+        "first token, finish, tokens, TTFT, TPOT, max TBT, SLOs met, preemptions, swaps "
+        "(- for CSV on standard output)",
+    )
     p.add_argument("--report-dir", type=Path, help="write PNG plots here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -331,7 +405,15 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    # With a document on standard output, the report goes to standard error.
+    args.stdout = sys.stdout
+    on_stdout = [f for f in ("json_out", "requests_out") if is_stdout(getattr(args, f))]
+    if len(on_stdout) > 1:
+        return _fail("only one of --json-out and --requests-out can be - (standard output)")
     try:
+        if on_stdout:
+            with contextlib.redirect_stdout(sys.stderr):
+                return _replay(args)
         return _replay(args)
     except OSError as exc:
         # Output paths are checked before the run; a disk that fills up
@@ -358,12 +440,30 @@ def _replay(args: argparse.Namespace) -> int:
         if scale > MAX_RATE_SCALE:
             return _fail(f"--rate-scale must be at most {MAX_RATE_SCALE:g}, got {scale:g}")
     try:
-        check_output_file("--json-out", args.json_out)
+        for flag, path in (("--json-out", args.json_out), ("--requests-out", args.requests_out)):
+            if not is_stdout(path):
+                check_output_file(flag, path)
         check_output_folder("--report-dir", args.report_dir)
     except OutputPathError as exc:
         return _fail(str(exc))
+    if args.requests_out is not None and (problem := table_suffix_error(args.requests_out)):
+        return _fail(f"--requests-out {args.requests_out}: {problem}")
     if args.cpu_kv_gb is not None and not (math.isfinite(args.cpu_kv_gb) and args.cpu_kv_gb >= 0):
         return _fail(f"--cpu-kv-gb must be a finite number >= 0, got {args.cpu_kv_gb}")
+    if args.block_size < 1:
+        return _fail(f"--block-size must be >= 1, got {args.block_size}")
+    for name in ("gpu_kv_blocks", "cpu_kv_blocks"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if topology != ROTATION:
+            return _fail(f"{flag} applies to --topology {ROTATION} only")
+        if value < (1 if name == "gpu_kv_blocks" else 0):
+            bound = ">= 1" if name == "gpu_kv_blocks" else ">= 0"
+            return _fail(f"{flag} must be {bound}, got {value}")
+    if args.block_size != 16 and topology != ROTATION:
+        return _fail(f"--block-size applies to --topology {ROTATION} only")
     if not (math.isfinite(args.alpha) and args.alpha >= 0):
         return _fail(f"--alpha must be a finite number >= 0, got {args.alpha}")
     for name in ("beta_tbt", "beta_ttft", "lost_slack_tbts"):
@@ -418,7 +518,18 @@ def _replay(args: argparse.Namespace) -> int:
         if not (math.isfinite(value) and low_ok):
             bound = ">= 0" if name == "restore_hold" else "> 0"
             return _fail(f"{flag} must be a finite number {bound}, got {value}")
-    for name in ("mig", "c2c_gbps", "load_link", "switch_setup"):
+    for name in (
+        "mig",
+        "c2c_gbps",
+        "load_link",
+        "switch_setup",
+        "urgent_slack",
+        "models_per_slice",
+        "min_hold",
+        "victim_slack",
+        "starve_after",
+        "max_drain",
+    ):
         value = getattr(args, name)
         if value is None:
             continue
@@ -427,7 +538,16 @@ def _replay(args: argparse.Namespace) -> int:
             return _fail(f"{flag} applies to --topology {SERVERLESS} only")
         if name == "c2c_gbps" and not (math.isfinite(value) and value > 0):
             return _fail(f"{flag} must be a finite number > 0, got {value}")
-        if name == "switch_setup" and not (math.isfinite(value) and value >= 0):
+        if name == "urgent_slack" and not math.isfinite(value):
+            return _fail(f"{flag} must be a finite number, got {value}")
+        if name == "models_per_slice" and value < 1:
+            return _fail(f"{flag} must be >= 1, got {value}")
+        if name in ("starve_after", "victim_slack"):
+            if not value >= 0:
+                return _fail(f"{flag} must be a number >= 0 (inf: never), got {value}")
+        elif name not in ("mig", "c2c_gbps", "load_link", "urgent_slack") and not (
+            math.isfinite(value) and value >= 0
+        ):
             return _fail(f"{flag} must be a finite number >= 0, got {value}")
     try:
         # The serverless topology takes merged per-model traces: sorted here.
@@ -459,6 +579,9 @@ def _replay(args: argparse.Namespace) -> int:
         max_batched_tokens=args.max_batched_tokens,
         max_running=args.max_running,
         cpu_kv_bytes=int(args.cpu_kv_gb * 1e9) if args.cpu_kv_gb is not None else None,
+        block_size_tokens=args.block_size,
+        gpu_kv_blocks=args.gpu_kv_blocks,
+        cpu_kv_blocks=args.cpu_kv_blocks,
     )
     try:
         setup = build_setup(args.profile, knobs)
@@ -475,6 +598,7 @@ def _replay(args: argparse.Namespace) -> int:
         return _fail(f"--policy {CFS_PEER}: {setup.hardware.name} has no NVLink bandwidth")
     sweep: dict[float, list[PolicyMetrics]] = {}
     main_results: list[ReplayResult] = []
+    every_result: list[ReplayResult] = []
     for scale in scales:
         scaled = scale_rate(trace, scale)
         results = [
@@ -495,6 +619,7 @@ def _replay(args: argparse.Namespace) -> int:
             for policy in policies
         ]
         sweep[scale] = compare(results)
+        every_result.extend(results)
         if not main_results:
             main_results = results
     metrics = sweep[scales[0]]
@@ -507,14 +632,33 @@ def _replay(args: argparse.Namespace) -> int:
         sweep=sweep if len(scales) > 1 else None,
     )
     if args.json_out is not None:
-        write_json(args.json_out, main_results, metrics, sweep=sweep if len(scales) > 1 else None)
-        print(f"wrote {args.json_out}")
+        write_json(
+            args.json_out,
+            main_results,
+            metrics,
+            sweep=sweep if len(scales) > 1 else None,
+            stdout=args.stdout,
+        )
+        _wrote(args.json_out)
+    _write_requests(args, every_result)
     if args.report_dir is not None:
         paths = write_report(
             args.report_dir, main_results, metrics, sweep=sweep if len(scales) > 1 else None
         )
         print(f"wrote {len(paths)} plots to {args.report_dir}")
     return 0
+
+
+def _wrote(path: Path) -> None:
+    if not is_stdout(path):
+        print(f"wrote {path}")
+
+
+def _write_requests(args: argparse.Namespace, results: list[ReplayResult]) -> None:
+    if args.requests_out is None:
+        return
+    write_table(args.requests_out, request_table(results), args.stdout)
+    _wrote(args.requests_out)
 
 
 def _run_one(
@@ -604,6 +748,7 @@ def _run_long_context(
         return _fail(f"--gpu-kv-gb: {exc}")
     design = design_tokens(trace)
     first: tuple[list[LongctxRun], list[LongctxMetrics]] | None = None
+    every_run: list[LongctxRun] = []
     for scale in scales:
         scaled = scale_rate(trace, scale)
         runs: list[LongctxRun] = []
@@ -632,11 +777,13 @@ def _run_long_context(
                     "link_layer_blocks_per_s": config.link_blocks_per_s,
                     "offload_time_limit_s": params.time_limit_s,
                     "offload_node_limit": params.node_limit,
+                    "offload_ilp_work_limit": params.ilp_work_limit,
                     "offload_backend": str(params.backend),
                     "flexgen_design_tokens": design,
                 }
             )
             runs.append(run)
+            every_run.append(run)
         metrics = [summarize_longctx(r) for r in runs]
         gpu_gb = config.gpu_block_budget * config.layer_block_bytes / 1e9
         print_longctx_report(
@@ -650,8 +797,9 @@ def _run_long_context(
         if first is None:
             first = (runs, metrics)
     if args.json_out is not None and first is not None:
-        write_longctx_json(args.json_out, *first)
-        print(f"wrote {args.json_out}")
+        write_json_document(args.json_out, longctx_json(*first), args.stdout)
+        _wrote(args.json_out)
+    _write_requests(args, [run.result for run in every_run])
     return 0
 
 
@@ -688,6 +836,7 @@ def _run_cluster(
     except ValueError as exc:
         return _fail(str(exc))
     first: tuple[list[ClusterRun], list[ClusterMetrics]] | None = None
+    every_run: list[ClusterRun] = []
     for scale in scales:
         scaled = scale_rate(trace, scale)
         runs: list[ClusterRun] = []
@@ -718,6 +867,7 @@ def _run_cluster(
                 }
             )
             runs.append(run)
+            every_run.append(run)
         metrics = [summarize_cluster(r) for r in runs]
         kv_gb = config.kv_blocks_per_instance * config.block_bytes / 1e9
         print_cluster_report(
@@ -731,8 +881,9 @@ def _run_cluster(
         if first is None:
             first = (runs, metrics)
     if args.json_out is not None and first is not None:
-        write_cluster_json(args.json_out, *first)
-        print(f"wrote {args.json_out}")
+        write_json_document(args.json_out, cluster_json(*first), args.stdout)
+        _wrote(args.json_out)
+    _write_requests(args, [run.result for run in every_run])
     return 0
 
 
@@ -744,8 +895,6 @@ def _run_serverless(
     scales: list[float],
 ) -> int:
     """The serverless topology (planner.replay.serverless_engine)."""
-    if args.report_dir is not None:
-        return _fail(f"--report-dir is not available with --topology {SERVERLESS} yet")
     if args.compute_jitter:
         return _fail(f"--compute-jitter is not available with --topology {SERVERLESS} yet")
     defaults = ServerlessKnobs()
@@ -753,10 +902,20 @@ def _run_serverless(
         defaults,
         mig=args.mig if args.mig is not None else defaults.mig,
         c2c_gbps=args.c2c_gbps if args.c2c_gbps is not None else defaults.c2c_gbps,
-        load_link=args.load_link if args.load_link is not None else defaults.load_link,
+        load_link=args.load_link,
         switch_setup_s=(
             args.switch_setup if args.switch_setup is not None else defaults.switch_setup_s
         ),
+        urgent_slack_s=args.urgent_slack,
+        max_models_per_slice=(
+            args.models_per_slice
+            if args.models_per_slice is not None
+            else defaults.max_models_per_slice
+        ),
+        min_hold_s=args.min_hold,
+        victim_slack_s=args.victim_slack,
+        starve_after_s=args.starve_after,
+        max_drain_s=args.max_drain,
         seed=args.seed,
     )
     try:
@@ -764,6 +923,8 @@ def _run_serverless(
     except ValueError as exc:
         return _fail(str(exc))
     first: tuple[list[ServerlessRun], list[ServerlessMetrics]] | None = None
+    every_run: list[ServerlessRun] = []
+    sweep: dict[float, list[ServerlessMetrics]] = {}
     for scale in scales:
         scaled = scale_rate(trace, scale)
         runs: list[ServerlessRun] = []
@@ -781,20 +942,13 @@ def _run_serverless(
                     "model": setup.model.name,
                     "rate_scale": scale,
                     "seed": args.seed,
-                    "slo_ttft_s": config.slo.ttft_s,
-                    "slo_tbt_s": config.slo.tbt_s,
-                    "mig": [p.name for p in config.slices],
-                    "c2c_gbps": config.link_gbps,
-                    "load_link": config.load_link,
-                    "load_gbps": config.load_gbps,
-                    "switch_setup_s": config.switch_setup_s,
-                    "static_chunk": config.static_chunk,
-                    "max_running": config.max_running,
-                    "replan_s": config.replan_s,
+                    **describe(config, name),
                 }
             )
             runs.append(run)
-        metrics = [summarize_serverless(r) for r in runs]
+            every_run.append(run)
+        metrics = compare_serverless(runs)
+        sweep[scale] = metrics
         models = len({t.model for t in trace})
         print_serverless_report(
             metrics,
@@ -802,11 +956,23 @@ def _run_serverless(
             f"models, rate x{scale:g}, {setup.model.name} architecture)",
             caption=f"SLO TTFT {config.slo.ttft_s:g} s, TPOT {config.slo.tbt_s * 1e3:g} ms; "
             f"{len(config.slices)} x {config.slices[0].name}; C2C {config.link_gbps:g} GB/s; "
-            f"dedicated loads over {config.load_link} at {config.load_gbps:g} GB/s",
+            f"preemption: urgent at {config.preemption.urgent_slack_s:g} s of slack, hold "
+            f"{config.preemption.min_hold_s:g} s, victim slack "
+            f"{config.preemption.victim_slack_s:g} s, starving after "
+            f"{config.preemption.starve_after_s:g} s (drain at most "
+            f"{config.preemption.max_drain_s:g} s); {config.max_models_per_slice} models per "
+            "slice",
         )
         if first is None:
             first = (runs, metrics)
+    if len(scales) > 1:
+        print_table(serverless_sweep_table(sweep))
     if args.json_out is not None and first is not None:
-        write_serverless_json(args.json_out, *first)
-        print(f"wrote {args.json_out}")
+        data = serverless_json(*first, sweep if len(scales) > 1 else None)
+        write_json_document(args.json_out, data, args.stdout)
+        _wrote(args.json_out)
+    if args.report_dir is not None and first is not None:
+        paths = write_serverless_report(args.report_dir, *first, sweep=sweep)
+        print(f"wrote {len(paths)} plots to {args.report_dir}")
+    _write_requests(args, [run.result for run in every_run])
     return 0

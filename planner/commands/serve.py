@@ -10,12 +10,13 @@ import sys
 import threading
 from types import FrameType
 
-from planner.service.auth import TOKEN_ENV, AuthConfigError, read_token
+from planner.bearer_token import TOKEN_ENV, AuthConfigError, read_token
+from planner.replay.role_oracle import ReplayRoleOracles
 from planner.service.connections import raise_descriptor_limit
 from planner.service.limits import ServiceLimits
 from planner.service.logs import configure
 from planner.service.server import PlannerServer, ServerConfig
-from planner.service.tls import ServerTls, TlsConfigError
+from planner.tls import ServerTls, TlsConfigError
 
 # gRPC takes these timeouts in int32 milliseconds; a day is plenty.
 MAX_TIMEOUT_S = 86_400.0
@@ -97,9 +98,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--store",
         default=None,
-        help="SQLite file of the state that survives a restart (buddy-group plans, drop "
-        "triggers, memory lease ledgers); ':memory:' keeps none (default $PLANNER_STORE, else "
-        "$XDG_STATE_HOME/planner/planner.sqlite3)",
+        help="where the state that survives a restart is kept (buddy-group plans, drop "
+        "triggers, memory lease ledgers): a SQLite file, or a PostgreSQL URL "
+        "(postgresql://USER@HOST:PORT/DATABASE; several replicas may share it; give the "
+        "password in $PGPASSWORD or ~/.pgpass rather than the URL); ':memory:' keeps none "
+        "(default $PLANNER_STORE, else $XDG_STATE_HOME/planner/planner.sqlite3)",
     )
     p.add_argument("--tls-cert", help="PEM certificate chain: serve TLS (with --tls-key)")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert (unencrypted)")
@@ -199,6 +202,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         store_path=args.store if args.store is not None else default_store_path(),
         tls=tls,
         auth_token=read_token(args.auth_token_file),
+        role_oracles=ReplayRoleOracles(),
     )
 
 

@@ -16,8 +16,8 @@ import textwrap
 from pathlib import Path
 from typing import TypeAlias
 
-from planner.commands.output_paths import OutputPathError, check_output_file
 from planner.input_file import STDIN, display_name
+from planner.output_paths import OutputPathError, check_output_file
 from planner.trace.arrivals import RateSchedule, check_burstiness
 from planner.trace.errors import SpecError, TraceError
 from planner.trace.generate import GenConfig, check_seed, generate

@@ -39,6 +39,10 @@ class OffloadParams:
     # clock only). Replay sets it so that a run gives the same plans on any
     # machine; then the time limit is only a backstop.
     node_limit: int | None = None
+    # Work limit of one CPSAT or GUROBI solve (planner.solvers'
+    # SolveOptions.work_limit: CP-SAT deterministic seconds, Gurobi work
+    # units; None: the clock only). Replay sets it, as node_limit.
+    ilp_work_limit: float | None = None
     # Stop once the objective is within this fraction of the best bound
     # (0: prove optimality or run to the time limit).
     relative_gap: float = 0.0
@@ -48,6 +52,8 @@ class OffloadParams:
             object.__setattr__(self, "backend", backend_named(str(self.backend)))
         if self.node_limit is not None and self.node_limit < 1:
             raise ValueError(f"node_limit must be >= 1, got {self.node_limit}")
+        if self.ilp_work_limit is not None and not self.ilp_work_limit > 0.0:
+            raise ValueError(f"ilp_work_limit must be > 0, got {self.ilp_work_limit}")
 
 
 OFFLOAD_BACKEND_NAMES = ("bnb", "cp-sat", "gurobi", "exhaustive")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from planner.domain.requests import RequestState, Slo
+from planner.kernels.transfer_batch import TransferBatch
 from planner.profiles import HardwareProfile, ModelProfile
 
 PAPER_TRANSFER_BUDGET_BLOCKS = 2400
@@ -66,11 +67,6 @@ class BudgetSource(enum.IntEnum):
     DEFAULT = 3
 
 
-class CopyDirection(enum.IntEnum):
-    D2H = 1
-    H2D = 2
-
-
 class MoveKind(enum.IntEnum):
     EAGER = 1
     SWAP_OUT = 2
@@ -100,21 +96,6 @@ class RequestDecision(NamedTuple):
     state: RequestState
     vlt: float
     blocks: int
-
-
-@dataclass(frozen=True, slots=True)
-class BlockExtent:
-    src_start: int
-    dst_start: int
-    num_blocks: int
-
-
-@dataclass(frozen=True, slots=True)
-class TransferBatch:
-    direction: CopyDirection
-    extents: tuple[BlockExtent, ...]
-    num_blocks: int
-    num_bytes: int
 
 
 @dataclass(frozen=True, slots=True)

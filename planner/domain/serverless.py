@@ -4,6 +4,7 @@ link, and the plans the serverless policy makes for them."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner.profiles.mig import GB, MigSliceProfile
@@ -122,6 +123,72 @@ class SliceState:
     in_flight: int = 0
     # When it last served a request (the caller's clock).
     last_used_s: float = 0.0
+    # When its model became ready to run there (after the switch).
+    active_since_s: float = 0.0
+    # The least slack among its requests: for a request still waiting for
+    # its first token, TTFT deadline - now; for one decoding, the time it
+    # may pause now and keep its mean TPOT within the target ((tokens - 1)
+    # x TPOT target - time since its first token). inf: nothing with a
+    # deadline.
+    slack_s: float = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionParams:
+    """When a waiting model may take a slice from an active model of equal
+    priority (queue-aware routing). Only a model that has been ready on its
+    slice for at least ``min_hold_s`` (Q) can be preempted:
+
+    - by a waiting model whose most urgent request has at most
+      ``urgent_slack_s`` (U) of slack left, if every request on that slice
+      has at least ``victim_slack_s`` (V) of slack (it can wait until it is
+      urgent itself and then get a slice back, and still keep its targets);
+    - by a waiting model whose oldest request has waited ``starve_after_s``
+      (W_s), whatever the slack, by draining: the victim takes no new
+      requests and hands its place over once its requests in flight are
+      done, or after ``max_drain_s`` (D), preempting what is left. The
+      backstop that, with starving models served oldest first,
+      bounds every model's wait (``starvation_bound_s``).
+
+    Slack: for a request without its first token, TTFT deadline - now; for
+    one decoding, the pause it can take now and keep its mean TPOT within
+    the target ((tokens - 1) x TPOT target - time since its first token).
+    """
+
+    min_hold_s: float
+    urgent_slack_s: float
+    victim_slack_s: float
+    starve_after_s: float
+    # A drain lasts at most this long; what is still in flight then is
+    # preempted (requeued, KV to host).
+    max_drain_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("min_hold_s", "max_drain_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+        # inf: never (no slack is enough; no model starves).
+        for name in ("victim_slack_s", "starve_after_s"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ValueError(f"{name} must be a number >= 0 (inf: never), got {value}")
+        if not math.isfinite(self.urgent_slack_s):
+            raise ValueError(f"urgent_slack_s must be a finite number, got {self.urgent_slack_s}")
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingModel:
+    """A model with requests waiting for a slice."""
+
+    model: ServerlessModel
+    priority: float
+    # When its oldest waiting request started waiting (its arrival, or when
+    # it was preempted off a slice).
+    waiting_since_s: float
+    requests: int = 1
+    # The least slack among its waiting requests (see PreemptionParams).
+    slack_s: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +201,24 @@ class RouteDecision:
     link_demand_gbps: float
     link_budget_gbps: float
     reason: str
+    # The evicted model has requests in flight, which the engine requeues
+    # (their KV moves to host memory).
+    preempts: bool = False
+    # Why that slice could be taken: "inactive", "lower-priority", "held"
+    # (the waiting model is urgent, the victim has slack) or "starving".
+    eviction: str = ""
+    # The evicted model is drained, not preempted: it takes no new
+    # requests, its requests in flight finish, then the model switches
+    # (a starving model's place; request-granularity switching).
+    drains: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRoute:
+    """One waiting model's decision within a scheduling round."""
+
+    model: str
+    decision: RouteDecision
 
 
 @dataclass(frozen=True, slots=True)

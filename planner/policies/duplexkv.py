@@ -17,14 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from planner.domain.requests import NO_BLOCK, RequestState, RequestTable, Snapshot
-from planner.domain.rotation import (
-    BlockExtent,
-    CopyDirection,
-    MoveKind,
-    RequestBlockMoves,
-    RotationInputs,
-    TransferBatch,
-)
+from planner.domain.rotation import MoveKind, RequestBlockMoves, RotationInputs
+from planner.kernels.transfer_batch import BlockExtent, CopyDirection, TransferBatch
 from planner.policies.ordering import order_rows
 
 IntArray = npt.NDArray[np.int64]

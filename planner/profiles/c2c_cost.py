@@ -350,3 +350,33 @@ def best_static_rho(
         for r in candidates
     ]
     return candidates[min(range(len(times)), key=lambda i: (times[i], candidates[i]))]
+
+
+# HBM a slice keeps for the runtime besides weights and KV cache: the CUDA
+# context and workspaces, and the activations of one prefill chunk (a
+# 2,048-token chunk of an 8B model: ~0.2 GB). Our estimate, not measured.
+RUNTIME_RESERVE_BYTES = 1.5e9
+# Fraction of a slice's HBM the engine uses (vLLM's and SGLang's default).
+DEFAULT_MEMORY_UTILIZATION = 0.9
+
+
+def kv_capacity_tokens(
+    model: ModelProfile,
+    mig: MigSliceProfile,
+    *,
+    weights_in_hbm: bool,
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    reserve_bytes: float = RUNTIME_RESERVE_BYTES,
+) -> int:
+    """KV tokens one slice holds: its HBM x utilization, less the runtime
+    reserve and, when the weights are resident (not streamed), the weights;
+    0 when they do not fit."""
+    if not 0.0 < memory_utilization <= 1.0:
+        raise ProfileError("memory_utilization", f"must be in (0, 1], got {memory_utilization}")
+    per_token = model.kv_bytes_per_token()
+    if per_token <= 0:
+        raise ProfileError("model", f"{model.name} has no KV bytes per token")
+    free = mig.hbm_bytes * memory_utilization - reserve_bytes
+    if weights_in_hbm:
+        free -= model.param_bytes
+    return max(0, int(free // per_token))

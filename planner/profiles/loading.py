@@ -13,7 +13,8 @@ rejected; ``load_profile`` raises :class:`ProfileError` naming the field, e.g.
       "description": "free text",                          optional
       "provenance": {                                      optional
         "kind": "measured" | "hand-written" | "built-in",  required in provenance
-        "source": "...", "tool": "...", "device": "...", "date": "..."   optional strings
+        "source": "...", "tool": "...", "method": "...",   optional strings: where,
+        "device": "...", "date": "..."                     with what, how, on what, when
       },
       "hardware": {                                        required
         "name": "gh200-144gb",                             required
@@ -41,7 +42,10 @@ rejected; ``load_profile`` raises :class:`ProfileError` naming the field, e.g.
       "cost": [                                            optional: measured constants
         {"model": "llama-3-8b", "tensor_parallel": 1,      model: built-in or in "models"
          "overhead_s": 0.0004, "decode_s_per_token": 2.1e-5, ...,
-         "notes": "..."}                                   any subset of the six constants
+         "request_latency_s": 0.011,                      optional, >= 0: client-side
+                                                           latency beyond the iterations
+         "notes": "..."}                                   any subset of the six constants;
+                                                           notes: how they were obtained
       ]
     }
 
@@ -58,6 +62,10 @@ The six cost constants (seconds; :mod:`planner.profiles.cost`): ``overhead_s``,
 ``weights_floor_s``, ``prefill_s_per_token``, ``decode_s_per_token``,
 ``attn_s_per_context_token``, ``prefill_attn_s_per_pair``. Those a cost entry
 gives replace the derived ones; the rest are derived from the hardware facts.
+``request_latency_s`` is not an iteration cost: it is what a client of the
+measured engine waits beyond its iterations (HTTP, tokenization,
+detokenization, streaming), which ``planner replay`` adds to every request's
+latencies (0 when not given).
 The link's curve semantics are in :mod:`planner.profiles.link`. The loaded
 hardware's ``h2d_gbps`` / ``d2h_gbps`` (what rotation uses) are the link's
 large-transfer rates with both directions busy.
@@ -92,6 +100,7 @@ from planner.profiles.models import MODEL_PROFILES, ModelProfile, find_model
 
 FORMAT = "planner-profile/1"
 PROVENANCE_KINDS = ("measured", "hand-written", "built-in")
+PROVENANCE_FIELDS = ("source", "tool", "method", "device", "date")
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,10 @@ class MeasuredProfile:
     provenance: dict[str, str] = field(default_factory=dict)
     models: dict[str, ModelProfile] = field(default_factory=dict)
     cost: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+    # Free text per cost entry (how the constants were obtained).
+    cost_notes: dict[tuple[str, int], str] = field(default_factory=dict)
+    # Client-side latency beyond the iterations, per cost entry.
+    request_latency: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def find_model(self, name: str) -> ModelProfile | None:
         """A model of this file, else a built-in one (aliases allowed)."""
@@ -121,6 +134,13 @@ class MeasuredProfile:
         derived = IterationCostModel.derive(model, self.hardware, tensor_parallel)
         measured = self.cost.get((model.name, tensor_parallel))
         return derived.with_constants(measured) if measured else derived
+
+    def request_latency_s(self, model: str, tensor_parallel: int = 1) -> float:
+        """The measured client-side latency of ``model`` (its profile name or
+        an alias), 0 when the file gives none."""
+        found = self.find_model(model)
+        name = found.name if found is not None else model
+        return self.request_latency.get((name, tensor_parallel), 0.0)
 
 
 # --- Reading ------------------------------------------------------------------------
@@ -274,7 +294,7 @@ def profile_from_dict(doc: Any) -> MeasuredProfile:
     link = _link(_Fields(top.raw("link"), "link"))
     hardware = _hardware(_Fields(top.raw("hardware"), "hardware"), link)
     models = _models(top.array("models", required=False))
-    cost = _cost_entries(top.array("cost", required=False), models, hardware)
+    entries = _cost_entries(top.array("cost", required=False), models, hardware)
     top.done()
     return MeasuredProfile(
         name=name,
@@ -282,7 +302,9 @@ def profile_from_dict(doc: Any) -> MeasuredProfile:
         description=description,
         provenance=provenance,
         models=models,
-        cost=cost,
+        cost=entries.constants,
+        cost_notes=entries.notes,
+        request_latency=entries.request_latency,
     )
 
 
@@ -295,7 +317,7 @@ def _provenance(value: Any) -> dict[str, str]:
         raise ProfileError(
             "provenance.kind", f"must be one of {', '.join(PROVENANCE_KINDS)}; got {out['kind']!r}"
         )
-    for key in ("source", "tool", "device", "date"):
+    for key in PROVENANCE_FIELDS:
         if f.has(key):
             out[key] = f.string(key)
     f.done()
@@ -424,10 +446,19 @@ def _models(items: list[Any]) -> dict[str, ModelProfile]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _CostEntries:
+    constants: dict[tuple[str, int], dict[str, float]]
+    notes: dict[tuple[str, int], str]
+    request_latency: dict[tuple[str, int], float]
+
+
 def _cost_entries(
     items: list[Any], models: dict[str, ModelProfile], hardware: HardwareProfile
-) -> dict[tuple[str, int], dict[str, float]]:
+) -> _CostEntries:
     out: dict[tuple[str, int], dict[str, float]] = {}
+    notes: dict[tuple[str, int], str] = {}
+    latency: dict[tuple[str, int], float] = {}
     for i, item in enumerate(items):
         f = _Fields(item, f"cost[{i}]")
         name = f.string("model")
@@ -448,7 +479,9 @@ def _cost_entries(
             raise ProfileError(
                 f"cost[{i}]", f"gives no constant (any of: {', '.join(COST_CONSTANT_NAMES)})"
             )
-        f.string("notes", required=False)
+        if f.has("request_latency_s"):
+            latency[key] = f.number("request_latency_s", check=_non_negative, expect=">= 0")
+        note = f.string("notes", required=False)
         f.done()
         try:
             IterationCostModel.derive(model, hardware, tp)
@@ -456,7 +489,9 @@ def _cost_entries(
             where = f.at(exc.field) if exc.field == "tensor_parallel" else exc.field
             raise ProfileError(where, exc.reason) from None
         out[key] = values
-    return out
+        if note:
+            notes[key] = note
+    return _CostEntries(out, notes, latency)
 
 
 # --- Writing ------------------------------------------------------------------------
@@ -540,7 +575,21 @@ def profile_to_dict(profile: MeasuredProfile) -> dict[str, Any]:
         d["models"] = [model_to_dict(m) for m in profile.models.values()]
     if profile.cost:
         d["cost"] = [
-            {"model": model, "tensor_parallel": tp, **values}
+            {
+                "model": model,
+                "tensor_parallel": tp,
+                **values,
+                **(
+                    {"request_latency_s": profile.request_latency[(model, tp)]}
+                    if (model, tp) in profile.request_latency
+                    else {}
+                ),
+                **(
+                    {"notes": profile.cost_notes[(model, tp)]}
+                    if (model, tp) in profile.cost_notes
+                    else {}
+                ),
+            }
             for (model, tp), values in profile.cost.items()
         ]
     return d

@@ -68,6 +68,7 @@ class Cfs:
     # empty then.
     idle_unless_waiting: bool = False
     copies_only_unless_waiting: bool = True
+    running_first: bool = False
     # Partitions made so far, and the latest.
     partitions: int = field(default=0, init=False)
     latest: CfsPlan | None = field(default=None, init=False)

@@ -10,12 +10,8 @@ request that misses its TTFT SLO or its TPOT SLO (or never finishes).
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -143,22 +139,3 @@ def cluster_json(runs: Sequence[ClusterRun], metrics: Sequence[ClusterMetrics]) 
     for entry, m in zip(data["policies"], metrics, strict=True):
         entry["cluster"] = m.cluster_json()
     return data
-
-
-def write_cluster_json(
-    path: Path, runs: Sequence[ClusterRun], metrics: Sequence[ClusterMetrics]
-) -> Path:
-    """Atomically (a temporary file renamed into place)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(cluster_json(runs, metrics), indent=2, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target

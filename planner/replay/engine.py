@@ -38,7 +38,7 @@ import gc
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -68,6 +68,11 @@ class EngineConfig:
     slo: Slo = field(default_factory=Slo)
     # Stop simulating this long after the last arrival even if requests remain.
     drain_limit_s: float = 3600.0
+    # What a client waits beyond the engine's iterations: the serving front
+    # end's HTTP, tokenization, detokenization and streaming (a measured
+    # profile's request_latency_s). Each request reaches the engine this much
+    # after its arrival; its latencies are still counted from the arrival.
+    request_latency_s: float = 0.0
 
 
 class Engine:
@@ -84,7 +89,8 @@ class Engine:
         self.cost = cost
         self.link = link
         self.trace = trace
-        self.requests = RequestColumns.from_trace(trace, config.slo)
+        seen = _seen_by_engine(trace, config.request_latency_s)
+        self.requests = RequestColumns.from_trace(seen, config.slo)
         self.state = EngineState(
             self.requests, config.gpu_kv_blocks, config.cpu_kv_blocks, config.block_size_tokens
         )
@@ -93,7 +99,7 @@ class Engine:
         # never run: their KV at the last token, or their prompt with one
         # block to spare, exceeds the GPU pool.
         self._arrival_order = np.argsort(r.arrival_s, kind="stable")
-        self._arrivals_s = [trace[i].arrival_s for i in self._arrival_order.tolist()]
+        self._arrivals_s = [seen[i].arrival_s for i in self._arrival_order.tolist()]
         bs = config.block_size_tokens
         most = np.maximum(
             -(-(r.prompt_tokens + r.output_tokens - 1) // bs), -(-r.prompt_tokens // bs) + 1
@@ -438,6 +444,10 @@ class Engine:
         in_order = self.scheduler.in_order
         slots = self.config.max_running - len(s.running.rows) - len(s.in_transit.rows)
         free = s.free_gpu
+        if self.scheduler.running_first:
+            growth = self._decode_growth_blocks()
+            # The decodes will preempt: nothing is admitted this iteration.
+            free = -1 if growth > free else free - growth
         prefill_room: int | None = None
         admitted: list[int] = []
         admitted_needs: list[int] = []
@@ -472,6 +482,18 @@ class Engine:
         if resumed:
             return s.swap_in(resumed, resumed_needs, self.scheduler.keeps_cpu_copies)
         return 0
+
+    def _decode_growth_blocks(self) -> int:
+        """Blocks the running requests' decodes grow into this iteration
+        (those within the token budget whose KV fills their last block), as
+        form_batch takes them."""
+        r = self.requests
+        s = self.state
+        running = s.running.rows
+        kv = r.kv_tokens[running]
+        decoding = (kv >= r.prefill_target[running]).nonzero()[0][: self.config.max_batched_tokens]
+        full = kv[decoding] >= r.gpu_blocks[running[decoding]] * s.block_size
+        return int(np.count_nonzero(full))
 
     def _prefill_room(self) -> int:
         """Tokens of this iteration's budget left after the running requests'
@@ -517,6 +539,15 @@ class Engine:
                 strict=True,
             )
         ]
+
+
+def _seen_by_engine(trace: Sequence[TraceRequest], latency_s: float) -> Sequence[TraceRequest]:
+    """The trace as the engine sees it: every arrival latency_s later."""
+    if latency_s == 0.0:
+        return trace
+    if not (math.isfinite(latency_s) and latency_s > 0):
+        raise ValueError(f"request_latency_s must be a finite number >= 0, got {latency_s}")
+    return [replace(t, arrival_s=t.arrival_s + latency_s) for t in trace]
 
 
 @contextlib.contextmanager

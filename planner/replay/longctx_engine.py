@@ -68,6 +68,7 @@ from planner.replay.longctx_policies import (
     double_buffered_step_s,
 )
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
+from planner.replay.solve_tally import SolveSummary
 from planner.trace.records import TraceRequest
 
 
@@ -121,6 +122,7 @@ class LongctxStats:
     prefill_s: float
     stall_s: float
     plan_sources: dict[str, int]
+    solves: SolveSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,6 +445,7 @@ class LongctxEngine:
             prefill_s=self._prefill_s,
             stall_s=self._stall_s,
             plan_sources=dict(sorted(getattr(p, "plan_sources", {}).items())),
+            solves=p.solve_tally.summary(),
         )
         return LongctxRun(result, stats)
 

@@ -53,6 +53,7 @@ from planner.policies.offload import (
 )
 from planner.policies.offload.greedy import greedy_choice
 from planner.policies.offload.placement import plan_layer_offload
+from planner.replay.solve_tally import SolveTally
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
@@ -129,6 +130,8 @@ class LongctxPolicy(abc.ABC):
         self.resumes = 0
         self.plan_wall_s = 0.0
         self.reasons: dict[str, int] = {}
+        # The deciding solve of each plan (policies that solve: orbitflow).
+        self.solve_tally = SolveTally()
 
     # The pattern admission plans for: the most offloading pruned pattern.
     def admission_resident(self) -> BoolArray:
@@ -431,6 +434,8 @@ class OrbitFlow(LongctxPolicy):
         self.plan_wall_s += time.perf_counter() - started
         source = plan.source.name.lower()
         self.plan_sources[source] = self.plan_sources.get(source, 0) + 1
+        if plan.solve is not None:
+            self.solve_tally.add(plan.solve)
         self.plan = plan
         self.paused = set(plan.paused_ids)
         self.resident_of = {}

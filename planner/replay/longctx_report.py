@@ -13,13 +13,9 @@ wall time, and the GPU KV use.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -120,6 +116,11 @@ def _rows() -> list[tuple[str, list[_Row]]]:
                 _Row("Pauses (Pause-Resume)", lambda m: m.stats.pauses, _int),
                 _Row("Planning wall time", lambda m: m.stats.plan_wall_s, fmt_seconds),
                 _Row("Solver time share", lambda m: m.stats.solver_time_share, fmt_pct),
+                _Row("Solves", lambda m: m.stats.solves.solves or None, _int),
+                _Row("Solves proved optimal", lambda m: _optimal_share(m.stats), fmt_pct),
+                _Row("Solver gap max", lambda m: m.stats.solves.gap_max, fmt_pct),
+                _Row("Solver nodes", lambda m: m.stats.solves.nodes or None, _int),
+                _Row("Solves stopped by the clock", lambda m: _clock_stops(m.stats), _int),
                 _Row(
                     "Planning wall / sim time",
                     lambda m: (
@@ -155,6 +156,15 @@ def _rows() -> list[tuple[str, list[_Row]]]:
             ],
         ),
     ]
+
+
+def _optimal_share(stats: LongctxStats) -> float | None:
+    s = stats.solves
+    return s.statuses.get("OPTIMAL", 0) / s.solves if s.solves else None
+
+
+def _clock_stops(stats: LongctxStats) -> float | None:
+    return stats.solves.over_time_limit if stats.solves.solves else None
 
 
 def _peak_fraction(stats: LongctxStats) -> float | None:
@@ -202,24 +212,3 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
-
-
-def write_longctx_json(
-    path: Path, runs: Sequence[LongctxRun], metrics: Sequence[LongctxMetrics]
-) -> Path:
-    """Atomically, like planner.replay.report.write_json."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(longctx_json(runs, metrics), indent=2, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target

@@ -16,9 +16,11 @@ from planner.trace.records import TraceRequest
 
 # Replay stops orbitflow's solves on work, not on the clock, so a run gives
 # the same plans on any machine (DESIGN.md §4); the time limit is a backstop.
-# 4,000 nodes: one plan (Pause-Resume rounds included) in about 20 ms on
-# the 2-core machine of docs/replay.md, 8 requests x 32 layers.
-REPLAY_OFFLOAD_PARAMS = OffloadParams(time_limit_s=10.0, node_limit=4000)
+# 4,000 nodes: one plan (Pause-Resume rounds included) in about 10-20 ms on
+# the shared 2-core machine of docs/replay.md, 8 requests x 32 layers. The
+# ILP backends (--offload-backend cp-sat/gurobi) stop on deterministic work
+# as well: 0.05, the service's default time limit in their work units.
+REPLAY_OFFLOAD_PARAMS = OffloadParams(time_limit_s=10.0, node_limit=4000, ilp_work_limit=0.05)
 
 
 @dataclass(frozen=True, slots=True)

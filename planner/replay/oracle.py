@@ -27,7 +27,7 @@ import numpy as np
 from planner.domain.requests import Slo
 from planner.replay.engine import Engine
 from planner.replay.metrics import summarize
-from planner.replay.schedulers import make_scheduler
+from planner.replay.scheduler_by_name import make_scheduler
 from planner.replay.setup import ReplayKnobs, ReplaySetup, build_setup
 from planner.trace.arrivals import RateSchedule
 from planner.trace.generate import GenConfig, generate

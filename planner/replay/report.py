@@ -4,13 +4,12 @@ JSON it writes for machines (every number, plus each run's config)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
-import tempfile
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -18,6 +17,7 @@ from rich.table import Table
 from planner.replay.console import print_table
 from planner.replay.metric_table import MetricRow, add_sections
 from planner.replay.metrics import Distribution, PolicyMetrics, Sweep
+from planner.replay.outputs import write_json_document
 from planner.replay.records import ReplayResult
 
 SCHEMA_VERSION = 1
@@ -306,25 +306,10 @@ def write_json(
     *,
     sweep: Sweep | None = None,
     include_requests: bool = False,
+    stdout: TextIO = sys.stdout,
 ) -> Path:
-    """`to_json` written atomically (a temporary file in the same folder,
-    then renamed over `path`); parent folders are created."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(
-        to_json(results, metrics, sweep=sweep, include_requests=include_requests),
-        indent=2,
-        allow_nan=False,
-    )
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    """`to_json` written whole or not at all (see planner.replay.outputs);
+    parent folders are created, and `-` is standard output."""
+    data = to_json(results, metrics, sweep=sweep, include_requests=include_requests)
+    write_json_document(path, data, stdout)
+    return Path(path)

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from planner.domain.requests import RequestState, Snapshot, table_from_columns
-from planner.domain.rotation import RotationInputs, RotationVariant
+from planner.domain.rotation import RotationInputs, RotationPlan
 from planner.policies.rotation import plan_rotation
 from planner.policies.rotation_columns import (
     KeyRanking,
@@ -44,9 +45,6 @@ from planner.replay.state import (
     RequestColumns,
     start_candidates,
 )
-
-if TYPE_CHECKING:
-    from planner.replay.cfs_scheduler import CfsKnobs
 
 _NO_ROWS: IntArray = np.zeros(0, dtype=np.int64)
 
@@ -99,6 +97,13 @@ class Scheduler(Protocol):
     # eager copies (never a preemption or a start), so the engine may run
     # such iterations in one step, still asking it at each.
     copies_only_unless_waiting: bool
+    # The running requests' decodes take the blocks they grow into this
+    # iteration before anything is admitted, and nothing is admitted in an
+    # iteration whose decodes force a preemption (vLLM V1's scheduler:
+    # running requests first, the waiting queue only when none was
+    # preempted). False: admissions first, growth after, taking its blocks
+    # by preemption if need be.
+    running_first: bool
 
     def plan(self, view: EngineView) -> SchedulePlan: ...
 
@@ -110,9 +115,18 @@ class Fcfs:
     in_order = True
     idle_unless_waiting = True
     copies_only_unless_waiting = False
+    running_first = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan(start=view.queued)
+
+
+class FcfsVllm(Fcfs):
+    """fcfs in vLLM V1's order: running requests take their blocks first,
+    and no request is admitted in an iteration that preempts."""
+
+    name = "fcfs-vllm"
+    running_first = True
 
 
 class WaitingFirst:
@@ -122,6 +136,7 @@ class WaitingFirst:
     in_order = True
     idle_unless_waiting = True
     copies_only_unless_waiting = False
+    running_first = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         """The queue's head that can start, with room made by swapping out
@@ -179,6 +194,7 @@ class SwappedFirst:
     in_order = True
     idle_unless_waiting = True
     copies_only_unless_waiting = False
+    running_first = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         resumed = int(view.requests.start_blocks[view.rotary].sum())
@@ -196,8 +212,8 @@ class Lvf:
     (planner.policies.rotation_columns, which plan_rotation runs for the
     service) on columns gathered from the engine's state. Snapshots and
     plan_rotation itself are used where ids repeat (the policy orders ties by
-    id) or where plan_rotation was substituted (a test's spy): the plans are
-    the same."""
+    id) or when `on_snapshots` names a decision on snapshots (plan_rotation,
+    or a function wrapping it): the plans are the same."""
 
     inputs: RotationInputs
     name: str = "lvf"
@@ -208,6 +224,10 @@ class Lvf:
     # plans then (nothing to admit or resume: no contention).
     idle_unless_waiting: bool = False
     copies_only_unless_waiting: bool = True
+    running_first: bool = False
+    # Decide through this function on snapshots (the service's entry point)
+    # instead of on the engine's columns.
+    on_snapshots: Callable[[Snapshot, RotationInputs], RotationPlan] | None = None
     # Wall seconds spent in the rotation policy itself: what a run cannot go
     # below (planner bench replay reports it).
     policy_s: float = field(default=0.0, init=False)
@@ -217,7 +237,7 @@ class Lvf:
 
     def plan(self, view: EngineView) -> SchedulePlan:
         r = view.requests
-        if r.row_of is None or plan_rotation is not _PLAN_ROTATION:
+        if r.row_of is None or self.on_snapshots is not None:
             return self._plan_snapshot(view)
         if self._ranks_of is not r or self._ranks is None:
             self._ranks = arrival_id_ranks(r.arrival_s, r.ids)
@@ -237,7 +257,8 @@ class Lvf:
     def _plan_snapshot(self, view: EngineView) -> SchedulePlan:
         rows, snapshot = rotation_snapshot(view)
         started = time.perf_counter()
-        decision = plan_rotation(snapshot, self.inputs)
+        decide = self.on_snapshots if self.on_snapshots is not None else plan_rotation
+        decision = decide(snapshot, self.inputs)
         self.policy_s += time.perf_counter() - started
         row_of = view.requests.row_of
         if row_of is None:
@@ -248,9 +269,6 @@ class Lvf:
             start=np.array([row_of[d.id] for d in decision.prioritized], dtype=np.int64),
             eager_blocks=decision.explanation.eager_blocks,
         )
-
-
-_PLAN_ROTATION = plan_rotation
 
 
 class ViewColumns:
@@ -488,26 +506,3 @@ def last_progress_s(requests: RequestColumns, rows: IntArray) -> FloatArray:
     token = requests.last_token_s[rows]
     when: FloatArray = np.where(np.isnan(token), requests.last_prefill_s[rows], token)
     return when
-
-
-POLICY_NAMES = ("fcfs", "lvf", "lvf-paper", "waiting-first", "swapped-first", "cfs", "cfs-peer")
-
-
-def make_scheduler(name: str, inputs: RotationInputs, cfs: CfsKnobs | None = None) -> Scheduler:
-    """cfs: AQUA's CFS knobs for the cfs policies (default CfsKnobs())."""
-    from planner.replay.cfs_scheduler import CFS_POLICY_NAMES, Cfs, CfsKnobs
-
-    if name in CFS_POLICY_NAMES:
-        return Cfs(name, cfs if cfs is not None else CfsKnobs())
-    if name == "fcfs":
-        return Fcfs()
-    if name == "lvf":
-        return Lvf(replace(inputs, params=replace(inputs.params, variant=RotationVariant.LVF)))
-    if name == "lvf-paper":
-        paper = replace(inputs.params, variant=RotationVariant.LVF_PAPER)
-        return Lvf(replace(inputs, params=paper), name="lvf-paper")
-    if name == "waiting-first":
-        return WaitingFirst()
-    if name == "swapped-first":
-        return SwappedFirst()
-    raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")

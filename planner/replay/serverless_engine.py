@@ -1,80 +1,143 @@
-"""The serverless topology (issue 7, C2CServe): one GH200 split into MIG
-slices that share one NVLink-C2C link, many models with per-model arrivals.
+"""The serverless topology (C2CServe): one GH200 split into MIG slices that
+share one NVLink-C2C link, many models with per-model arrivals.
 
 Every model has the architecture of the replay profile's model (its weights
-are a distinct copy, as fine-tunes of one base are). A slice serves one
-model at a time; its requests are batched Sarathi-style: each iteration runs
-one prefill chunk of the oldest unprefilled request plus one decode token of
+are a distinct copy, as fine-tunes of one base are). A slice runs one model
+at a time and batches that model's requests Sarathi-style: each iteration
+runs one prefill chunk of the first placed request plus one decode token of
 every running one, timed by the C2C cost model
-(:func:`planner.profiles.c2c_cost.model_pass_cost`).
+(:func:`planner.profiles.c2c_cost.model_pass_cost`). What each policy does
+is in :mod:`planner.replay.serverless_policies`.
 
-Policies:
+Requests wait in one queue, oldest first (their arrival, or when they were
+preempted). The waiting models are scheduled by the policy function
+:func:`planner.policies.serverless.schedule_waiting` on every arrival, when a
+slice goes inactive, and at an iteration boundary whenever a preemption may
+be due; a model handed a slice takes all its waiting requests there, where
+they batch.
 
-- ``c2cserve``: weights stay in CPU memory and stream over C2C. Routing is
-  the landed :func:`route_request` (active slice, idle slice within the link
-  budget W/TPOT, evict an inactive model, else queue); every ``replan_s`` the
-  landed greedy :func:`plan_placement` over the models with recent arrivals
-  (weight = arrivals) sets up idle slices ahead of demand; the chunk comes
-  from :func:`choose_chunk` on :func:`chunk_table`, the kernel family from
-  :func:`choose_kernel`, and rho from one :class:`RhoTuner` per slice fed
-  every iteration's latency and utilizations (restarted on a switch). A
-  switch costs ``switch_setup_s`` (engine setup, no weight load).
-- ``dedicated``: weights are loaded into the slice's HBM on each model
-  switch: cold start = weight bytes / the load link's bandwidth (PCIe or
-  C2C); iterations read weights from HBM (the weight stream is timed at the
-  slice's HBM bandwidth); fixed chunk ``static_chunk``; LRU eviction of an
-  inactive slice; no link budget.
-- ``random``: c2cserve's streaming, chunk, kernel and tuner, but a model
-  without an active slice goes to a slice drawn (seeded) among those idle or
-  inactive, ignoring the link budget.
-- ``static-chunk``: c2cserve with every chunk ``static_chunk`` tokens.
-- ``static-rho``: c2cserve with rho fixed at the cost model's best static rho
-  on an uncontended link (per pass shape), no tuner.
-
-Link sharing: an iteration that starts while k - 1 other slices are streaming
-gets 1/k of the link's sustained bandwidth (fair share at its start); its
-rate (C2C bytes / its time) is what the others see. Link utilization is the
-C2C bytes moved (streams and, for ``dedicated`` over C2C, loads) over the
-sustained bandwidth times the simulated span.
+- Preemption: the evicted model's requests leave when its iteration in
+  progress ends; their KV moves to host memory over the link (device to
+  host, full bandwidth) and they wait again from then, keeping their
+  progress; placed again, their KV moves back before they run.
+- KV capacity: a slice holds the KV tokens its HBM leaves
+  (:func:`planner.profiles.c2c_cost.kv_capacity_tokens`: weights too for the
+  HBM-resident baselines). A prefill starts only when its chunk fits; when
+  the decodes' growth does not fit, the youngest running request's KV moves
+  to host memory and it waits at the front of the slice's queue. A request
+  whose KV cannot fit an empty slice is rejected (left unfinished).
+- Switches: streaming policies pay engine set-up (``switch_setup_s``);
+  HBM-resident baselines load the weights over their load link, shared
+  fairly by the loads in flight (:class:`SharedLink`), then pay their engine
+  work (``planner.profiles.switch_costs``).
+- Link sharing of streams: an iteration that starts while k - 1 other
+  slices are streaming gets 1/k of the link's sustained bandwidth; its rate
+  (C2C bytes / its time) is what the others see. Link utilization is the
+  C2C bytes moved (streams, KV moved in, and loads over C2C) over the
+  sustained bandwidth times the simulated span.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from planner.domain.requests import Slo
-from planner.domain.serverless import MigSlice, PlacementParams, ServerlessModel, SliceState
+from planner.domain.serverless import (
+    MigSlice,
+    PlacementParams,
+    PreemptionParams,
+    RouteDecision,
+    ScheduledRoute,
+    ServerlessModel,
+    SliceState,
+    WaitingModel,
+)
 from planner.policies.serverless import (
     ACTIVE,
     EVICT,
     IDLE,
+    QUEUE,
+    SHARE,
     KnobObservation,
     RhoTuner,
     choose_chunk,
     choose_kernel,
+    eviction_order,
+    next_turn,
     plan_placement,
-    route_request,
+    schedule_waiting,
+    service_order,
+    starvation_bound_s,
 )
-from planner.profiles.c2c_cost import GemmTiles, best_static_rho, chunk_table, model_pass_cost
+from planner.policies.serverless.placement import fits
+from planner.profiles.c2c_cost import (
+    RUNTIME_RESERVE_BYTES,
+    GemmTiles,
+    best_static_rho,
+    chunk_table,
+    kv_capacity_tokens,
+    model_pass_cost,
+)
 from planner.profiles.mig import GB, MigSliceProfile
 from planner.profiles.models import ModelProfile
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
+from planner.replay.serverless_link import SharedLink
+from planner.replay.serverless_policies import (
+    AEGAEON,
+    BEST_STATIC,
+    C2CSERVE,
+    C2CSERVE_EXCLUSIVE,
+    C2CSERVE_INACTIVE,
+    DEDICATED,
+    RANDOM,
+    RANDOM_PLACEMENT,
+    SERVERLESS_POLICIES,
+    SERVERLESS_POLICY_NAMES,
+    SLLM,
+    STATIC,
+    STATIC_CHUNK,
+    STATIC_RHO,
+    TUNER,
+    ServerlessPolicy,
+)
 from planner.trace.records import TraceRequest
 
-C2CSERVE = "c2cserve"
-DEDICATED = "dedicated"
-RANDOM = "random"
-STATIC_CHUNK = "static-chunk"
-STATIC_RHO = "static-rho"
-SERVERLESS_POLICY_NAMES = (C2CSERVE, DEDICATED, RANDOM, STATIC_CHUNK, STATIC_RHO)
+__all__ = [
+    "AEGAEON",
+    "C2CSERVE",
+    "C2CSERVE_EXCLUSIVE",
+    "C2CSERVE_INACTIVE",
+    "DEDICATED",
+    "DEFAULT_MODEL",
+    "RANDOM",
+    "SERVERLESS_POLICY_NAMES",
+    "SLLM",
+    "STATIC_CHUNK",
+    "STATIC_RHO",
+    "ServerlessConfig",
+    "ServerlessEngine",
+    "ServerlessRun",
+    "ServerlessStats",
+    "SwitchRecord",
+]
+
 DEFAULT_MODEL = "default"
+LOAD_LINKS = ("pcie", "c2c")
+# Preemption for a 5 s TTFT target (serverless_setup derives it from the SLO).
+DEFAULT_PREEMPTION = PreemptionParams(
+    min_hold_s=2.5, urgent_slack_s=2.5, victim_slack_s=40.0, starve_after_s=60.0
+)
+# Event kinds, in the order they run at one instant.
+_ARRIVAL, _ITERATION, _LOAD_START, _LOAD_DONE, _DRAIN_LIMIT = range(5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +147,18 @@ class ServerlessConfig:
     model: ModelProfile
     # Sustained host-to-device C2C bandwidth shared by all slices, GB/s.
     link_gbps: float
-    # dedicated: the link weights are loaded over ("pcie" or "c2c") and its GB/s.
-    load_link: str
-    load_gbps: float
     slo: Slo
-    # c2cserve/random/static-*: engine setup on a model switch, s.
+    # The HBM-resident baselines' weight-load link ("pcie" or "c2c"; None:
+    # each policy's default) and PCIe's bandwidth, GB/s.
+    load_link: str | None = None
+    pcie_gbps: float = 55.0
+    # Streaming policies: engine set-up on a model switch, s.
     switch_setup_s: float = 0.05
+    # When a waiting model may preempt (policies that preempt).
+    preemption: PreemptionParams = DEFAULT_PREEMPTION
+    # Models resident on one slice at once, taking turns (policies that
+    # share; the HBM-resident baselines hold one).
+    max_models_per_slice: int = 2
     static_chunk: int = 2048
     max_running: int = 64
     replan_s: float = 10.0
@@ -99,16 +168,24 @@ class ServerlessConfig:
     def check(self) -> None:
         if not self.slices:
             raise ValueError("no MIG slice")
-        for name in ("link_gbps", "load_gbps", "replan_s"):
+        for name in ("link_gbps", "pcie_gbps", "replan_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {v}")
         if not (math.isfinite(self.switch_setup_s) and self.switch_setup_s >= 0):
             raise ValueError(f"switch_setup_s must be >= 0, got {self.switch_setup_s}")
-        if self.static_chunk <= 0 or self.max_running <= 0:
-            raise ValueError("static_chunk and max_running must be > 0")
+        if self.load_link is not None and self.load_link not in LOAD_LINKS:
+            raise ValueError(f"load_link must be one of {', '.join(LOAD_LINKS)}")
+        if self.static_chunk <= 0 or self.max_running <= 0 or self.max_models_per_slice <= 0:
+            raise ValueError("static_chunk, max_running and max_models_per_slice must be > 0")
         if self.model.param_bytes <= 0:
             raise ValueError(f"model {self.model.name} has no parameter bytes")
+
+    def load_link_of(self, policy: ServerlessPolicy) -> str:
+        return self.load_link if self.load_link is not None else policy.default_load_link
+
+    def load_gbps_of(self, policy: ServerlessPolicy) -> float:
+        return self.pcie_gbps if self.load_link_of(policy) == "pcie" else self.link_gbps
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +196,12 @@ class SwitchRecord:
     to_model: str
     # From the switch decision until the slice can run the new model.
     latency_s: float
-    # Bytes loaded (dedicated) or 0.
+    # Weight bytes loaded (HBM-resident baselines) or 0.
     load_bytes: float
+    # KV bytes of the evicted model's requests moved to host memory.
+    kv_out_bytes: float = 0.0
+    # The evicted model had requests in flight.
+    preempted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +217,31 @@ class ServerlessStats:
     queued: int
     mean_rho: float | None
     models: int
+    # Models evicted with requests in flight.
+    preemptions: int = 0
+    # Evictions by why the slice could be taken (routing's eviction kinds).
+    evictions: tuple[tuple[str, int], ...] = ()
+    # Models set up on a slice another model was running on (taking turns).
+    shares: int = 0
+    # Models drained for a starving one, and the longest drain.
+    drains: int = 0
+    max_drain_s: float = 0.0
+    # Running requests whose KV moved to host memory for lack of KV room.
+    kv_swaps: int = 0
+    # Requests whose KV cannot fit an empty slice.
+    rejected: int = 0
+    # TTFT of each request whose arrival found its model on no slice (the
+    # paper's cold start, the weights in host memory).
+    cold_ttft_s: tuple[float, ...] = ()
+    # For each slice handed to a waiting model: how long that model had
+    # waited (from its oldest request's arrival or preemption).
+    placement_wait_s: tuple[float, ...] = ()
+    # The starvation bound (policies that preempt; None otherwise) with the
+    # most models that waited at once, the longest iteration and switch.
+    starvation_bound_s: float | None = None
+    max_waiting_models: int = 0
+    max_iteration_s: float = 0.0
+    max_switch_s: float = 0.0
 
     @property
     def link_utilization(self) -> float | None:
@@ -155,8 +261,71 @@ class ServerlessRun:
 class _Req:
     out: RequestOutcome
     model: str
+    priority: float
+    # Arrival, or when it was last preempted off a slice.
+    waiting_since: float
+    seq: int
     prefilled: int = 0
     chunk: int = 0
+    # Its KV is on its slice (or the request may start) from then on.
+    ready_s: float = 0.0
+    # Its KV is in host memory (preempted or swapped out for room).
+    kv_in_host: bool = False
+    # Its arrival found no slice running its model.
+    cold: bool = False
+
+    @property
+    def generated(self) -> int:
+        return len(self.out.token_times_s)
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prefilled + max(0, self.generated - 1)
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.prefilled >= self.out.prompt_tokens
+
+    @property
+    def deadline_s(self) -> float:
+        """Its TTFT deadline before the first token; after it, when its mean
+        TPOT so far would reach the target if no token came."""
+        o = self.out
+        if not o.token_times_s:
+            return o.arrival_s + o.slo_ttft_s
+        return o.token_times_s[0] + (self.generated - 1) * o.slo_tbt_s
+
+    def slack_s(self, now: float) -> float:
+        return self.deadline_s - now
+
+
+@dataclass(slots=True)
+class _Resident:
+    """A model set up on a slice, with its requests there."""
+
+    model: str
+    priority: float
+    # It can run from then (inf while its weights load).
+    ready_s: float
+    active_since_s: float
+    last_used_s: float
+    queue: deque[_Req] = field(default_factory=deque)
+    running: list[_Req] = field(default_factory=list)
+    tuner: RhoTuner | None = None
+    # The switch record its weight load completes.
+    loading: int | None = None
+    # Draining for this resident (set up once this one's requests are done)
+    # since then.
+    successor: _Resident | None = None
+    drain_since_s: float = 0.0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.queue) + len(self.running)
+
+    @property
+    def requests(self) -> list[_Req]:
+        return [*self.queue, *self.running]
 
 
 @dataclass(slots=True)
@@ -164,55 +333,151 @@ class _Slice:
     index: int
     id: str
     profile: MigSliceProfile
-    model: str = ""
-    ready_s: float = 0.0
+    kv_capacity: int
+    # The models set up on it, in the order they take turns.
+    residents: list[_Resident] = field(default_factory=list)
+    # The resident whose turn is next.
+    turn: int = 0
+    # An iteration event is pending; the current iteration ends then.
     busy: bool = False
+    iter_end_s: float = 0.0
     rate_gbps: float = 0.0
-    last_used_s: float = 0.0
-    queue: deque[_Req] = field(default_factory=deque)
-    running: list[_Req] = field(default_factory=list)
-    tuner: RhoTuner | None = None
 
     @property
     def in_flight(self) -> int:
-        return len(self.queue) + len(self.running)
+        return sum(r.in_flight for r in self.residents)
+
+    def resident(self, model: str) -> _Resident | None:
+        """Its resident ``model`` that takes requests (not draining)."""
+        return next((r for r in self.residents if r.model == model and r.successor is None), None)
+
+
+def _wait_key(r: _Req) -> tuple[float, int]:
+    return (r.waiting_since, r.seq)
 
 
 class ServerlessEngine:
     def __init__(self, config: ServerlessConfig, policy: str, trace: list[TraceRequest]) -> None:
         config.check()
-        if policy not in SERVERLESS_POLICY_NAMES:
+        if policy not in SERVERLESS_POLICIES:
             raise ValueError(f"unknown serverless policy {policy!r}")
         self.config = config
         self.policy = policy
+        self._p = SERVERLESS_POLICIES[policy]
         self.trace = trace
         self._rng = np.random.default_rng(config.seed)
-        self._slices = [_Slice(i, f"mig{i}", p) for i, p in enumerate(config.slices)]
+        self._slices = [
+            _Slice(
+                i,
+                f"mig{i}",
+                p,
+                kv_capacity_tokens(config.model, p, weights_in_hbm=not self._p.streams),
+            )
+            for i, p in enumerate(config.slices)
+        ]
+        self._per_slice = config.max_models_per_slice if self._p.shares else 1
         self._weight_bytes = float(config.model.param_bytes)
+        self._kv_token_bytes = float(config.model.kv_bytes_per_token())
         self._tpot = config.slo.tbt_s
         self._cache_chunk: dict[tuple[str, int], int] = {}
         self._cache_tiles: dict[tuple[str, bool], GemmTiles] = {}
         self._cache_rho: dict[tuple[str, bool], float] = {}
+        self._cache_prefill: dict[str, float] = {}
         self._rhos: list[float] = []
-        self._budget = PlacementParams(link_gbps=config.link_gbps).link_budget_gbps
+        self._budget = (
+            PlacementParams(link_gbps=config.link_gbps).link_budget_gbps
+            if self._p.respects_link_budget
+            else math.inf
+        )
+        self._load_link = SharedLink(config.load_gbps_of(self._p))
+        self._load_version = 0
+        self._loads: dict[int, _Resident] = {}
+        self._init_s = (
+            self._p.switch_profile.engine_init_s() if self._p.switch_profile is not None else 0.0
+        )
         self._events: list[tuple[float, int, int, int]] = []
         self._seq = 0
-        self._pending: deque[_Req] = deque()
+        self._pending: list[_Req] = []
+        self._pending_deadline = math.inf
+        self._pending_priority = -math.inf
         self._switches: list[SwitchRecord] = []
         self._c2c_bytes = 0.0
         self._load_bytes = 0.0
         self._iterations = 0
         self._replans = 0
+        self._preemptions = 0
+        self._drains = 0
+        self._max_drain = 0.0
+        self._shares = 0
+        self._kv_swaps = 0
+        self._rejected = 0
+        self._placement_waits: list[float] = []
+        self._evictions: dict[str, int] = {}
+        self._max_waiting = 0
+        self._max_iteration = 0.0
         self._last = 0.0
 
-    # -- policy pieces -------------------------------------------------
-    @property
-    def _streams(self) -> bool:
-        return self.policy != DEDICATED
-
+    # -- what the policy sees ---------------------------------------------
     def _serverless_model(self, name: str, weight: float = 1.0) -> ServerlessModel:
-        return ServerlessModel(name, int(self._weight_bytes), self._tpot, weight=weight)
+        hbm = RUNTIME_RESERVE_BYTES + (0.0 if self._p.streams else self._weight_bytes)
+        return ServerlessModel(
+            name, int(self._weight_bytes), self._tpot, hbm_bytes=int(hbm), weight=weight
+        )
 
+    @staticmethod
+    def _priority(r: _Resident) -> float:
+        return max((q.priority for q in r.requests), default=r.priority)
+
+    def _states(self, now: float) -> list[SliceState]:
+        """One entry per resident model, one empty entry per idle slice."""
+        demand = self._serverless_model("x").c2c_gbps if self._p.streams else 0.0
+        out: list[SliceState] = []
+        for s in self._slices:
+            if not s.residents:
+                out.append(SliceState(s.id, s.profile))
+            for r in s.residents:
+                if r.successor is not None:
+                    continue  # draining: its successor stands for the place
+                on = r.requests
+                out.append(
+                    SliceState(
+                        s.id,
+                        s.profile,
+                        model=r.model,
+                        model_c2c_gbps=demand,
+                        model_priority=self._priority(r),
+                        in_flight=len(on),
+                        last_used_s=r.last_used_s,
+                        active_since_s=r.active_since_s,
+                        slack_s=min((q.slack_s(now) for q in on), default=math.inf),
+                    )
+                )
+        return out
+
+    def _waiting(self, now: float) -> list[WaitingModel]:
+        first: dict[str, _Req] = {}
+        count: dict[str, int] = {}
+        top: dict[str, float] = {}
+        deadline: dict[str, float] = {}
+        for r in self._pending:
+            m = r.model
+            if m not in first:
+                first[m], count[m], top[m], deadline[m] = r, 0, r.priority, r.deadline_s
+            count[m] += 1
+            top[m] = max(top[m], r.priority)
+            deadline[m] = min(deadline[m], r.deadline_s)
+        return [
+            WaitingModel(
+                self._serverless_model(m), top[m], r.waiting_since, count[m], deadline[m] - now
+            )
+            for m, r in first.items()
+        ]
+
+    def _pending_changed(self) -> None:
+        self._pending_deadline = min((r.deadline_s for r in self._pending), default=math.inf)
+        self._pending_priority = max((r.priority for r in self._pending), default=-math.inf)
+
+    # -- per-policy choices ------------------------------------------------
     def _tiles(self, s: _Slice, tokens: int) -> GemmTiles:
         key = (s.profile.name, tokens <= 64)
         if key not in self._cache_tiles:
@@ -221,7 +486,7 @@ class ServerlessEngine:
         return self._cache_tiles[key]
 
     def _chunk(self, s: _Slice, prompt: int) -> int:
-        if self.policy in (DEDICATED, STATIC_CHUNK):
+        if self._p.chunk == STATIC:
             return self.config.static_chunk
         bucket = 1 << max(0, math.ceil(math.log2(max(prompt, 1))))
         key = (s.profile.name, bucket)
@@ -238,10 +503,8 @@ class ServerlessEngine:
             self._cache_chunk[key] = choice.chunk_tokens
         return self._cache_chunk[key]
 
-    def _rho(self, s: _Slice, tokens: int) -> float:
-        if self.policy == DEDICATED:
-            return 0.0
-        if self.policy == STATIC_RHO:
+    def _rho(self, s: _Slice, r: _Resident, tokens: int) -> float:
+        if self._p.rho == BEST_STATIC:
             key = (s.profile.name, tokens <= 64)
             if key not in self._cache_rho:
                 probe = 8 if key[1] else self.config.static_chunk
@@ -253,139 +516,453 @@ class ServerlessEngine:
                     tiles=self._tiles(s, probe),
                 )
             return self._cache_rho[key]
-        assert s.tuner is not None
-        return s.tuner.state.rho
+        if self._p.rho == TUNER:
+            assert r.tuner is not None
+            return r.tuner.state.rho
+        return 0.0
 
-    def _states(self, now: float) -> list[SliceState]:
-        c2c = self._serverless_model("x").c2c_gbps
-        return [
-            SliceState(
-                s.id,
-                s.profile,
-                model=s.model,
-                model_c2c_gbps=c2c if s.model else 0.0,
-                model_priority=1.0,
-                in_flight=s.in_flight,
-                last_used_s=s.last_used_s,
-            )
-            for s in self._slices
-        ]
+    # -- scheduling ---------------------------------------------------------
+    def _may_preempt(self, now: float) -> bool:
+        """Whether a scheduling round at this boundary could preempt (a
+        superset of eviction_order's conditions, checked cheaply)."""
+        if not self._p.preempts or not self._pending:
+            return False
+        top = self._pending_priority
+        residents = [r for s in self._slices for r in s.residents]
+        if any(r.in_flight and self._priority(r) < top for r in residents):
+            return True
+        p = self.config.preemption
+        urgent = self._pending_deadline - now <= p.urgent_slack_s
+        if not urgent and now - self._pending[0].waiting_since < p.starve_after_s:
+            return False
+        return any(now - r.active_since_s >= p.min_hold_s for r in residents)
 
-    def _route(self, model: str, now: float) -> _Slice | None:
-        """The slice a request for ``model`` goes to (switching it when its
-        model differs), or None: wait."""
-        slices = self._slices
-        active = [s for s in slices if s.model == model]
-        if self.policy in (C2CSERVE, STATIC_CHUNK, STATIC_RHO):
-            d = route_request(
-                self._serverless_model(model),
-                self._states(now),
-                priority=1.0,
+    def _schedule(self, now: float) -> None:
+        if not self._pending:
+            return
+        waiting = self._waiting(now)
+        self._max_waiting = max(self._max_waiting, len(waiting))
+        states = self._states(now)
+        routes: Sequence[ScheduledRoute]
+        if self._p.placement == RANDOM_PLACEMENT:
+            routes = self._random_round(waiting, states, now)
+        else:
+            routes = schedule_waiting(
+                waiting,
+                states,
+                now_s=now,
                 link_budget_gbps=self._budget,
-                allow_preempt=False,
+                allow_preempt=self._p.preempts,
+                preemption=self.config.preemption if self._p.preempts else None,
+                max_models_per_slice=self._per_slice,
             )
-            if d.action == ACTIVE:
-                return next(s for s in slices if s.id == d.slice_id)
-            if d.action in (IDLE, EVICT):
-                target = next(s for s in slices if s.id == d.slice_id)
-                self._switch(target, model, now)
-                return target
-            return None
-        if active:
-            return min(active, key=lambda s: (s.in_flight, s.index))
-        free = [s for s in slices if s.in_flight == 0 and not s.busy]
-        if self.policy == DEDICATED:
-            free = [s for s in free if s.profile.hbm_bytes >= self._weight_bytes]
-            if not free:
-                return None
-            empty = [s for s in free if not s.model]
-            target = empty[0] if empty else min(free, key=lambda s: (s.last_used_s, s.index))
-        else:
-            if not free:
-                return None
-            target = free[int(self._rng.integers(len(free)))]
-        self._switch(target, model, now)
-        return target
+        by_id = {s.id: s for s in self._slices}
+        since = {w.model.name: w.waiting_since_s for w in waiting}
+        for route in routes:
+            d = route.decision
+            if d.action == QUEUE:
+                continue
+            s = by_id[d.slice_id]
+            if d.action != ACTIVE:
+                self._placement_waits.append(now - since[route.model])
+            if d.eviction:
+                self._evictions[d.eviction] = self._evictions.get(d.eviction, 0) + 1
+            if d.action == SHARE:
+                self._shares += 1
+            if d.action in (IDLE, EVICT, SHARE):
+                self._set_up(s, route.model, now, replacing=d.evicted_model, drain=d.drains)
+            self._place(s, route.model, now)
 
-    def _switch(self, s: _Slice, model: str, now: float) -> None:
-        if self.policy == DEDICATED:
-            latency = self._weight_bytes / (self.config.load_gbps * GB)
-            loaded = self._weight_bytes
-            if self.config.load_link == "c2c":
-                self._c2c_bytes += loaded
-            self._load_bytes += loaded
-        else:
-            latency = self.config.switch_setup_s
-            loaded = 0.0
-        self._switches.append(SwitchRecord(now, s.id, s.model, model, latency, loaded))
-        s.model = model
-        s.ready_s = max(s.ready_s, now) + latency
-        s.tuner = RhoTuner() if self.policy not in (DEDICATED, STATIC_RHO) else None
-        s.last_used_s = now
+    def _random_round(
+        self, waiting: list[WaitingModel], states: list[SliceState], now: float
+    ) -> list[ScheduledRoute]:
+        """Random placement: each waiting model (in service order) on a
+        slice drawn among the idle ones that fit and the first kind of
+        eviction candidates, ignoring the link budget."""
+        out: list[ScheduledRoute] = []
+        taken: set[str] = set()
+        for w in service_order(waiting, now_s=now, preemption=self.config.preemption):
+            active = [s for s in states if s.model == w.model.name]
+            if active:
+                best = min(active, key=lambda s: (s.in_flight, s.id))
+                d = dataclasses.replace(_QUEUED, action=ACTIVE, slice_id=best.id)
+                out.append(ScheduledRoute(w.model.name, d))
+                continue
+            free = [
+                s
+                for s in states
+                if not s.model and s.id not in taken and fits(w.model, MigSlice(s.id, s.profile))
+            ]
+            kind = IDLE
+            why = ""
+            if not free:
+                order = eviction_order(
+                    w.model,
+                    [s for s in states if s.id not in taken],
+                    priority=w.priority,
+                    link_budget_gbps=math.inf,
+                    now_s=now,
+                    waited_s=now - w.waiting_since_s,
+                    waiter_slack_s=w.slack_s,
+                    preemption=self.config.preemption,
+                )
+                if order:
+                    why = order[0][1]
+                    free = [s for s, k in order if k == why]
+                    kind = EVICT
+            if not free:
+                out.append(ScheduledRoute(w.model.name, _QUEUED))
+                continue
+            pick = free[int(self._rng.integers(len(free)))]
+            taken.add(pick.id)
+            d = dataclasses.replace(
+                _QUEUED, action=kind, slice_id=pick.id, evicted_model=pick.model, eviction=why
+            )
+            out.append(ScheduledRoute(w.model.name, d))
+        return out
 
-    # -- simulation ----------------------------------------------------
+    def _place(self, s: _Slice, model: str, now: float) -> None:
+        """Every waiting request of ``model`` joins its resident on ``s``."""
+        r = s.resident(model)
+        assert r is not None
+        kept: list[_Req] = []
+        for q in self._pending:
+            if q.model == model:
+                r.queue.append(q)
+            else:
+                kept.append(q)
+        self._pending = kept
+        self._pending_changed()
+        self._kick(s, now)
+
+    def _evict(self, s: _Slice, r: _Resident, now: float) -> tuple[float, float]:
+        """Take resident ``r`` off ``s``: its requests leave when the
+        iteration in progress ends, their KV moving to host memory, and wait
+        again from then. Returns (when the slice is free of them, KV bytes
+        moved)."""
+        start = max(now, s.iter_end_s) if s.busy else now
+        evicted = r.requests
+        kv_out = sum(q.kv_tokens for q in evicted if not q.kv_in_host) * self._kv_token_bytes
+        out_s = kv_out / (self.config.link_gbps * GB)
+        for q in evicted:
+            if q.kv_tokens > 0 and not q.kv_in_host:
+                q.kv_in_host = True
+                q.out.swap_outs += 1
+            q.out.preemptions += 1
+            q.waiting_since = start
+            q.ready_s = start + out_s
+            bisect.insort(self._pending, q, key=_wait_key)
+        if evicted:
+            self._preemptions += 1
+            self._pending_changed()
+        s.residents.remove(r)
+        if self._loads.get(s.index) is r:
+            # Its weights were still loading: the others get the link.
+            del self._loads[s.index]
+            self._load_link.cancel(s.index, now)
+            self._next_load_event()
+        return start + out_s, kv_out
+
+    def _set_up(
+        self, s: _Slice, model: str, now: float, *, replacing: str, drain: bool = False
+    ) -> None:
+        """Make ``model`` a resident of ``s`` (in place of ``replacing``, if
+        given: preempted, or with ``drain`` drained first): engine set-up for
+        streaming policies, weight load then engine work for the
+        HBM-resident baselines."""
+        free_at, kv_out = now, 0.0
+        old = s.resident(replacing) if replacing else None
+        if old is not None and drain:
+            self._start_drain(s, old, model, now)
+            return
+        if old is not None:
+            free_at, kv_out = self._evict(s, old, now)
+        self._new_resident(s, model, now, free_at, replacing=replacing, kv_out=kv_out)
+
+    def _start_drain(self, s: _Slice, old: _Resident, model: str, now: float) -> None:
+        """``old`` takes no new requests: those not started go back to wait
+        (keeping when they started waiting); ``model`` is set up on ``s``
+        once the rest are done."""
+        r = _Resident(
+            model,
+            max((q.priority for q in self._pending if q.model == model), default=1.0),
+            ready_s=math.inf,
+            active_since_s=math.inf,
+            last_used_s=now,
+        )
+        old.successor = r
+        old.drain_since_s = now
+        s.residents.append(r)
+        fresh = [q for q in old.queue if q.kv_tokens == 0 and not q.kv_in_host]
+        for q in fresh:
+            old.queue.remove(q)
+            bisect.insort(self._pending, q, key=_wait_key)
+        if fresh:
+            self._pending_changed()
+        self._drains += 1
+        if old.in_flight == 0:
+            self._finish_drain(s, old, now)
+        else:
+            self._push(now + self.config.preemption.max_drain_s, _DRAIN_LIMIT, s.index)
+
+    def _drain_limit(self, s: _Slice, now: float) -> None:
+        """Preempt what a drain that reached its limit still has in flight."""
+        limit = self.config.preemption.max_drain_s
+        for old in [x for x in s.residents if x.successor is not None]:
+            if now - old.drain_since_s < limit * (1 - 1e-9) or not old.in_flight:
+                continue
+            new = old.successor
+            assert new is not None
+            self._max_drain = max(self._max_drain, now - old.drain_since_s)
+            free_at, kv_out = self._evict(s, old, now)
+            s.residents.remove(new)
+            self._new_resident(
+                s, new.model, now, free_at, replacing=old.model, kv_out=kv_out, resident=new
+            )
+            self._kick(s, now)
+
+    def _finish_drain(self, s: _Slice, old: _Resident, now: float) -> None:
+        new = old.successor
+        assert new is not None
+        self._max_drain = max(self._max_drain, now - old.drain_since_s)
+        s.residents.remove(old)
+        s.residents.remove(new)
+        self._new_resident(s, new.model, now, now, replacing=old.model, kv_out=0.0, resident=new)
+        self._kick(s, now)
+
+    def _new_resident(
+        self,
+        s: _Slice,
+        model: str,
+        now: float,
+        free_at: float,
+        *,
+        replacing: str,
+        kv_out: float,
+        resident: _Resident | None = None,
+    ) -> None:
+        mine = [q for q in self._pending if q.model == model]
+        r = resident or _Resident(
+            model,
+            max((q.priority for q in mine), default=1.0),
+            ready_s=math.inf,
+            active_since_s=math.inf,
+            last_used_s=now,
+        )
+        r.tuner = RhoTuner() if self._p.rho == TUNER else None
+        s.residents.append(r)
+        record = SwitchRecord(
+            now,
+            s.id,
+            replacing,
+            model,
+            0.0,
+            0.0,
+            kv_out_bytes=kv_out,
+            preempted=kv_out > 0,
+        )
+        if self._p.streams:
+            r.ready_s = r.active_since_s = free_at + self.config.switch_setup_s
+            self._switches.append(dataclasses.replace(record, latency_s=r.ready_s - now))
+            return
+        r.loading = len(self._switches)
+        self._switches.append(dataclasses.replace(record, load_bytes=self._weight_bytes))
+        self._push(free_at, _LOAD_START, s.index)
+
+    def _load_start(self, s: _Slice, now: float) -> None:
+        if s.index in self._loads:
+            return
+        r = next((x for x in s.residents if x.loading is not None), None)
+        if r is None:
+            return  # evicted before its load began
+        self._loads[s.index] = r
+        self._load_link.start(s.index, self._weight_bytes, now)
+        self._load_bytes += self._weight_bytes
+        if self.config.load_link_of(self._p) == "c2c":
+            self._c2c_bytes += self._weight_bytes
+        self._next_load_event()
+
+    def _next_load_event(self) -> None:
+        self._load_version += 1
+        t = self._load_link.next_finish_s()
+        if t is not None:
+            self._push(t, _LOAD_DONE, self._load_version)
+
+    def _loads_done(self, now: float, version: int) -> None:
+        if version != self._load_version:
+            return
+        for index in self._load_link.finished(now):
+            s = self._slices[index]
+            r = self._loads.pop(index)
+            r.ready_s = r.active_since_s = now + self._init_s
+            assert r.loading is not None
+            rec = self._switches[r.loading]
+            self._switches[r.loading] = dataclasses.replace(rec, latency_s=r.ready_s - rec.time_s)
+            r.loading = None
+            self._kick(s, now)
+        self._next_load_event()
+
+    # -- simulation ---------------------------------------------------------
     def _push(self, t: float, kind: int, index: int) -> None:
         self._seq += 1
         heapq.heappush(self._events, (t, kind, self._seq, index))
 
     def _kick(self, s: _Slice, now: float) -> None:
-        if not s.busy and s.in_flight:
-            s.busy = True
-            self._push(max(now, s.ready_s), 1, s.index)
-
-    def _drain(self, now: float) -> None:
-        """Route waiting requests in arrival order; once a model finds no
-        slice, its later requests wait too (no overtaking within a model)."""
-        if not self._pending:
+        if s.busy:
             return
-        free = any(s.in_flight == 0 for s in self._slices)
-        active = {s.model for s in self._slices if s.model}
-        failed: set[str] = set()
-        kept: deque[_Req] = deque()
-        for r in self._pending:
-            if r.model in failed or (not free and r.model not in active):
-                kept.append(r)
-                continue
-            s = self._route(r.model, now)
-            if s is None:
-                failed.add(r.model)
-                kept.append(r)
-                continue
-            s.queue.append(r)
-            self._kick(s, now)
-            active.add(s.model)
-            free = any(o.in_flight == 0 for o in self._slices)
-        self._pending = kept
+        starts = [r.ready_s for r in s.residents if r.in_flight and math.isfinite(r.ready_s)]
+        if starts:
+            s.busy = True
+            s.iter_end_s = max(now, min(starts))
+            self._push(s.iter_end_s, _ITERATION, s.index)
+
+    def _share(self, s: _Slice) -> tuple[float, list[_Slice]]:
+        if not self._p.streams:
+            return s.profile.hbm_bytes_per_s / GB, []
+        others = [o for o in self._slices if o is not s and o.rate_gbps > 0]
+        return self.config.link_gbps / (1 + len(others)), others
+
+    def _kv_used(self, s: _Slice) -> int:
+        return sum(q.kv_tokens for r in s.residents for q in r.requests if not q.kv_in_host)
+
+    def _admit(self, s: _Slice, r: _Resident, now: float) -> _Req | None:
+        """Make KV room for ``r``'s turn and pick the request to prefill: swap
+        its youngest running requests out while its decodes' growth does not
+        fit, move swapped requests at the front of its queue back in when
+        they fit, and return its queue head when that chunk fits."""
+        cap = s.kv_capacity
+        used = self._kv_used(s)
+        while r.running and used + len(r.running) > cap:
+            q = r.running.pop()
+            used -= q.kv_tokens
+            q.kv_in_host = True
+            q.ready_s = max(q.ready_s, now) + q.kv_tokens * self._kv_token_bytes / (
+                self.config.link_gbps * GB
+            )
+            q.out.swap_outs += 1
+            r.queue.appendleft(q)
+            self._kv_swaps += 1
+        while r.queue:
+            head = r.queue[0]
+            if head.kv_in_host:
+                if used + head.kv_tokens + 1 > cap or len(r.running) >= self.config.max_running:
+                    if used == 0:
+                        # Alone on the slice and still too big: it never fits.
+                        r.queue.popleft()
+                        self._rejected += 1
+                        continue
+                    break
+                share, _ = self._share(s)
+                moved = head.kv_tokens * self._kv_token_bytes
+                head.ready_s = max(head.ready_s, now) + moved / (share * GB)
+                if self._p.streams:
+                    self._c2c_bytes += moved
+                head.kv_in_host = False
+                head.out.swap_ins += 1
+                used += head.kv_tokens
+            if not head.prefill_done:
+                break
+            r.queue.popleft()
+            r.running.append(head)
+        if not r.queue or len(r.running) >= self.config.max_running:
+            return None
+        head = r.queue[0]
+        if head.kv_in_host or head.ready_s > now:
+            return None
+        if head.chunk == 0:
+            head.chunk = self._chunk(s, head.out.prompt_tokens)
+        chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
+        if used + chunk + len(r.running) > cap:
+            if used == head.kv_tokens:
+                # Alone on the slice and still too big: it never fits.
+                r.queue.popleft()
+                self._rejected += 1
+            return None
+        return head
+
+    def _prefill_s_per_token(self, s: _Slice) -> float:
+        """A prefill's time per prompt token on ``s`` (chunks of the static
+        size, the link shared by every slice): what a request's deadline
+        is brought forward by for the prompt it has left."""
+        key = (s.profile.name, -1)
+        if key not in self._cache_chunk:
+            tokens = self.config.static_chunk
+            cost = model_pass_cost(
+                self.config.model,
+                tokens,
+                rho=0.0,
+                mig=s.profile,
+                c2c_gbps=self.config.link_gbps / len(self._slices),
+                tiles=self._tiles(s, tokens),
+            )
+            self._cache_prefill[s.profile.name] = cost.time_s / tokens
+            self._cache_chunk[key] = tokens
+        return self._cache_prefill[s.profile.name]
+
+    @staticmethod
+    def _start_by(q: _Req, per_token: float) -> float:
+        """When ``q`` must run by: its deadline, less its remaining prefill."""
+        if q.out.token_times_s:
+            return q.deadline_s
+        return q.deadline_s - (q.out.prompt_tokens - q.prefilled) * per_token
+
+    def _next_turn(self, s: _Slice, now: float) -> tuple[_Resident, _Req | None, list[_Req]]:
+        """The resident to run now (``next_turn``: earliest deadline, ties
+        round robin) with its prefill head and decodes; ``_NOBODY`` when no
+        resident has tokens to run now."""
+        per_token = self._prefill_s_per_token(s)
+        deadlines: list[float | None] = [
+            min(self._start_by(q, per_token) for q in r.requests)
+            if r.ready_s <= now and r.in_flight
+            else None
+            for r in s.residents
+        ]
+        while (i := next_turn(deadlines, s.turn)) is not None:
+            r = s.residents[i]
+            head = self._admit(s, r, now)
+            decodes = [q for q in r.running if q.ready_s <= now]
+            if head is not None or decodes:
+                s.turn = i
+                return r, head, decodes
+            deadlines[i] = None
+        return _NOBODY, None, []
 
     def _iterate(self, s: _Slice, now: float) -> None:
         cfg = self.config
-        if now < s.ready_s:
-            self._push(s.ready_s, 1, s.index)
+        s.busy = False
+        for done in [x for x in s.residents if x.successor is not None and not x.in_flight]:
+            self._finish_drain(s, done, now)
+            if s.busy:
+                return
+        if self._may_preempt(now):
+            self._schedule(now)
+            if s.busy:
+                return
+        r, head, decodes = self._next_turn(s, now) if s.residents else (_NOBODY, None, [])
+        if r is _NOBODY:
+            s.rate_gbps = 0.0
+            later = [
+                max(x.ready_s, min((q.ready_s for q in x.requests), default=x.ready_s))
+                for x in s.residents
+                if x.in_flight
+            ]
+            later = [t for t in later if now < t < math.inf]
+            if later:
+                s.busy = True
+                s.iter_end_s = min(later)
+                self._push(s.iter_end_s, _ITERATION, s.index)
+            elif s.in_flight == 0:
+                self._schedule(now)
             return
-        head = s.queue[0] if s.queue and len(s.running) < cfg.max_running else None
-        decodes = s.running
         chunk = 0
         if head is not None:
-            if head.chunk == 0:
-                head.chunk = self._chunk(s, head.out.prompt_tokens)
             chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
         tokens = chunk + len(decodes)
-        if tokens == 0:
-            s.busy = False
-            s.rate_gbps = 0.0
-            self._drain(now)
-            return
-        context = sum(r.out.prompt_tokens + len(r.out.token_times_s) for r in decodes)
+        context = sum(q.out.prompt_tokens + q.generated for q in decodes)
         start = head.prefilled if head is not None else 0
         pairs = float(context) + chunk * (start + chunk / 2.0)
-        rho = self._rho(s, tokens)
-        tiles = self._tiles(s, tokens)
-        if self._streams:
-            others = [o for o in self._slices if o is not s and o.rate_gbps > 0]
-            share = cfg.link_gbps / (1 + len(others))
-        else:
-            others = []
-            share = s.profile.hbm_bytes_per_s / GB
+        rho = self._rho(s, r, tokens)
+        share, others = self._share(s)
         cost = model_pass_cost(
             cfg.model,
             tokens,
@@ -394,17 +971,17 @@ class ServerlessEngine:
             c2c_gbps=share,
             attended_pairs=pairs,
             kv_read_tokens=float(context + start),
-            tiles=tiles,
+            tiles=self._tiles(s, tokens),
         )
         dt = cost.time_s
-        if self._streams:
+        if self._p.streams:
             s.rate_gbps = cost.c2c_bytes / dt / GB
             self._c2c_bytes += cost.c2c_bytes
             self._rhos.append(rho)
-            if s.tuner is not None:
+            if r.tuner is not None:
                 u_c2c = min(1.0, (s.rate_gbps + sum(o.rate_gbps for o in others)) / cfg.link_gbps)
                 u_hbm = min(1.0, cost.hbm_bytes / dt / s.profile.hbm_bytes_per_s)
-                s.tuner.observe(
+                r.tuner.observe(
                     KnobObservation(
                         now_s=now + dt,
                         latency_s=dt,
@@ -414,27 +991,28 @@ class ServerlessEngine:
                     )
                 )
         self._iterations += 1
+        self._max_iteration = max(self._max_iteration, dt)
         end = now + dt
-        s.last_used_s = end
-        still: list[_Req] = []
-        for r in decodes:
-            r.out.token_times_s.append(end)
-            if len(r.out.token_times_s) >= r.out.output_tokens:
-                r.out.finish_s = end
-            else:
-                still.append(r)
-        s.running = still
+        r.last_used_s = end
+        for q in decodes:
+            q.out.token_times_s.append(end)
+            if q.generated >= q.out.output_tokens:
+                q.out.finish_s = end
+        r.running = [q for q in r.running if q.out.finish_s is None]
         if head is not None:
             head.prefilled += chunk
-            if head.prefilled >= head.out.prompt_tokens:
-                s.queue.popleft()
+            if head.prefill_done:
+                r.queue.popleft()
                 head.out.token_times_s.append(end)
                 if head.out.output_tokens <= 1:
                     head.out.finish_s = end
                 else:
-                    s.running.append(head)
+                    r.running.append(head)
+
         self._last = max(self._last, end)
-        self._push(end, 1, s.index)
+        s.busy = True
+        s.iter_end_s = end
+        self._push(end, _ITERATION, s.index)
 
     def _replan(self, now: float, window: list[str]) -> None:
         counts: dict[str, int] = {}
@@ -449,17 +1027,35 @@ class ServerlessEngine:
         )
         self._replans += 1
         by_id = {s.id: s for s in self._slices}
-        active = {s.model for s in self._slices if s.model}
+        active = {r.model for s in self._slices for r in s.residents}
+        demand = self._serverless_model("x").c2c_gbps
         for a in plan.assignments:
             s = by_id[a.slice_id]
-            if a.model in active or s.in_flight or s.busy:
+            if a.model in active or s.residents or s.busy:
                 continue
-            budget_ok = (
-                sum(1 for o in self._slices if o.model and o is not s) + 1
-            ) * self._serverless_model(a.model).c2c_gbps <= self._budget * (1 + 1e-9)
-            if not s.model and budget_ok:
-                self._switch(s, a.model, now)
+            if (len(active) + 1) * demand <= self._budget * (1 + 1e-9):
+                self._set_up(s, a.model, now, replacing="")
                 active.add(a.model)
+
+    def _starvation_bound(self, max_switch: float) -> float | None:
+        backstop = math.isfinite(self.config.preemption.starve_after_s)
+        if not self._p.preempts or self._max_waiting == 0 or not backstop:
+            return None
+        model = self._serverless_model("x")
+        fitting = sum(1 for s in self._slices if fits(model, MigSlice(s.id, s.profile)))
+        places = fitting * self._per_slice
+        if math.isfinite(self._budget):
+            places = min(places, int(self._budget * (1 + 1e-9) // model.c2c_gbps))
+        if places <= 0:
+            return None
+        return starvation_bound_s(
+            ahead=self._max_waiting - 1,
+            usable_slices=places,
+            preemption=self.config.preemption,
+            iteration_s=self._max_iteration,
+            switch_s=max_switch,
+            drain_s=self._max_drain,
+        )
 
     def run(self, progress: Callable[[float], None] | None = None) -> ServerlessRun:
         cfg = self.config
@@ -477,41 +1073,44 @@ class ServerlessEngine:
                 slo_ttft_s=t.slo_ttft_s if t.slo_ttft_s is not None else cfg.slo.ttft_s,
                 slo_tbt_s=t.slo_tbt_s if t.slo_tbt_s is not None else cfg.slo.tbt_s,
             )
-            reqs.append(_Req(out, t.model or DEFAULT_MODEL))
-            self._push(t.arrival_s, 0, i)
+            priority = float(t.priority) if t.priority is not None else 1.0
+            reqs.append(_Req(out, t.model or DEFAULT_MODEL, priority, t.arrival_s, i))
+            self._push(t.arrival_s, _ARRIVAL, i)
         replan_at = 0.0
         window: list[str] = []
         while self._events:
             now, kind, _, index = heapq.heappop(self._events)
-            if kind == 0:
+            if kind == _ARRIVAL:
                 r = reqs[index]
                 self._last = max(self._last, now)
                 window.append(r.model)
-                if self.policy == C2CSERVE and now >= replan_at:
+                if all(s.resident(r.model) is None for s in self._slices):
+                    queued += 1
+                    r.cold = True
+                if self._p.prewarm and now >= replan_at:
                     self._replan(now, window)
                     window = []
                     replan_at = now + cfg.replan_s
-                # A request of an active model joins its slice; any other
-                # waits behind the earlier waiting requests.
-                waiting = any(p.model == r.model for p in self._pending)
-                s = None
-                if not waiting and any(o.model == r.model for o in self._slices):
-                    s = self._route(r.model, now)
-                if s is None:
-                    queued += 1
-                    self._pending.append(r)
-                    self._drain(now)
-                else:
-                    s.queue.append(r)
-                    self._kick(s, now)
+                bisect.insort(self._pending, r, key=_wait_key)
+                self._pending_changed()
+                self._schedule(now)
                 if progress is not None:
                     progress(now)
-            else:
+            elif kind == _ITERATION:
                 self._iterate(self._slices[index], now)
+            elif kind == _LOAD_START:
+                self._load_start(self._slices[index], now)
+            elif kind == _DRAIN_LIMIT:
+                self._drain_limit(self._slices[index], now)
+
+            else:
+                self._loads_done(now, index)
         outcomes = [r.out for r in reqs]
         first = min((r.arrival_s for r in outcomes), default=0.0)
         span = max(0.0, self._last - first)
         wall_s = time.perf_counter() - wall
+        switch_s = tuple(w.latency_s for w in self._switches)
+        max_switch = max(switch_s, default=0.0)
         result = ReplayResult(
             policy=self.policy,
             requests=outcomes,
@@ -520,19 +1119,19 @@ class ServerlessEngine:
                 iterations=self._iterations,
                 simulated_s=span,
                 wall_s=wall_s,
-                bytes_d2h=0,
+                bytes_d2h=int(sum(w.kv_out_bytes for w in self._switches)),
                 bytes_h2d=int(self._c2c_bytes + self._load_bytes),
                 stall_s=0.0,
-                preemptions=0,
-                swap_outs=0,
-                swap_ins=0,
+                preemptions=self._preemptions,
+                swap_outs=sum(o.swap_outs for o in outcomes),
+                swap_ins=sum(o.swap_ins for o in outcomes),
                 peak_gpu_kv_blocks=0,
                 gpu_kv_blocks_total=0,
             ),
         )
         stats = ServerlessStats(
             switches=len(self._switches),
-            switch_latency_s=tuple(w.latency_s for w in self._switches),
+            switch_latency_s=switch_s,
             c2c_bytes=self._c2c_bytes,
             load_bytes=self._load_bytes,
             link_gbps=cfg.link_gbps,
@@ -542,5 +1141,26 @@ class ServerlessEngine:
             queued=queued,
             mean_rho=float(np.mean(self._rhos)) if self._rhos else None,
             models=len({r.model for r in reqs}),
+            preemptions=self._preemptions,
+            evictions=tuple(sorted(self._evictions.items())),
+            shares=self._shares,
+            drains=self._drains,
+            max_drain_s=self._max_drain,
+            kv_swaps=self._kv_swaps,
+            rejected=self._rejected,
+            cold_ttft_s=tuple(
+                r.out.token_times_s[0] - r.out.arrival_s
+                for r in reqs
+                if r.cold and r.out.token_times_s
+            ),
+            placement_wait_s=tuple(self._placement_waits),
+            starvation_bound_s=self._starvation_bound(max_switch),
+            max_waiting_models=self._max_waiting,
+            max_iteration_s=self._max_iteration,
+            max_switch_s=max_switch,
         )
         return ServerlessRun(result, stats, self._switches)
+
+
+_NOBODY = _Resident("", 0.0, math.inf, math.inf, 0.0)
+_QUEUED = RouteDecision(QUEUE, "", "", 0.0, math.inf, "queue: no idle or evictable slice")

@@ -1,17 +1,18 @@
 """The serverless comparison: a table with policies as columns (the rotation
-table's conventions) and the replay JSON with a ``serverless`` block per
-policy. TTFT/TPOT attainment and percentiles are planner.replay.metrics';
-this adds model switches and their latency (decision to slice ready), the
-C2C link utilization and the mean rho."""
+table's conventions), a load-sweep table (TTFT / TPOT / both-met attainment
+per rate scale), and the replay JSON with a ``serverless`` block per policy
+(and the sweep). TTFT/TPOT attainment and percentiles are
+planner.replay.metrics'; this adds model switches and their latency
+(decision to slice ready), preemptions and KV moves, the cold start (TTFT
+of the requests whose arrival found their model on no slice) and its ratio
+to c2cserve's, how long models waited for a slice against the starvation
+bound, the C2C link utilization and the mean rho."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,11 +28,20 @@ from planner.replay.serverless_engine import ServerlessRun, ServerlessStats
 TOPOLOGY = "serverless"
 
 
+# Cold starts are compared with this policy's.
+COLD_START_REFERENCE = "c2cserve"
+
+
 @dataclass(frozen=True, slots=True)
 class ServerlessMetrics:
     metrics: PolicyMetrics
     stats: ServerlessStats
     switch_s: Distribution
+    cold_start_s: Distribution
+    placement_wait_s: Distribution
+    # This policy's cold-start p50 over the reference's (None: either has
+    # no cold start, or no reference in the run).
+    cold_start_ratio: float | None = None
 
     @property
     def policy(self) -> str:
@@ -51,15 +61,49 @@ class ServerlessMetrics:
             "replans": s.replans,
             "queued_on_arrival": s.queued,
             "mean_rho": s.mean_rho,
+            "preemptions": s.preemptions,
+            "evictions": dict(s.evictions),
+            "shares": s.shares,
+            "drains": s.drains,
+            "max_drain_s": s.max_drain_s,
+            "kv_swaps": s.kv_swaps,
+            "rejected": s.rejected,
+            "cold_start_s": self.cold_start_s.to_json(),
+            "cold_start_ratio": self.cold_start_ratio,
+            "cold_start_reference": COLD_START_REFERENCE,
+            "placement_wait_s": self.placement_wait_s.to_json(),
+            "starvation_bound_s": s.starvation_bound_s,
+            "max_waiting_models": s.max_waiting_models,
+            "max_iteration_s": s.max_iteration_s,
+            "max_switch_s": s.max_switch_s,
         }
+
+
+def _dist(values: Sequence[float]) -> Distribution:
+    return Distribution.of(np.array(values, dtype=np.float64))
 
 
 def summarize_serverless(run: ServerlessRun) -> ServerlessMetrics:
     return ServerlessMetrics(
         metrics=summarize(run.result),
         stats=run.stats,
-        switch_s=Distribution.of(np.array(run.stats.switch_latency_s, dtype=np.float64)),
+        switch_s=_dist(run.stats.switch_latency_s),
+        cold_start_s=_dist(run.stats.cold_ttft_s),
+        placement_wait_s=_dist(run.stats.placement_wait_s),
     )
+
+
+def compare_serverless(runs: Sequence[ServerlessRun]) -> list[ServerlessMetrics]:
+    """Every run's metrics, with its cold start against the reference's."""
+    metrics = [summarize_serverless(r) for r in runs]
+    ref = next((m for m in metrics if m.policy == COLD_START_REFERENCE), None)
+    base = ref.cold_start_s.p50 if ref is not None else None
+    out = []
+    for m in metrics:
+        p50 = m.cold_start_s.p50
+        ratio = p50 / base if p50 is not None and base else None
+        out.append(dataclasses.replace(m, cold_start_ratio=ratio))
+    return out
 
 
 def _int(value: float | None) -> str:
@@ -98,6 +142,23 @@ def _rows() -> list[tuple[str, list[_Row]]]:
                 _Row("Switches", lambda m: m.stats.switches, _int),
                 _Row("Switch latency p50", lambda m: m.switch_s.p50, fmt_seconds, -1),
                 _Row("Switch latency p99", lambda m: m.switch_s.p99, fmt_seconds, -1),
+                _Row("Cold-start TTFT p50", lambda m: m.cold_start_s.p50, fmt_seconds, -1),
+                _Row(
+                    f"Cold start / {COLD_START_REFERENCE}'s", lambda m: m.cold_start_ratio, _ratio
+                ),
+                _Row("Preemptions", lambda m: m.stats.preemptions, _int),
+                _Row("Shared slices (models taking turns)", lambda m: m.stats.shares, _int),
+                _Row("KV swaps (room)", lambda m: m.stats.kv_swaps, _int),
+            ],
+        ),
+        (
+            "Waiting for a slice",
+            [
+                _Row("Wait p99", lambda m: m.placement_wait_s.p99, fmt_seconds, -1),
+                _Row("Wait max", lambda m: m.placement_wait_s.max, fmt_seconds, -1),
+                _Row("Drains (starving)", lambda m: m.stats.drains, _int),
+                _Row("Longest drain", lambda m: m.stats.max_drain_s, fmt_seconds),
+                _Row("Starvation bound", lambda m: m.stats.starvation_bound_s, fmt_seconds),
             ],
         ),
         (
@@ -107,9 +168,49 @@ def _rows() -> list[tuple[str, list[_Row]]]:
                 _Row("Mean rho", lambda m: m.stats.mean_rho, _num),
                 _Row("Finished", lambda m: m.metrics.finished, _int, 1),
                 _Row("Unfinished", lambda m: m.metrics.unfinished, _int, -1),
+                _Row("Rejected (KV never fits)", lambda m: m.stats.rejected, _int),
             ],
         ),
     ]
+
+
+def _ratio(value: float | None) -> str:
+    return DASH if value is None else f"{value:.2f}x"
+
+
+ServerlessSweep = Mapping[float, Sequence[ServerlessMetrics]]
+
+
+def serverless_sweep_table(sweep: ServerlessSweep) -> Table:
+    """One row per rate scale: TTFT / TPOT / both-met attainment per policy,
+    and each policy's cold start against the reference's."""
+    table = Table(
+        title="SLO attainment vs load (TTFT / TPOT / both met; cold start vs "
+        f"{COLD_START_REFERENCE})",
+        header_style="bold",
+        title_style="bold",
+    )
+    table.add_column("Rate scale", justify="right")
+    names: list[str] = []
+    for scale in sorted(sweep):
+        names += [m.policy for m in sweep[scale] if m.policy not in names]
+    for name in names:
+        table.add_column(name, justify="right", no_wrap=True)
+    for scale in sorted(sweep):
+        by_name = {m.policy: m for m in sweep[scale]}
+        cells = []
+        for name in names:
+            m = by_name.get(name)
+            if m is None:
+                cells.append(DASH)
+                continue
+            x = m.metrics
+            cells.append(
+                f"{fmt_pct(x.ttft_attainment)} / {fmt_pct(x.tpot_attainment)} / "
+                f"{fmt_pct(x.both_attainment)}; {_ratio(m.cold_start_ratio)}"
+            )
+        table.add_row(f"{scale:g}", *cells)
+    return table
 
 
 def serverless_table(metrics: Sequence[ServerlessMetrics], title: str, caption: str) -> Table:
@@ -131,29 +232,24 @@ def print_serverless_report(
 
 
 def serverless_json(
-    runs: Sequence[ServerlessRun], metrics: Sequence[ServerlessMetrics]
+    runs: Sequence[ServerlessRun],
+    metrics: Sequence[ServerlessMetrics],
+    sweep: ServerlessSweep | None = None,
 ) -> dict[str, Any]:
-    data = to_json([r.result for r in runs], [m.metrics for m in metrics])
+    """Every number of the first rate scale's runs; with a sweep, every
+    scale's metrics too (the rotation JSON's ``sweep``, plus a
+    ``serverless`` block per policy)."""
+    data = to_json(
+        [r.result for r in runs],
+        [m.metrics for m in metrics],
+        sweep={k: [m.metrics for m in v] for k, v in sweep.items()} if sweep else None,
+    )
     data["topology"] = TOPOLOGY
     for entry, m in zip(data["policies"], metrics, strict=True):
         entry["serverless"] = m.serverless_json()
+    if sweep:
+        for point in data["sweep"]:
+            by_name = {m.policy: m for m in sweep[point["rate_scale"]]}
+            for entry in point["metrics"]:
+                entry["serverless"] = by_name[entry["policy"]].serverless_json()
     return data
-
-
-def write_serverless_json(
-    path: Path, runs: Sequence[ServerlessRun], metrics: Sequence[ServerlessMetrics]
-) -> Path:
-    """Atomically, like planner.replay.report.write_json."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(serverless_json(runs, metrics), indent=2, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target

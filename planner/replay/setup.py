@@ -37,6 +37,11 @@ class ReplayKnobs:
     # None: 90% of the machine's host memory.
     cpu_kv_bytes: int | None = None
     tensor_parallel: int = 1
+    # The engine's pools in blocks when it says them (vLLM's
+    # --num-gpu-blocks-override, the connector's CPU blocks); None: derived
+    # from the profile's memory (gpu_memory_utilization, cpu_kv_bytes).
+    gpu_kv_blocks: int | None = None
+    cpu_kv_blocks: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,7 @@ class ReplaySetup:
             "block_bytes": e.block_bytes,
             "max_batched_tokens": e.max_batched_tokens,
             "max_running": e.max_running,
+            "request_latency_s": e.request_latency_s,
             "slo_ttft_s": e.slo.ttft_s,
             "slo_tbt_s": e.slo.tbt_s,
             "alpha": self.rotation.params.alpha,
@@ -74,6 +80,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
     """profile: MODEL@HARDWARE with built-in names, or MODEL@FILE.json with a
     measured profile. Raises ProfileError naming what is wrong."""
     model_name, sep, hardware_name = profile.partition("@")
+    request_latency_s = 0.0
     if not sep or not model_name or not hardware_name:
         raise ProfileError("profile", f"expected MODEL@HARDWARE, got {profile!r}")
     if hardware_name.endswith(".json") or Path(hardware_name).is_file():
@@ -83,6 +90,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
             raise ProfileError("profile", f"unknown model {model_name!r}")
         hardware = measured.hardware
         cost = measured.cost_model(model, knobs.tensor_parallel)
+        request_latency_s = measured.request_latency_s(model.name, knobs.tensor_parallel)
     else:
         found_model = find_model(model_name)
         found_hardware = find_hardware(hardware_name)
@@ -93,17 +101,21 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         model, hardware = found_model, found_hardware
         cost = IterationCostModel.derive(model, hardware, knobs.tensor_parallel)
     bs = knobs.block_size_tokens
-    gpu_blocks = cost.kv_blocks(bs, knobs.gpu_memory_utilization)
+    if knobs.gpu_kv_blocks is not None:
+        gpu_blocks = knobs.gpu_kv_blocks
+    else:
+        gpu_blocks = cost.kv_blocks(bs, knobs.gpu_memory_utilization)
     if gpu_blocks <= 0:
         raise ProfileError(
             "profile", f"{model.name} does not fit on {hardware.name} with room for KV"
         )
     block_bytes = cost.block_bytes_per_gpu(bs)
-    cpu_blocks = (
-        knobs.cpu_kv_bytes // block_bytes
-        if knobs.cpu_kv_bytes is not None
-        else cost.cpu_kv_blocks(bs)
-    )
+    if knobs.cpu_kv_blocks is not None:
+        cpu_blocks = knobs.cpu_kv_blocks
+    elif knobs.cpu_kv_bytes is not None:
+        cpu_blocks = knobs.cpu_kv_bytes // block_bytes
+    else:
+        cpu_blocks = cost.cpu_kv_blocks(bs)
     engine = EngineConfig(
         gpu_kv_blocks=gpu_blocks,
         cpu_kv_blocks=int(cpu_blocks),
@@ -112,6 +124,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         max_batched_tokens=knobs.max_batched_tokens,
         max_running=knobs.max_running,
         slo=knobs.slo,
+        request_latency_s=request_latency_s,
     )
     return ReplaySetup(
         profile=profile,

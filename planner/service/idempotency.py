@@ -24,6 +24,16 @@ def request_digest(method: str, request: Message) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """An answered call under its idempotency key: the method, a digest of
+    the request's content, and the serialized answer."""
+
+    method: str
+    digest: str
+    response: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class KeyedCall:
     method: str
     key: str

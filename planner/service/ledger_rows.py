@@ -2,23 +2,35 @@
 (DESIGN.md §2, §3.4): one row per producer, lease, reclaim and answered
 call, plus one row of counters per pool.
 
-A change of one pool runs in one `LedgerBackend.change(pool_id)`
-transaction, which holds that pool's lock until it commits: it reads only
-the rows the call needs, writes only the rows it changed, and records the
-call's answer under its idempotency key in the same transaction, so a
-crash leaves both or neither. The cost of a call therefore does not grow
-with the pool. Backends: SQLite (planner.service.ledger_sqlite); a server
-backend must give the same isolation per pool (e.g. a row lock on the
-pool's counters taken first).
+A change of one pool runs in one `LedgerBackend.transact(pool_id, work)`
+transaction, isolated from every other change of that pool until it
+commits: it reads only the rows the call needs, writes only the rows it
+changed, and records the call's answer under its idempotency key in the
+same transaction, so a crash leaves both or neither. The cost of a call
+therefore does not grow with the pool. A backend may run `work` more than
+once (a server database retries a transaction it could not serialize), so
+`work` keeps nothing outside the transaction. Backends: SQLite
+(planner.service.ledger_sqlite), PostgreSQL
+(planner.service.ledger_postgres).
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from planner.domain.placement import Lease, ProducerAccount, Reclaim
+from planner.service.idempotency import RecordedCall
+
+T = TypeVar("T")
+__all__ = [
+    "LedgerBackend",
+    "LedgerTransaction",
+    "PoolCounters",
+    "PoolRows",
+    "RecordedCall",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,16 +41,6 @@ class PoolCounters:
     revision: int = 0
     next_lease: int = 1
     next_reclaim: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedCall:
-    """An answered call under its idempotency key: the method, a digest of
-    the request's content, and the serialized answer."""
-
-    method: str
-    digest: str
-    response: bytes
 
 
 @dataclass(slots=True)
@@ -101,9 +103,9 @@ class LedgerTransaction(Protocol):
 
 
 class LedgerBackend(Protocol):
-    def change(self, pool_id: str) -> AbstractContextManager[LedgerTransaction]:
-        """A transaction on pool_id that commits when the block ends and
-        writes nothing when it raises. Store failures raise
+    def transact(self, pool_id: str, work: Callable[[LedgerTransaction], T]) -> T:
+        """work(tx) in a transaction on pool_id, committed when it returns,
+        writing nothing when it raises; what it returns. Store failures raise
         StoreUnavailableError."""
         ...
 

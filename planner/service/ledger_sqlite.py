@@ -5,7 +5,7 @@ its lendable bytes, indexed so that the producer an allocation picks is one
 index lookup), ledger_lease, ledger_reclaim (lease ids as a JSON list) and
 ledger_request (answered calls, indexed by revision for pruning). A change
 is one IMMEDIATE transaction, which holds SQLite's one write lock of the
-file: pools take turns, each turn a few row writes long.
+file: pools take turns, each turn a few row writes long; it runs once.
 
 A store written by an older planner kept each pool as one JSON document
 (placement_pool, placement_request): opening it converts every pool to rows
@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from typing import TypeVar
 
 from planner.domain.placement import Lease, LeaseState, ProducerAccount, Reclaim
 from planner.policies.aqua.ledger import Ledger
-from planner.service.ledger_rows import PoolCounters, PoolRows, RecordedCall
+from planner.service.ledger_rows import LedgerTransaction, PoolCounters, PoolRows, RecordedCall
 from planner.service.store import SqliteDatabase
+
+T = TypeVar("T")
 
 _SCHEMA = (
     """
@@ -339,10 +341,9 @@ class SqliteLedgerBackend:
         self.db = db
         db.register_schema("ledger", _SCHEMA, migrate_pool_documents)
 
-    @contextmanager
-    def change(self, pool_id: str) -> Iterator[SqliteLedgerTransaction]:
+    def transact(self, pool_id: str, work: Callable[[LedgerTransaction], T]) -> T:
         with self.db.transaction() as conn:
-            yield SqliteLedgerTransaction(conn, pool_id)
+            return work(SqliteLedgerTransaction(conn, pool_id))
 
     def rows(self, pool_id: str) -> PoolRows | None:
         with self.db.reading() as conn:

@@ -42,6 +42,7 @@ from planner.service.placement_methods import (
     partition_batch_rpc,
     place_models_rpc,
 )
+from planner.service.role_oracles import RoleOracles
 from planner.service.serverless_methods import (
     choose_chunk_size_rpc,
     choose_kernel_rpc,
@@ -49,6 +50,7 @@ from planner.service.serverless_methods import (
     plan_model_placement_rpc,
     report_knob_feedback_rpc,
     route_rpc,
+    schedule_waiting_rpc,
 )
 from planner.service.serverless_tuners import ServerlessTuners
 from planner.v1 import (
@@ -84,6 +86,9 @@ class CallContext:
     cluster_store: ClusterStore = field(default_factory=ClusterStore)
     # ServerlessService's rho tuners, one per (GPU, slice).
     serverless_tuners: ServerlessTuners = field(default_factory=ServerlessTuners)
+    # ClassifyRoles' oracle for deployments named by a profile (the replay
+    # simulator, handed in by whoever starts the service); None refuses them.
+    role_oracles: RoleOracles | None = None
 
 
 Handler = Callable[[Message, CallContext], Message]
@@ -182,7 +187,7 @@ def _ledger(ctx: CallContext) -> LedgerStore:
 
 def _classify_roles(request: Message, ctx: CallContext) -> Message:
     assert isinstance(request, placement_pb2.ClassifyRolesRequest)
-    return classify_roles_rpc(request)
+    return classify_roles_rpc(request, ctx.role_oracles)
 
 
 def _place_models(request: Message, ctx: CallContext) -> Message:
@@ -233,6 +238,11 @@ def _plan_model_placement(request: Message, ctx: CallContext) -> Message:
 def _route(request: Message, ctx: CallContext) -> Message:
     assert isinstance(request, serverless_pb2.RouteRequest)
     return route_rpc(request)
+
+
+def _schedule_waiting(request: Message, ctx: CallContext) -> Message:
+    assert isinstance(request, serverless_pb2.ScheduleWaitingRequest)
+    return schedule_waiting_rpc(request)
 
 
 def _choose_chunk_size(request: Message, ctx: CallContext) -> Message:
@@ -299,6 +309,7 @@ HANDLERS: dict[str, Handler] = {
     "PlacementService.PartitionBatch": _partition_batch,
     "ServerlessService.PlanModelPlacement": _plan_model_placement,
     "ServerlessService.Route": _route,
+    "ServerlessService.ScheduleWaiting": _schedule_waiting,
     "ServerlessService.ChooseChunkSize": _choose_chunk_size,
     "ServerlessService.ChooseKernel": _choose_kernel,
     "ServerlessService.ReportKnobFeedback": _report_knob_feedback,

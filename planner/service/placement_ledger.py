@@ -1,6 +1,7 @@
 """PlacementService's lease ledger (DESIGN.md §3.4) in the planner's durable
 store, one row per producer, lease, reclaim and answered call
-(planner.service.ledger_rows; SQLite in planner.service.ledger_sqlite).
+(planner.service.ledger_rows; SQLite in planner.service.ledger_sqlite,
+PostgreSQL in planner.service.ledger_postgres).
 
 A mutating call runs in one transaction of its pool: it loads only the rows
 the call touches into a pure `Ledger` (the state machine the replay runs
@@ -11,7 +12,9 @@ lost and a retry after a crash gets the original answer. Its cost does not
 grow with the pool: an allocation picks its producer by one index lookup.
 
 Calls of one pool queue on that pool's lock before they reach the store, so
-a busy pool cannot crowd a quiet one out of the store's write lock. Each
+a busy pool cannot crowd a quiet one out of the store's write lock (on
+PostgreSQL, replicas' calls of one pool also queue on the pool's advisory
+lock). Each
 pool keeps the records of its last KEEP_KEYED_CALLS answered calls (a
 retry after that applies again); freed leases leave the pool; completed
 reclaims are kept for status up to KEEP_COMPLETED_RECLAIMS per pool.
@@ -117,9 +120,11 @@ class LedgerStore:
         """Answers a mutating call once: replays the recorded answer of the
         same (pool, key, content); otherwise loads what the call needs
         (load), applies change(ledger, new revision), writes the rows that
-        changed and records the answer, in one transaction."""
+        changed and records the answer, in one transaction. load and change
+        may run again if the backend retries the transaction."""
         digest = request_digest(method, request)
-        with self._pools.hold(pool_id), self.backend.change(pool_id) as tx:
+
+        def work(tx: LedgerTransaction) -> R:
             recorded = tx.recorded(key)
             if recorded is not None:
                 if recorded.method != method or recorded.digest != digest:
@@ -128,9 +133,9 @@ class LedgerStore:
                         f"{key!r} was used for a different {recorded.method} call in pool "
                         f"{pool_id!r}; use a new key for a new request",
                     )
-                answer = response_type.FromString(recorded.response)
-                answer.replayed = True  # type: ignore[attr-defined]
-                return answer
+                replayed = response_type.FromString(recorded.response)
+                replayed.replayed = True  # type: ignore[attr-defined]
+                return replayed
             counters = tx.counters() or PoolCounters()
             ledger = Ledger()
             ledger.next_lease = counters.next_lease
@@ -148,7 +153,10 @@ class LedgerStore:
                 tx.prune_completed_reclaims(KEEP_COMPLETED_RECLAIMS)
             tx.record(key, RecordedCall(method, digest, answer.SerializeToString()), revision)
             tx.prune_records(revision - self.keep_keyed_calls)
-        return answer
+            return answer
+
+        with self._pools.hold(pool_id):
+            return self.backend.transact(pool_id, work)
 
 
 def _write_changes(tx: LedgerTransaction, before: Ledger, after: Ledger) -> None:

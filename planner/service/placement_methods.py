@@ -4,8 +4,8 @@ lease ledger's handlers are in placement_ledger.py."""
 
 from __future__ import annotations
 
+from planner.domain.requests import Slo
 from planner.policies.aqua import classify, match_server, partition_batch, place_models
-from planner.policies.aqua.roles import classify_by_replay
 from planner.service.convert.placement import (
     cfs_plan_to_proto,
     cfs_request_from_proto,
@@ -18,14 +18,15 @@ from planner.service.convert.placement import (
     roles_request_from_proto,
 )
 from planner.service.errors import InvalidArgumentError
+from planner.service.role_oracles import RoleOracles
 from planner.solvers import SolverError
 from planner.v1 import placement_pb2
 
 
 def classify_roles_rpc(
-    msg: placement_pb2.ClassifyRolesRequest,
+    msg: placement_pb2.ClassifyRolesRequest, oracles: RoleOracles | None
 ) -> placement_pb2.ClassifyRolesResponse:
-    profiles, config = roles_request_from_proto(msg)
+    profiles, config = roles_request_from_proto(msg, oracles)
     replay = replay_roles_from_proto(msg)
     decisions = []
     for p in profiles:
@@ -33,16 +34,10 @@ def classify_roles_rpc(
         if name is None:
             decisions.append(classify(p, config))
         else:
-            decisions.append(
-                classify_by_replay(
-                    p,
-                    name,
-                    config,
-                    attainment=replay.attainment,
-                    duration_s=replay.duration_s,
-                    seed=replay.seed,
-                )
-            )
+            assert oracles is not None  # roles_request_from_proto refuses it otherwise
+            slo = Slo(ttft_s=p.slo_ttft_s, tbt_s=p.slo_tbt_s)
+            oracle = oracles.oracle(name, slo, replay.duration_s, replay.seed)
+            decisions.append(classify(p, config, oracle=oracle, attainment=replay.attainment))
     return placement_pb2.ClassifyRolesResponse(decisions=[role_to_proto(d) for d in decisions])
 
 

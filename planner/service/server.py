@@ -18,8 +18,9 @@ from google.protobuf.message import DecodeError, Message
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from planner.bearer_token import check_token
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
-from planner.service.auth import BearerTokenInterceptor, check_token, require_tls_off_loopback
+from planner.service.auth import BearerTokenInterceptor, require_tls_off_loopback
 from planner.service.cluster_store import ClusterStore
 from planner.service.connections import connection_cap
 from planner.service.errors import (
@@ -34,9 +35,10 @@ from planner.service.logs import LOGGER_NAME, log_event
 from planner.service.methods import CallContext, handle
 from planner.service.metrics import RpcMetrics
 from planner.service.offload_engines import OffloadEngines, warm_up
+from planner.service.role_oracles import RoleOracles
 from planner.service.serverless_tuners import ServerlessTuners
 from planner.service.store_health import StoreHealth
-from planner.service.tls import ServerTls
+from planner.tls import ServerTls
 
 SHUTDOWN_GRACE_S = 5.0
 # Calls in flight on one connection; above the default max_concurrent_rpcs,
@@ -65,14 +67,17 @@ class ServerConfig:
     # /metrics has no token and no TLS: loopback unless asked otherwise.
     metrics_host: str = "127.0.0.1"
     limits: ServiceLimits = field(default_factory=ServiceLimits)
-    # The durable store (SQLite) of state that outlives a restart (ClusterService,
-    # PlacementService's lease ledger);
-    # None keeps it in memory.
+    # The durable store of state that outlives a restart (ClusterService,
+    # PlacementService's lease ledger): a SQLite file, or a postgresql:// URL
+    # that several replicas share; None keeps it in memory.
     store_path: str | None = None
     # None listens in plaintext.
     tls: ServerTls | None = None
     # With it, every call but health checks needs `authorization: Bearer <token>`.
     auth_token: str | None = None
+    # ClassifyRoles' oracle for deployments named by a profile (planner serve
+    # hands in the replay simulator's); None refuses them.
+    role_oracles: RoleOracles | None = None
 
     def __post_init__(self) -> None:
         if self.auth_token is not None:
@@ -91,7 +96,10 @@ class PlannerServer:
         self.metrics = RpcMetrics()
         self.offload_engines = OffloadEngines()
         self.serverless_tuners = ServerlessTuners()
-        self.cluster_store = ClusterStore(config.store_path)
+        # One PostgreSQL connection per worker thread, and one for the probe.
+        self.cluster_store = ClusterStore(
+            config.store_path, pool_size=config.limits.max_workers + 1
+        )
         self.cluster_store.open()
         self.logger = logging.getLogger(LOGGER_NAME)
         limits = config.limits
@@ -269,6 +277,7 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
                             server.offload_engines,
                             server.cluster_store,
                             serverless_tuners=server.serverless_tuners,
+                            role_oracles=server.config.role_oracles,
                         ),
                     )
                 except InvalidArgumentError as exc:

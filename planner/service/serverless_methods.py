@@ -5,7 +5,7 @@ from __future__ import annotations
 from planner.policies.serverless.chunks import choose_chunk
 from planner.policies.serverless.kernels import PRECISIONS, choose_kernel
 from planner.policies.serverless.placement import plan_placement
-from planner.policies.serverless.routing import route_request
+from planner.policies.serverless.routing import route_request, schedule_waiting
 from planner.policies.serverless.tuner import KnobObservation
 from planner.profiles.c2c_cost import DEFAULT_CHUNK_SIZES, chunk_table
 from planner.profiles.errors import ProfileError
@@ -24,6 +24,8 @@ from planner.service.convert.serverless import (
     placement_request_from_proto,
     route_decision_to_proto,
     route_request_from_proto,
+    schedule_request_from_proto,
+    schedule_to_proto,
     tuner_params_from_proto,
     tuner_state_to_proto,
 )
@@ -45,15 +47,36 @@ def plan_model_placement_rpc(
 
 
 def route_rpc(msg: serverless_pb2.RouteRequest) -> serverless_pb2.RouteResponse:
-    model, slices, priority, budget = route_request_from_proto(msg)
+    c = route_request_from_proto(msg)
     decision = route_request(
-        model,
-        slices,
-        priority=priority,
-        link_budget_gbps=budget,
+        c.model,
+        c.slices,
+        priority=c.priority,
+        link_budget_gbps=c.link_budget_gbps,
         allow_preempt=not msg.no_preempt,
+        now_s=c.now_s,
+        waited_s=c.waited_s,
+        slack_s=c.slack_s,
+        preemption=c.preemption,
+        max_models_per_slice=c.max_models_per_slice,
     )
     return route_decision_to_proto(decision)
+
+
+def schedule_waiting_rpc(
+    msg: serverless_pb2.ScheduleWaitingRequest,
+) -> serverless_pb2.ScheduleWaitingResponse:
+    c = schedule_request_from_proto(msg)
+    routes = schedule_waiting(
+        c.waiting,
+        c.slices,
+        now_s=c.now_s,
+        link_budget_gbps=c.link_budget_gbps,
+        allow_preempt=not msg.no_preempt,
+        preemption=c.preemption,
+        max_models_per_slice=c.max_models_per_slice,
+    )
+    return schedule_to_proto(routes)
 
 
 def choose_chunk_size_rpc(

@@ -26,8 +26,9 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
+from planner.service.database import Listeners, StoreListener
 from planner.service.errors import StoreUnavailableError
 
 T = TypeVar("T")
@@ -46,12 +47,6 @@ _PROBE_SCHEMA = (
 )
 
 
-class StoreListener(Protocol):
-    def store_failed(self, reason: str) -> None: ...
-
-    def store_recovered(self) -> None: ...
-
-
 def _is_store_failure(exc: sqlite3.Error) -> bool:
     """Failures of the file or the disk, not of the statements we send."""
     return isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError
@@ -62,12 +57,12 @@ class SqliteDatabase:
     tables of every service that registered its schema."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        self.path = MEMORY if path is None or str(path) in ("", MEMORY) else str(path)
+        self.path: str = MEMORY if path is None or str(path) in ("", MEMORY) else str(path)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.RLock()
         self._schemas: dict[str, tuple[tuple[str, ...], Migration | None]] = {}
         self._applied: set[str] = set()
-        self._listeners: list[StoreListener] = []
+        self._listeners = Listeners()
         self.register_schema("store", _PROBE_SCHEMA)
 
     @property
@@ -75,8 +70,7 @@ class SqliteDatabase:
         return self.path != MEMORY
 
     def add_listener(self, listener: StoreListener) -> None:
-        with self._lock:
-            self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def register_schema(
         self, name: str, statements: tuple[str, ...], migrate: Migration | None = None
@@ -254,12 +248,10 @@ class SqliteDatabase:
             raise StoreUnavailableError(str(exc)) from None
 
     def _tell_failed(self, reason: str) -> None:
-        for listener in list(self._listeners):
-            listener.store_failed(reason)
+        self._listeners.failed(reason)
 
     def _tell_recovered(self) -> None:
-        for listener in list(self._listeners):
-            listener.store_recovered()
+        self._listeners.recovered()
 
     def close(self) -> None:
         with self._lock:

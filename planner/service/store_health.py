@@ -3,17 +3,17 @@ while the store cannot be written, so load balancers stop sending them
 calls that would fail, and SERVING again after the first write that
 succeeds (a call's, or a probe's: a probe writes every `probe_interval_s`
 while the store is failing, since a load balancer that believes the health
-check sends no calls)."""
+check sends no calls). Any store database (SQLite, PostgreSQL) tells it."""
 
 from __future__ import annotations
 
 import logging
 import threading
 
+from planner.service.database import Database
 from planner.service.errors import StoreUnavailableError
 from planner.service.health import NOT_SERVING, SERVING, HealthService
 from planner.service.logs import LOGGER_NAME, log_event
-from planner.service.store import SqliteDatabase
 
 PROBE_INTERVAL_S = 1.0
 
@@ -21,7 +21,7 @@ PROBE_INTERVAL_S = 1.0
 class StoreHealth:
     def __init__(
         self,
-        db: SqliteDatabase,
+        db: Database,
         health: HealthService,
         services: tuple[str, ...],
         probe_interval_s: float = PROBE_INTERVAL_S,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 
@@ -15,21 +15,20 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_lines(path: str | Path, lines: Iterable[str]) -> None:
-    """Write `lines` (each without its newline) to `path` atomically: into a
-    temporary file in the same directory, fsync'ed, then os.replace'd over
-    `path`. If producing the lines raises, or writing fails, the temporary
-    file is removed and `path` is left as it was (absent or the old file).
-    The new file gets the usual permissions (0666 less the umask)."""
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside `path` to write the whole file at; when the
+    block ends it is fsync'ed and os.replace'd over `path`. If the block
+    raises, the temporary file is removed and `path` is left as it was
+    (absent or the old file). The new file gets the usual permissions (0666
+    less the umask)."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            for line in lines:
-                f.write(line)
-                f.write("\n")
-            f.flush()
+        yield Path(tmp_name)
+        with open(tmp_name, "rb") as f:
             os.fsync(f.fileno())
         os.chmod(tmp_name, 0o666 & ~_umask())
         os.replace(tmp_name, target)
@@ -38,6 +37,15 @@ def atomic_write_lines(path: str | Path, lines: Iterable[str]) -> None:
             os.unlink(tmp_name)
         raise
     _fsync_directory(directory)
+
+
+def atomic_write_lines(path: str | Path, lines: Iterable[str]) -> None:
+    """Write `lines` (each without its newline) to `path` atomically (see
+    atomic_output)."""
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        for line in lines:
+            f.write(line)
+            f.write("\n")
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -93,6 +93,8 @@ class _RouteActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RouteActi
     """Evict evicted_model from the slice and set this model up there."""
     ROUTE_ACTION_QUEUE: _RouteAction.ValueType  # 4
     """Nowhere now."""
+    ROUTE_ACTION_SHARE: _RouteAction.ValueType  # 5
+    """Set the model up on a busy slice, next to its models (they take turns)."""
 
 class RouteAction(_RouteAction, metaclass=_RouteActionEnumTypeWrapper): ...
 
@@ -105,6 +107,8 @@ ROUTE_ACTION_EVICT: RouteAction.ValueType  # 3
 """Evict evicted_model from the slice and set this model up there."""
 ROUTE_ACTION_QUEUE: RouteAction.ValueType  # 4
 """Nowhere now."""
+ROUTE_ACTION_SHARE: RouteAction.ValueType  # 5
+"""Set the model up on a busy slice, next to its models (they take turns)."""
 Global___RouteAction: _TypeAlias = RouteAction  # noqa: Y015
 
 @_typing.final
@@ -392,7 +396,10 @@ Global___PlanModelPlacementResponse: _TypeAlias = PlanModelPlacementResponse  # 
 
 @_typing.final
 class SliceStatus(_message.Message):
-    """A slice as routing sees it now."""
+    """A slice as routing sees it now: one entry per model resident on it (a
+    slice whose models take turns is listed once per model, with the same
+    slice id), or one entry with no model for an idle slice.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -402,6 +409,8 @@ class SliceStatus(_message.Message):
     MODEL_PRIORITY_FIELD_NUMBER: _builtins.int
     IN_FLIGHT_FIELD_NUMBER: _builtins.int
     LAST_USED_S_FIELD_NUMBER: _builtins.int
+    ACTIVE_SINCE_S_FIELD_NUMBER: _builtins.int
+    SLACK_S_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """The active model; empty when the slice is idle."""
     model_c2c_gbps: _builtins.float
@@ -410,6 +419,13 @@ class SliceStatus(_message.Message):
     """Requests it is serving now (0: inactive)."""
     last_used_s: _builtins.float
     """When it last served a request."""
+    active_since_s: _builtins.float
+    """When the model became ready there (after its switch)."""
+    slack_s: _builtins.float
+    """The least slack among its requests, s: TTFT deadline - now before the
+    first token, (tokens - 1) x TPOT target - time since the first token
+    after it. Unset: none has a deadline.
+    """
     @_builtins.property
     def slice(self) -> Global___MigSliceSpec: ...
     def __init__(
@@ -421,14 +437,58 @@ class SliceStatus(_message.Message):
         model_priority: _builtins.float = ...,
         in_flight: _builtins.int = ...,
         last_used_s: _builtins.float = ...,
+        active_since_s: _builtins.float = ...,
+        slack_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["slice", b"slice"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_slack_s", b"_slack_s", "slack_s", b"slack_s", "slice", b"slice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["in_flight", b"in_flight", "last_used_s", b"last_used_s", "model", b"model", "model_c2c_gbps", b"model_c2c_gbps", "model_priority", b"model_priority", "slice", b"slice"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slack_s", b"_slack_s", "active_since_s", b"active_since_s", "in_flight", b"in_flight", "last_used_s", b"last_used_s", "model", b"model", "model_c2c_gbps", b"model_c2c_gbps", "model_priority", b"model_priority", "slack_s", b"slack_s", "slice", b"slice"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__slack_s: _TypeAlias = _typing.Literal["slack_s"]  # noqa: Y015
+    _WhichOneofArgType__slack_s: _TypeAlias = _typing.Literal["_slack_s", b"_slack_s"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__slack_s) -> _WhichOneofReturnType__slack_s | None: ...
+
+Global___SliceStatus: _TypeAlias = SliceStatus  # noqa: Y015
+
+@_typing.final
+class Preemption(_message.Message):
+    """When a waiting model may take the place of an active one of equal
+    priority (every field >= 0 except urgent_slack_s, which may be negative).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MIN_HOLD_S_FIELD_NUMBER: _builtins.int
+    URGENT_SLACK_S_FIELD_NUMBER: _builtins.int
+    VICTIM_SLACK_S_FIELD_NUMBER: _builtins.int
+    STARVE_AFTER_S_FIELD_NUMBER: _builtins.int
+    min_hold_s: _builtins.float
+    """The victim has been ready at least this long."""
+    urgent_slack_s: _builtins.float
+    """The waiting model is urgent: its most urgent request has at most this
+    much slack; it may then preempt a victim whose requests all have at
+    least victim_slack_s.
+    """
+    victim_slack_s: _builtins.float
+    starve_after_s: _builtins.float
+    """The waiting model is starving (waited this long): it may preempt any
+    victim held min_hold_s, whatever its slack.
+    """
+    def __init__(
+        self,
+        *,
+        min_hold_s: _builtins.float = ...,
+        urgent_slack_s: _builtins.float = ...,
+        victim_slack_s: _builtins.float = ...,
+        starve_after_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_hold_s", b"min_hold_s", "starve_after_s", b"starve_after_s", "urgent_slack_s", b"urgent_slack_s", "victim_slack_s", b"victim_slack_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___SliceStatus: _TypeAlias = SliceStatus  # noqa: Y015
+Global___Preemption: _TypeAlias = Preemption  # noqa: Y015
 
 @_typing.final
 class RouteRequest(_message.Message):
@@ -439,16 +499,33 @@ class RouteRequest(_message.Message):
     SLICES_FIELD_NUMBER: _builtins.int
     LINK_FIELD_NUMBER: _builtins.int
     NO_PREEMPT_FIELD_NUMBER: _builtins.int
+    NOW_S_FIELD_NUMBER: _builtins.int
+    WAITED_S_FIELD_NUMBER: _builtins.int
+    SLACK_S_FIELD_NUMBER: _builtins.int
+    PREEMPTION_FIELD_NUMBER: _builtins.int
+    MAX_MODELS_PER_SLICE_FIELD_NUMBER: _builtins.int
     priority: _builtins.float
     """The request's priority."""
     no_preempt: _builtins.bool
     """Never evict a model with requests in flight."""
+    now_s: _builtins.float
+    """The caller's clock, how long the request's model has waited, and the
+    least slack of its waiting requests (unset: none has a deadline).
+    """
+    waited_s: _builtins.float
+    slack_s: _builtins.float
+    max_models_per_slice: _builtins.int
+    """Models one slice may hold, taking turns (0: 1)."""
     @_builtins.property
     def model(self) -> Global___ServerlessModelSpec: ...
     @_builtins.property
     def slices(self) -> _containers.RepeatedCompositeFieldContainer[Global___SliceStatus]: ...
     @_builtins.property
     def link(self) -> Global___C2cLink: ...
+    @_builtins.property
+    def preemption(self) -> Global___Preemption:
+        """Unset: only lower-priority models are preempted."""
+
     def __init__(
         self,
         *,
@@ -457,12 +534,19 @@ class RouteRequest(_message.Message):
         slices: _abc.Iterable[Global___SliceStatus] | None = ...,
         link: Global___C2cLink | None = ...,
         no_preempt: _builtins.bool = ...,
+        now_s: _builtins.float = ...,
+        waited_s: _builtins.float = ...,
+        slack_s: _builtins.float | None = ...,
+        preemption: Global___Preemption | None = ...,
+        max_models_per_slice: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["link", b"link", "model", b"model"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_slack_s", b"_slack_s", "link", b"link", "model", b"model", "preemption", b"preemption", "slack_s", b"slack_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["link", b"link", "model", b"model", "no_preempt", b"no_preempt", "priority", b"priority", "slices", b"slices"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slack_s", b"_slack_s", "link", b"link", "max_models_per_slice", b"max_models_per_slice", "model", b"model", "no_preempt", b"no_preempt", "now_s", b"now_s", "preemption", b"preemption", "priority", b"priority", "slack_s", b"slack_s", "slices", b"slices", "waited_s", b"waited_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__slack_s: _TypeAlias = _typing.Literal["slack_s"]  # noqa: Y015
+    _WhichOneofArgType__slack_s: _TypeAlias = _typing.Literal["_slack_s", b"_slack_s"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__slack_s) -> _WhichOneofReturnType__slack_s | None: ...
 
 Global___RouteRequest: _TypeAlias = RouteRequest  # noqa: Y015
 
@@ -476,6 +560,8 @@ class RouteResponse(_message.Message):
     LINK_DEMAND_GBPS_FIELD_NUMBER: _builtins.int
     LINK_BUDGET_GBPS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    PREEMPTS_FIELD_NUMBER: _builtins.int
+    EVICTION_FIELD_NUMBER: _builtins.int
     action: Global___RouteAction.ValueType
     slice_id: _builtins.str
     evicted_model: _builtins.str
@@ -483,6 +569,12 @@ class RouteResponse(_message.Message):
     """The active set's C2C demand after the decision, and the budget."""
     link_budget_gbps: _builtins.float
     reason: _builtins.str
+    preempts: _builtins.bool
+    """The evicted model has requests in flight, to requeue."""
+    eviction: _builtins.str
+    """Why it could be evicted: "inactive", "lower-priority", "held" (the
+    waiting model is urgent and the victim has slack) or "starving".
+    """
     def __init__(
         self,
         *,
@@ -492,14 +584,141 @@ class RouteResponse(_message.Message):
         link_demand_gbps: _builtins.float = ...,
         link_budget_gbps: _builtins.float = ...,
         reason: _builtins.str = ...,
+        preempts: _builtins.bool = ...,
+        eviction: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "evicted_model", b"evicted_model", "link_budget_gbps", b"link_budget_gbps", "link_demand_gbps", b"link_demand_gbps", "reason", b"reason", "slice_id", b"slice_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "evicted_model", b"evicted_model", "eviction", b"eviction", "link_budget_gbps", b"link_budget_gbps", "link_demand_gbps", b"link_demand_gbps", "preempts", b"preempts", "reason", b"reason", "slice_id", b"slice_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RouteResponse: _TypeAlias = RouteResponse  # noqa: Y015
+
+@_typing.final
+class WaitingModelSpec(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    WAITING_SINCE_S_FIELD_NUMBER: _builtins.int
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    SLACK_S_FIELD_NUMBER: _builtins.int
+    priority: _builtins.float
+    waiting_since_s: _builtins.float
+    """When its oldest waiting request started waiting (arrival, or when it
+    was preempted).
+    """
+    requests: _builtins.int
+    """Its waiting requests (> 0)."""
+    slack_s: _builtins.float
+    """The least slack among them (unset: none has a deadline)."""
+    @_builtins.property
+    def model(self) -> Global___ServerlessModelSpec: ...
+    def __init__(
+        self,
+        *,
+        model: Global___ServerlessModelSpec | None = ...,
+        priority: _builtins.float = ...,
+        waiting_since_s: _builtins.float = ...,
+        requests: _builtins.int = ...,
+        slack_s: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_slack_s", b"_slack_s", "model", b"model", "slack_s", b"slack_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slack_s", b"_slack_s", "model", b"model", "priority", b"priority", "requests", b"requests", "slack_s", b"slack_s", "waiting_since_s", b"waiting_since_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__slack_s: _TypeAlias = _typing.Literal["slack_s"]  # noqa: Y015
+    _WhichOneofArgType__slack_s: _TypeAlias = _typing.Literal["_slack_s", b"_slack_s"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__slack_s) -> _WhichOneofReturnType__slack_s | None: ...
+
+Global___WaitingModelSpec: _TypeAlias = WaitingModelSpec  # noqa: Y015
+
+@_typing.final
+class ScheduleWaitingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WAITING_FIELD_NUMBER: _builtins.int
+    SLICES_FIELD_NUMBER: _builtins.int
+    LINK_FIELD_NUMBER: _builtins.int
+    NOW_S_FIELD_NUMBER: _builtins.int
+    NO_PREEMPT_FIELD_NUMBER: _builtins.int
+    PREEMPTION_FIELD_NUMBER: _builtins.int
+    MAX_MODELS_PER_SLICE_FIELD_NUMBER: _builtins.int
+    now_s: _builtins.float
+    no_preempt: _builtins.bool
+    max_models_per_slice: _builtins.int
+    @_builtins.property
+    def waiting(self) -> _containers.RepeatedCompositeFieldContainer[Global___WaitingModelSpec]: ...
+    @_builtins.property
+    def slices(self) -> _containers.RepeatedCompositeFieldContainer[Global___SliceStatus]: ...
+    @_builtins.property
+    def link(self) -> Global___C2cLink: ...
+    @_builtins.property
+    def preemption(self) -> Global___Preemption: ...
+    def __init__(
+        self,
+        *,
+        waiting: _abc.Iterable[Global___WaitingModelSpec] | None = ...,
+        slices: _abc.Iterable[Global___SliceStatus] | None = ...,
+        link: Global___C2cLink | None = ...,
+        now_s: _builtins.float = ...,
+        no_preempt: _builtins.bool = ...,
+        preemption: Global___Preemption | None = ...,
+        max_models_per_slice: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["link", b"link", "preemption", b"preemption"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["link", b"link", "max_models_per_slice", b"max_models_per_slice", "no_preempt", b"no_preempt", "now_s", b"now_s", "preemption", b"preemption", "slices", b"slices", "waiting", b"waiting"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScheduleWaitingRequest: _TypeAlias = ScheduleWaitingRequest  # noqa: Y015
+
+@_typing.final
+class ModelRoute(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    @_builtins.property
+    def decision(self) -> Global___RouteResponse: ...
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        decision: Global___RouteResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "model", b"model"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ModelRoute: _TypeAlias = ModelRoute  # noqa: Y015
+
+@_typing.final
+class ScheduleWaitingResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROUTES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def routes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ModelRoute]:
+        """One per waiting model, in the order they were served."""
+
+    def __init__(
+        self,
+        *,
+        routes: _abc.Iterable[Global___ModelRoute] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["routes", b"routes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScheduleWaitingResponse: _TypeAlias = ScheduleWaitingResponse  # noqa: Y015
 
 @_typing.final
 class ChunkProfileRow(_message.Message):

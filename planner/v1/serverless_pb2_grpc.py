@@ -52,6 +52,11 @@ class ServerlessServiceStub:
                 request_serializer=planner_dot_v1_dot_serverless__pb2.RouteRequest.SerializeToString,
                 response_deserializer=planner_dot_v1_dot_serverless__pb2.RouteResponse.FromString,
                 _registered_method=True)
+        self.ScheduleWaiting = channel.unary_unary(
+                '/planner.v1.ServerlessService/ScheduleWaiting',
+                request_serializer=planner_dot_v1_dot_serverless__pb2.ScheduleWaitingRequest.SerializeToString,
+                response_deserializer=planner_dot_v1_dot_serverless__pb2.ScheduleWaitingResponse.FromString,
+                _registered_method=True)
         self.ChooseChunkSize = channel.unary_unary(
                 '/planner.v1.ServerlessService/ChooseChunkSize',
                 request_serializer=planner_dot_v1_dot_serverless__pb2.ChooseChunkSizeRequest.SerializeToString,
@@ -96,8 +101,19 @@ class ServerlessServiceServicer:
 
     def Route(self, request, context):
         """One request: to the slice where its model is active, else an idle
-        slice, else evict an inactive (least recently used) or lower-priority
-        model, else queue.
+        slice, else evict an inactive (least recently used) model, else share a
+        busy slice (max_models_per_slice > 1), else evict a lower-priority
+        model or, with preemption parameters, preempt one of equal priority
+        (the request's model urgent, or starving), else queue.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScheduleWaiting(self, request, context):
+        """Every model waiting for a slice, in one round: higher priority first,
+        then the starving models oldest first, then the least slack first;
+        each decision sees the slices as the earlier ones left them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -148,6 +164,11 @@ def add_ServerlessServiceServicer_to_server(servicer, server):
                     servicer.Route,
                     request_deserializer=planner_dot_v1_dot_serverless__pb2.RouteRequest.FromString,
                     response_serializer=planner_dot_v1_dot_serverless__pb2.RouteResponse.SerializeToString,
+            ),
+            'ScheduleWaiting': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScheduleWaiting,
+                    request_deserializer=planner_dot_v1_dot_serverless__pb2.ScheduleWaitingRequest.FromString,
+                    response_serializer=planner_dot_v1_dot_serverless__pb2.ScheduleWaitingResponse.SerializeToString,
             ),
             'ChooseChunkSize': grpc.unary_unary_rpc_method_handler(
                     servicer.ChooseChunkSize,
@@ -232,6 +253,33 @@ class ServerlessService:
             '/planner.v1.ServerlessService/Route',
             planner_dot_v1_dot_serverless__pb2.RouteRequest.SerializeToString,
             planner_dot_v1_dot_serverless__pb2.RouteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScheduleWaiting(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/planner.v1.ServerlessService/ScheduleWaiting',
+            planner_dot_v1_dot_serverless__pb2.ScheduleWaitingRequest.SerializeToString,
+            planner_dot_v1_dot_serverless__pb2.ScheduleWaitingResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,8 +48,15 @@ class ServerlessServiceStub:
     """
     Route: _grpc.UnaryUnaryMultiCallable[_serverless_pb2.RouteRequest, _serverless_pb2.RouteResponse]
     """One request: to the slice where its model is active, else an idle
-    slice, else evict an inactive (least recently used) or lower-priority
-    model, else queue.
+    slice, else evict an inactive (least recently used) model, else share a
+    busy slice (max_models_per_slice > 1), else evict a lower-priority
+    model or, with preemption parameters, preempt one of equal priority
+    (the request's model urgent, or starving), else queue.
+    """
+    ScheduleWaiting: _grpc.UnaryUnaryMultiCallable[_serverless_pb2.ScheduleWaitingRequest, _serverless_pb2.ScheduleWaitingResponse]
+    """Every model waiting for a slice, in one round: higher priority first,
+    then the starving models oldest first, then the least slack first;
+    each decision sees the slices as the earlier ones left them.
     """
     ChooseChunkSize: _grpc.UnaryUnaryMultiCallable[_serverless_pb2.ChooseChunkSizeRequest, _serverless_pb2.ChooseChunkSizeResponse]
     """The smallest prefill chunk meeting the TTFT target within the slice's
@@ -88,8 +95,15 @@ class ServerlessServiceAsyncStub(ServerlessServiceStub):
     """
     Route: _aio.UnaryUnaryMultiCallable[_serverless_pb2.RouteRequest, _serverless_pb2.RouteResponse]  # type: ignore[assignment]
     """One request: to the slice where its model is active, else an idle
-    slice, else evict an inactive (least recently used) or lower-priority
-    model, else queue.
+    slice, else evict an inactive (least recently used) model, else share a
+    busy slice (max_models_per_slice > 1), else evict a lower-priority
+    model or, with preemption parameters, preempt one of equal priority
+    (the request's model urgent, or starving), else queue.
+    """
+    ScheduleWaiting: _aio.UnaryUnaryMultiCallable[_serverless_pb2.ScheduleWaitingRequest, _serverless_pb2.ScheduleWaitingResponse]  # type: ignore[assignment]
+    """Every model waiting for a slice, in one round: higher priority first,
+    then the starving models oldest first, then the least slack first;
+    each decision sees the slices as the earlier ones left them.
     """
     ChooseChunkSize: _aio.UnaryUnaryMultiCallable[_serverless_pb2.ChooseChunkSizeRequest, _serverless_pb2.ChooseChunkSizeResponse]  # type: ignore[assignment]
     """The smallest prefill chunk meeting the TTFT target within the slice's
@@ -137,8 +151,21 @@ class ServerlessServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_serverless_pb2.RouteResponse, _abc.Awaitable[_serverless_pb2.RouteResponse]]:
         """One request: to the slice where its model is active, else an idle
-        slice, else evict an inactive (least recently used) or lower-priority
-        model, else queue.
+        slice, else evict an inactive (least recently used) model, else share a
+        busy slice (max_models_per_slice > 1), else evict a lower-priority
+        model or, with preemption parameters, preempt one of equal priority
+        (the request's model urgent, or starving), else queue.
+        """
+
+    @_abc_1.abstractmethod
+    def ScheduleWaiting(
+        self,
+        request: _serverless_pb2.ScheduleWaitingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_serverless_pb2.ScheduleWaitingResponse, _abc.Awaitable[_serverless_pb2.ScheduleWaitingResponse]]:
+        """Every model waiting for a slice, in one round: higher priority first,
+        then the starving models oldest first, then the least slack first;
+        each decision sees the slices as the earlier ones left them.
         """
 
     @_abc_1.abstractmethod

@@ -11,6 +11,8 @@ import pytest
 
 from planner.bench import buddy
 from planner.cli import main
+from planner.domain.cluster import ClusterInputs, Instance, Strategy, ThroughputProfile
+from planner.policies.buddy import configuration_cost, plan_buddy_groups
 
 
 def test_tiny_run_report_and_markdown() -> None:
@@ -37,8 +39,6 @@ def test_tiny_run_report_and_markdown() -> None:
 def test_greedy_matches_exact_on_a_linear_profile() -> None:
     # Thpt_g(g) = g (no pipeline loss): any covering configuration is
     # optimal, so the greedy's gap is zero.
-    from planner.domain.cluster import ClusterInputs, Instance, Strategy, ThroughputProfile
-    from planner.policies.buddy import configuration_cost, plan_buddy_groups
 
     profile = ThroughputProfile(tuple(float(g) for g in range(1, 9)))
     inst = tuple(Instance(id=str(i)) for i in range(20))

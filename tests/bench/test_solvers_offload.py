@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from planner.solvers import Status
 
-from planner.bench.solvers_offload import _run_bnb, _run_exhaustive
+from planner.bench.solvers_offload import _run_bnb, _run_exhaustive, evaluate_targets
 from planner.bench.solvers_offload_instances import PRESSURES, make_instance
 from planner.cli import main
 
@@ -114,3 +115,22 @@ def test_bad_option_values_are_refused(tmp_path: Path, capsys: pytest.CaptureFix
     missing = tmp_path / "missing.json"
     assert main(["bench", "solvers", "--baseline", str(missing)]) == 2
     assert "cannot read baseline" in capsys.readouterr().err
+
+
+def test_4x32_has_a_quality_target_only() -> None:
+    def case(requests: int, layers: int, excess: float) -> dict[str, Any]:
+        cls = {"p99_ms": 30.0, "cpu_p99_ms": 29.0}
+        return {
+            "requests": requests,
+            "layers": layers,
+            "backend": "bnb",
+            "p99_ms": 30.0,
+            "cpu_p99_ms": 29.0,
+            "over_limit": 0,
+            "by_pressure": {"tight": cls},
+            "vs_best": {"excess_stall_pct_of_step_max": excess, "no_plan": 0},
+        }
+
+    small, mid = evaluate_targets([case(4, 32, 0.5), case(16, 32, 1.5)])
+    assert (small["size"], small["p99_status"], small["quality_status"]) == ("4x32", "none", "met")
+    assert (mid["size"], mid["p99_status"], mid["quality_status"]) == ("16x32", "missed", "missed")

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from planner.adapters.vllm.request_clock import RequestClock
-from planner.adapters.vllm.settings import PlannerSettings
+from planner.adapters.vllm.settings import DEFAULT_TBT_SLO_S, PlannerSettings
 from planner.adapters.vllm.swap_ledger import SwapLedger
 
+from planner.domain.requests import DEFAULT_TBT_SLO_S as PLANNER_DEFAULT_TBT_SLO_S
 from planner.v1 import rotation_pb2
 
 
@@ -149,3 +150,8 @@ def test_settings_default_to_in_process_pipelined_with_a_5_ms_deadline():
 def test_bad_settings_name_their_field(planner, field):
     with pytest.raises(ValueError, match=rf"additional_config\.planner\.{field}"):
         PlannerSettings.from_additional_config({"planner": planner})
+
+
+def test_the_deposit_slo_default_is_the_planners():
+    # The adapter keeps its own copy (it does not import the domain).
+    assert DEFAULT_TBT_SLO_S == PLANNER_DEFAULT_TBT_SLO_S

@@ -8,14 +8,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from planner.kernels import bench_gpu  # noqa: E402
 from planner.kernels.triton_support import interpreting  # noqa: E402
 
+from planner.bench import kernels_gpu  # noqa: E402
 from planner.profiles.loading import load_profile  # noqa: E402
 
 
 def test_smoke_run_writes_report_and_a_loadable_profile(tmp_path, capsys):
-    assert bench_gpu.main(["--smoke", "--out", str(tmp_path)]) == 0
+    assert kernels_gpu.main(["--smoke", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "kernels.json").read_text())
     assert report["smoke"] is True
     assert report["checks"] and set(report["checks"].values()) == {"ok"}
@@ -32,5 +32,5 @@ def test_smoke_run_writes_report_and_a_loadable_profile(tmp_path, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
 def test_full_mode_refuses_without_a_gpu(tmp_path):
-    assert bench_gpu.main(["--out", str(tmp_path)]) == 2
+    assert kernels_gpu.main(["--out", str(tmp_path)]) == 2
     assert not (tmp_path / "kernels.json").exists()

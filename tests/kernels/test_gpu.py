@@ -15,11 +15,16 @@ torch = pytest.importorskip("torch")
 from planner.kernels.duplex import DuplexEngine, Method  # noqa: E402
 from planner.kernels.extents import make_batch  # noqa: E402
 from planner.kernels.harness import RotationEvent, run_decode  # noqa: E402
+from planner.kernels.hybrid_gemm import hybrid_gemm_reference  # noqa: E402
 from planner.kernels.layout import KVLayout, KVShape, allocate  # noqa: E402
+from planner.kernels.pack import gather_reference, pack_layout, scatter_reference  # noqa: E402
 from planner.kernels.tiny_model import TinyConfig, TinyTransformer  # noqa: E402
+from planner.kernels.transfer_batch import CopyDirection  # noqa: E402
+from planner.kernels.transfer_memcpy import (  # noqa: E402
+    memcpy_batch_available,
+    run_batch_memcpy,
+)
 from planner.kernels.transfer_ref import run_batch_reference  # noqa: E402
-
-from planner.domain.rotation import CopyDirection  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -38,8 +43,6 @@ def _pools(n_gpu=64, n_cpu=64):
 
 
 def _methods():
-    from planner.kernels.transfer_memcpy import memcpy_batch_available
-
     out = [Method.REFERENCE, Method.TRITON, Method.PER_EXTENT, Method.PER_BLOCK]
     if memcpy_batch_available():
         out.append(Method.MEMCPY_BATCH)
@@ -63,8 +66,6 @@ def test_duplex_on_two_streams(method, duplex):
 
 
 def test_memcpy_batch_on_the_default_stream():
-    from planner.kernels.transfer_memcpy import memcpy_batch_available, run_batch_memcpy
-
     if not memcpy_batch_available():
         pytest.skip("cudaMemcpyBatchAsync needs cuda-python and CUDA >= 12.8")
     gpu, cpu = _pools()
@@ -79,8 +80,7 @@ def test_memcpy_batch_on_the_default_stream():
 @pytest.mark.parametrize("rho", [0.0, 0.3, 1.0])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_hybrid_gemm_with_host_mapped_weights(rho, dtype):
-    from planner.kernels.hybrid_gemm import hybrid_gemm_reference
-    from planner.kernels.triton_gemm import hybrid_gemm
+    from planner.kernels.triton_gemm import hybrid_gemm  # noqa: PLC0415 - triton is optional
 
     x = torch.randn(100, 512, device="cuda").to(dtype)
     w = (torch.randn(512, 384, device="cuda") / 20).to(dtype)
@@ -91,8 +91,7 @@ def test_hybrid_gemm_with_host_mapped_weights(rho, dtype):
 
 
 def test_pack_gather_on_gpu():
-    from planner.kernels.pack import gather_reference, pack_layout, scatter_reference
-    from planner.kernels.triton_pack import gather, scatter
+    from planner.kernels.triton_pack import gather, scatter  # noqa: PLC0415 - triton is optional
 
     ts = [torch.randn(n, device="cuda") for n in (7, 4096, 100_000)]
     layout = pack_layout(ts, align=16)

@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from planner.kernels import transfer_memcpy  # noqa: E402
 from planner.kernels.duplex import DuplexEngine, Method  # noqa: E402
 from planner.kernels.extents import (  # noqa: E402
     RaceError,
@@ -20,6 +21,7 @@ from planner.kernels.extents import (  # noqa: E402
     make_batch,
 )
 from planner.kernels.layout import KVLayout, KVShape, to_block_first, to_layer_first  # noqa: E402
+from planner.kernels.transfer_batch import BlockExtent, CopyDirection, TransferBatch  # noqa: E402
 from planner.kernels.transfer_memcpy import batch_spans, memcpy_batch_available  # noqa: E402
 from planner.kernels.transfer_naive import (  # noqa: E402
     copy_per_block,
@@ -38,15 +40,7 @@ from planner.domain.requests import (  # noqa: E402
     Snapshot,
     TrackedRequest,
 )
-from planner.domain.rotation import (  # noqa: E402
-    BlockExtent,
-    CopyDirection,
-    MoveKind,
-    RotationInputs,
-    RotationParams,
-    RotationVariant,
-    TransferBatch,
-)
+from planner.domain.rotation import MoveKind, RotationInputs, RotationParams, RotationVariant  # noqa: E402
 from planner.policies.duplexkv import merge_extents  # noqa: E402
 from planner.policies.rotation import plan_rotation  # noqa: E402
 
@@ -301,8 +295,6 @@ class _Stream:
 
 @pytest.mark.parametrize("result", [(0,), (0, None)])
 def test_memcpy_batch_call_shape_for_cuda_12_and_13(monkeypatch, result):
-    from planner.kernels import transfer_memcpy
-
     fake = _fake_runtime(result)
     monkeypatch.setattr(transfer_memcpy, "_runtime", lambda: fake)
     spans = transfer_memcpy.Spans((100, 200), (300, 400), (8, 16))

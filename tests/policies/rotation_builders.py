@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from planner.kernels.transfer_batch import CopyDirection
+
 from planner.domain.requests import (
     BlockPools,
     RequestState,
@@ -15,7 +17,6 @@ from planner.domain.requests import (
     TrackedRequest,
 )
 from planner.domain.rotation import (
-    CopyDirection,
     MoveKind,
     RotationInputs,
     RotationParams,

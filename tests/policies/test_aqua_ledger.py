@@ -5,6 +5,9 @@ invariants after every step of random call sequences, and that retries
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -15,12 +18,13 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 
 from planner.domain.placement import LeaseState
 from planner.policies.aqua.ledger import Ledger, LedgerConflictError
+from planner.service.cluster_store import ClusterStore
 from planner.service.errors import FailedPreconditionError, InvalidArgumentError
-from planner.service.ledger_sqlite import SqliteLedgerBackend
 from planner.service.placement_ledger import (
     LedgerStore,
     allocate_memory_rpc,
@@ -29,7 +33,6 @@ from planner.service.placement_ledger import (
     offer_memory_rpc,
     reclaim_memory_rpc,
 )
-from planner.service.store import SqliteDatabase
 from planner.v1 import placement_pb2 as pb
 
 GB = 10**9
@@ -197,15 +200,17 @@ TestLedgerMachine = LedgerMachine.TestCase
 
 
 class StoreMachine(RuleBasedStateMachine):
-    """The same through the durable store's handlers (in-memory SQLite):
+    """The same through the durable store's handlers (in-memory SQLite, or a
+    PostgreSQL database shared by the examples, each on a pool of its own):
     every call carries a key; retrying an earlier call answers the same bytes
     (replayed) and leaves the pool unchanged; reusing a key for other content
     is INVALID_ARGUMENT; refused calls change nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, open_store: Callable[[], ClusterStore] = ClusterStore) -> None:
         super().__init__()
-        self.db = SqliteDatabase()
-        self.store = LedgerStore(SqliteLedgerBackend(self.db))
+        self.cluster_store = open_store()
+        self.store: LedgerStore = self.cluster_store.ledger
+        self.pool = f"pool-{next(_pools)}"
         self.n = 0
         self.done: list[tuple[object, object]] = []  # (request, answer)
         self.live: list[str] = []
@@ -215,11 +220,11 @@ class StoreMachine(RuleBasedStateMachine):
         return f"k{self.n}"
 
     def _call(self, fn, req):
-        before = get_pool_status_rpc(pb.GetPoolStatusRequest(pool_id="pool"), self.store)
+        before = get_pool_status_rpc(pb.GetPoolStatusRequest(pool_id=self.pool), self.store)
         try:
             out = fn(req, self.store)
         except FailedPreconditionError:
-            after = get_pool_status_rpc(pb.GetPoolStatusRequest(pool_id="pool"), self.store)
+            after = get_pool_status_rpc(pb.GetPoolStatusRequest(pool_id=self.pool), self.store)
             assert after == before
             return None
         assert not out.replayed
@@ -231,7 +236,7 @@ class StoreMachine(RuleBasedStateMachine):
         self._call(
             offer_memory_rpc,
             pb.OfferMemoryRequest(
-                pool_id="pool", idempotency_key=self._key(), producer_id=p, bytes=size
+                pool_id=self.pool, idempotency_key=self._key(), producer_id=p, bytes=size
             ),
         )
 
@@ -240,7 +245,7 @@ class StoreMachine(RuleBasedStateMachine):
         out = self._call(
             allocate_memory_rpc,
             pb.AllocateMemoryRequest(
-                pool_id="pool", idempotency_key=self._key(), consumer_id="c", bytes=size
+                pool_id=self.pool, idempotency_key=self._key(), consumer_id="c", bytes=size
             ),
         )
         if out is not None and out.granted:
@@ -252,7 +257,7 @@ class StoreMachine(RuleBasedStateMachine):
         lease_id = self.live.pop(i % len(self.live))
         self._call(
             free_memory_rpc,
-            pb.FreeMemoryRequest(pool_id="pool", idempotency_key=self._key(), lease_id=lease_id),
+            pb.FreeMemoryRequest(pool_id=self.pool, idempotency_key=self._key(), lease_id=lease_id),
         )
 
     @rule(p=PRODUCERS, size=st.integers(min_value=0, max_value=8).map(lambda k: k * GB // 4))
@@ -260,7 +265,7 @@ class StoreMachine(RuleBasedStateMachine):
         self._call(
             reclaim_memory_rpc,
             pb.ReclaimMemoryRequest(
-                pool_id="pool", idempotency_key=self._key(), producer_id=p, bytes=size, now_s=1.0
+                pool_id=self.pool, idempotency_key=self._key(), producer_id=p, bytes=size, now_s=1.0
             ),
         )
 
@@ -268,12 +273,12 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(i=st.integers(min_value=0, max_value=1000))
     def retry(self, i):
         fn, req, first = self.done[i % len(self.done)]
-        before = get_pool_status_rpc(pb.GetPoolStatusRequest(pool_id="pool"), self.store)
+        before = get_pool_status_rpc(pb.GetPoolStatusRequest(pool_id=self.pool), self.store)
         again = fn(req, self.store)
         assert again.replayed
         again.replayed = False
         assert again == first
-        after = get_pool_status_rpc(pb.GetPoolStatusRequest(pool_id="pool"), self.store)
+        after = get_pool_status_rpc(pb.GetPoolStatusRequest(pool_id=self.pool), self.store)
         assert after == before
 
     @precondition(lambda self: bool(self.done))
@@ -291,19 +296,28 @@ class StoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def consistent(self):
-        ledger, _ = self.store.read("pool")
+        ledger, _ = self.store.read(self.pool)
         if ledger is not None:
             ledger.check()
             assert set(self.live) <= set(ledger.leases)
 
     def teardown(self):
-        self.db.close()
+        self.cluster_store.close()
 
 
-StoreMachine.TestCase.settings = settings(
+_pools = itertools.count()
+STORE_MACHINE_SETTINGS = settings(
     max_examples=30,
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+StoreMachine.TestCase.settings = STORE_MACHINE_SETTINGS
 TestStoreMachine = StoreMachine.TestCase
+
+
+def test_store_machine_on_postgresql(postgresql_url):
+    run_state_machine_as_test(
+        lambda: StoreMachine(lambda: ClusterStore(postgresql_url, pool_size=2)),
+        settings=STORE_MACHINE_SETTINGS,
+    )

@@ -10,7 +10,18 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from planner.domain.placement import PlacedModel, PlacementInputs, PlacerObjective
-from planner.policies.aqua.placer import evaluate, fits, greedy_placement, improve, place_models
+from planner.policies.aqua.placer import (
+    eq_lower_bound,
+    evaluate,
+    fits,
+    greedy_placement,
+    improve,
+    lower_bound_bytes,
+    paired_placement,
+    place_models,
+    polish,
+)
+from planner.policies.aqua.placer_counts import deal, min_eq_counts
 
 GB = 10**9
 
@@ -154,14 +165,6 @@ def test_greedy_and_impossible_inputs():
     st.integers(2, 3),
 )
 def test_bounds_counts_and_polish_against_brute_force(spec, servers):
-    from planner.policies.aqua.placer import (
-        eq_lower_bound,
-        lower_bound_bytes,
-        paired_placement,
-        polish,
-    )
-    from planner.policies.aqua.placer_counts import deal, min_eq_counts
-
     assume(sum(k for _, k in spec) <= servers * 4)
     models = tuple(PlacedModel(f"m{i}", r * GB, k) for i, (r, k) in enumerate(spec))
     inputs = PlacementInputs(models, servers, 4, 80 * GB)

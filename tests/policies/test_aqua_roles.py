@@ -13,7 +13,8 @@ from planner.domain.placement import (
     Role,
     RoleConfig,
 )
-from planner.policies.aqua.roles import classify, classify_by_replay, oracle_rate, sustainable_rate
+from planner.policies.aqua.roles import classify, oracle_rate, sustainable_rate
+from planner.replay.role_oracle import classify_by_replay
 
 GB = 10**9
 

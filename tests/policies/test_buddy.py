@@ -14,6 +14,7 @@ from planner.policies.buddy import (
     configuration_cost,
     exact_partition,
     exact_sizes,
+    exchange_time_s,
     freed_bytes,
     memory_greedy_sizes,
     plan_buddy_groups,
@@ -60,8 +61,6 @@ def test_eight_instances_four_groups_free_four_replicas_one_group_frees_seven():
 def test_qwen_14b_kv_and_exchange_numbers():
     """§2.2 and §4.2: 192 KB of KV per token, 64 K tokens take 12 GB, 1 K
     tokens 192 MB; a blocking exchange of 33 GB over 200 Gbps takes ~1.3 s."""
-    from planner.policies.buddy import exchange_time_s
-
     qwen = MODEL_PROFILES["qwen2.5-14b"]
     assert qwen.kv_bytes_per_token() == 192 * 1024
     assert 1024 * qwen.kv_bytes_per_token() == 192 * 1024**2

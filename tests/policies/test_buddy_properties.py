@@ -21,6 +21,7 @@ from planner.policies.buddy import (
     restore_groups,
     throughput_greedy_sizes,
 )
+from planner.policies.buddy.groups import _set_partitions
 
 SETTINGS = settings(max_examples=50, deadline=None)
 
@@ -232,8 +233,6 @@ def test_greedy_merges_exactly_what_the_demand_needs(n, merges, g_max):
 
 
 def test_partition_enumeration_counts_bell_numbers():
-    from planner.policies.buddy.groups import _set_partitions
-
     bell = [1, 1, 2, 5, 15, 52, 203, 877]
     for n in range(1, 8):
         assert sum(1 for _ in _set_partitions(n, n)) == bell[n]

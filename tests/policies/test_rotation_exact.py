@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from planner.kernels.transfer_batch import BlockExtent, CopyDirection, TransferBatch
 from rotation_builders import (
     ROTARY,
     RUNNING,
@@ -21,13 +22,10 @@ from rotation_builders import (
 from planner.domain.requests import NO_BLOCK, BlockPools, Slo
 from planner.domain.rotation import (
     PAPER_TRANSFER_BUDGET_BLOCKS,
-    BlockExtent,
     BudgetSource,
-    CopyDirection,
     MoveKind,
     RequestBlockMoves,
     RequestDecision,
-    TransferBatch,
 )
 from planner.policies.duplexkv import merge_extents
 from planner.policies.rotation import transfer_budget, virtual_lag_time

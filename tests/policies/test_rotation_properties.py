@@ -8,6 +8,7 @@ import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from planner.kernels.transfer_batch import CopyDirection
 from rotation_builders import ROTARY, RUNNING, WAITING, direction_of, make_inputs
 
 from planner.domain.requests import (
@@ -18,7 +19,7 @@ from planner.domain.requests import (
     Snapshot,
     TrackedRequest,
 )
-from planner.domain.rotation import CopyDirection, MoveKind, RotationInputs, RotationPlan
+from planner.domain.rotation import MoveKind, RotationInputs, RotationPlan
 from planner.policies.rotation import (
     blocks_needed,
     plan_rotation,

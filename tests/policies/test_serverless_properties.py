@@ -1,23 +1,35 @@
 """Properties of the serverless policy on random instances: every placement
 it calls feasible satisfies every constraint and is at least as good as the
-greedy; routing never takes the active set over the link budget."""
+greedy; routing never takes the active set over the link budget; a
+scheduling round keeps the link budget and the models-per-slice limit,
+hands each place out once and never evicts a higher priority."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.domain.serverless import MigSlice, PlacementParams, ServerlessModel, SliceState
+from planner.domain.serverless import (
+    MigSlice,
+    PlacementParams,
+    PreemptionParams,
+    ServerlessModel,
+    SliceState,
+    WaitingModel,
+)
 from planner.policies.serverless import (
     ACTIVE,
     EVICT,
     IDLE,
     QUEUE,
+    STARVING,
     UNPLACED,
     greedy_assignment,
     lexicographic_key,
     plan_placement,
     route_request,
+    schedule_waiting,
+    service_order,
     violation,
 )
 from planner.profiles.mig import MIG_PROFILES
@@ -105,3 +117,105 @@ def test_routing_keeps_the_active_set_within_the_link_budget(states, gbps, hbm, 
             assert target.in_flight == 0 or target.model_priority < priority
     if d.action == QUEUE:
         assert d.slice_id == ""
+
+
+resident_st = st.builds(
+    lambda sid, name, gbps, prio, n, since, slack: SliceState(
+        f"s{sid}",
+        MIG_PROFILES["gh200-3x24gb"],
+        model=f"r{name}",
+        model_c2c_gbps=gbps,
+        model_priority=prio,
+        in_flight=n,
+        last_used_s=since,
+        active_since_s=since,
+        slack_s=slack,
+    ),
+    st.integers(0, 3),
+    st.integers(0, 30),
+    st.floats(10, 120),
+    st.sampled_from([0.0, 1.0, 2.0]),
+    st.integers(0, 4),
+    st.floats(0, 100),
+    st.floats(-10, 200),
+)
+waiting_st = st.lists(
+    st.builds(
+        lambda i, gbps, prio, since, n, slack: WaitingModel(
+            ServerlessModel(f"w{i}", int(gbps * 0.1 * GB), 0.1), prio, since, n, slack
+        ),
+        st.integers(0, 20),
+        st.floats(10, 120),
+        st.sampled_from([0.0, 1.0, 2.0]),
+        st.floats(0, 100),
+        st.integers(1, 5),
+        st.floats(-10, 200),
+    ),
+    max_size=6,
+    unique_by=lambda w: w.model.name,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    residents=st.lists(resident_st, max_size=8, unique_by=lambda s: (s.id, s.model)),
+    waiting=waiting_st,
+    per_slice=st.integers(1, 3),
+    starve=st.floats(0, 200),
+)
+def test_a_scheduling_round_respects_link_slots_and_priorities(
+    residents, waiting, per_slice, starve
+):
+    """Whatever the round decides: the link budget and K models per slice
+    hold after every decision (if they held before), a place is taken at most
+    once, and no model of higher priority is evicted."""
+    budget = 364.5
+    by_id: dict[str, list[SliceState]] = {}
+    for s in residents:
+        by_id.setdefault(s.id, []).append(s)
+    states = [s for entries in by_id.values() for s in entries[:per_slice]]
+    states += [
+        SliceState(f"s{i}", MIG_PROFILES["gh200-3x24gb"]) for i in range(4) if f"s{i}" not in by_id
+    ]
+    names = {s.model for s in states}
+    waiting = [w for w in waiting if w.model.name not in names]
+    if sum(s.model_c2c_gbps for s in states) > budget:
+        return
+    params = PreemptionParams(
+        min_hold_s=5.0, urgent_slack_s=10.0, victim_slack_s=50.0, starve_after_s=starve
+    )
+    routes = schedule_waiting(
+        waiting,
+        states,
+        now_s=100.0,
+        link_budget_gbps=budget,
+        preemption=params,
+        max_models_per_slice=per_slice,
+    )
+    assert [r.model for r in routes] == [
+        w.model.name for w in service_order(waiting, now_s=100.0, preemption=params)
+    ]
+    by_name = {w.model.name: w for w in waiting}
+    current = {(s.id, s.model): s for s in states if s.model}
+    idle = {s.id for s in states if not s.model}
+    taken: set[tuple[str, str]] = set()
+    for r in routes:
+        d, w = r.decision, by_name[r.model]
+        if d.action in {QUEUE, ACTIVE}:
+            continue
+        if d.action == EVICT:
+            key = (d.slice_id, d.evicted_model)
+            assert key in current and key not in taken
+            victim = current.pop(key)
+            assert victim.in_flight == 0 or victim.model_priority <= w.priority
+            assert d.drains == (d.eviction == STARVING and victim.in_flight > 0)
+        elif d.action == IDLE:
+            assert d.slice_id in idle
+            idle.discard(d.slice_id)
+        current[(d.slice_id, r.model)] = SliceState(
+            d.slice_id, MIG_PROFILES["gh200-3x24gb"], model=r.model, model_c2c_gbps=w.model.c2c_gbps
+        )
+        taken.add((d.slice_id, r.model))
+        assert sum(s.model_c2c_gbps for s in current.values()) <= budget * (1 + 1e-9)
+        on_slice = [k for k in current if k[0] == d.slice_id]
+        assert len(on_slice) <= per_slice

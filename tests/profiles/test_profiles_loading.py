@@ -168,6 +168,9 @@ BAD_FIELDS = [
     ("cost[0].tensor_parallel", 3, "cost[0].tensor_parallel", "does not divide"),
     ("cost[0].tensor_parallel", 0, "cost[0].tensor_parallel", "must be >= 1"),
     ("cost[0].bogus_s", 1.0, "cost[0].bogus_s", "unknown field"),
+    ("cost[0].request_latency_s", -0.01, "cost[0].request_latency_s", ">= 0"),
+    ("cost[0].notes", 3, "cost[0].notes", "must be a string"),
+    ("provenance.method", ["probes"], "provenance.method", "must be a string"),
     ("cost", {}, "cost", "must be an array"),
     ("models", [{"name": "llama-3-8b"}], "models[0].name", "built-in model"),
     ("models", [{"name": "x", "num_layers": 2}], "models[0].num_kv_heads", "required"),
@@ -214,3 +217,30 @@ def test_saturating_curve_form():
     doc["link"]["h2d"] = {"peak_gbps": 270.0, "half_size_bytes": 1835008}
     p = profile_from_dict(doc)
     assert p.hardware.link_model().gbps(1835008, "h2d") == pytest.approx(135.0)
+
+
+def test_how_a_measurement_was_made_round_trips(tmp_path):
+    doc = fixture_doc()
+    doc["provenance"] = {
+        "kind": "measured",
+        "source": "http://127.0.0.1:8000 (served model m)",
+        "tool": "planner profile 0.1.0",
+        "method": "25 synthetic batches x 3 repeats",
+        "device": "AMD EPYC, 2 CPUs",
+        "date": "2026-11-25T21:00:00+00:00",
+    }
+    doc["cost"][0]["notes"] = "fit: median |relative error| 4.0 %"
+    doc["cost"][0]["request_latency_s"] = 0.011
+    p = profile_from_dict(doc)
+    assert p.request_latency_s("qwen2.5-32b") == 0.011
+    assert p.request_latency_s("llama-3-8b") == 0.0
+    assert p.provenance["method"] == "25 synthetic batches x 3 repeats"
+    key = next(iter(p.cost))
+    assert p.cost_notes[key] == "fit: median |relative error| 4.0 %"
+    path = tmp_path / "p.json"
+    save_profile(p, path)
+    again = load_profile(path)
+    assert again.provenance == p.provenance
+    assert again.cost_notes == p.cost_notes
+    assert again.request_latency == p.request_latency
+    assert profile_to_dict(again)["cost"][0]["notes"] == doc["cost"][0]["notes"]

@@ -22,7 +22,7 @@ from planner.replay.cfs_paging import paging_target, peer_link
 from planner.replay.cfs_scheduler import Cfs, CfsKnobs
 from planner.replay.engine import Engine, EngineConfig
 from planner.replay.records import ReplayResult
-from planner.replay.schedulers import make_scheduler
+from planner.replay.scheduler_by_name import make_scheduler
 from planner.replay.state import Phase
 from planner.trace.records import TraceRequest
 

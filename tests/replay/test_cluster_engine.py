@@ -23,6 +23,7 @@ from planner.replay.cluster_engine import (
     _round_time,
 )
 from planner.replay.cluster_setup import ClusterKnobs, cluster_config
+from planner.replay.metrics import summarize
 from planner.replay.setup import ReplayKnobs, build_setup
 from planner.trace.records import TraceRequest
 
@@ -213,7 +214,6 @@ def test_kunserve_cuts_the_tail_of_a_memory_bound_burst() -> None:
     # 4 small KV regions (0.5 GB, ~3,800 tokens each) and a burst whose KV
     # needs several times that: replication queues behind full regions and
     # preempts; KunServe's drop adds 16 GB per merged pair.
-    from planner.replay.metrics import summarize
 
     setup = build_setup("llama-3-8b@h100-sxm-80gb", ReplayKnobs(max_running=64))
     config = cluster_config(setup, ClusterKnobs(instances=4, kv_bytes_per_instance=int(0.5e9)))

@@ -14,14 +14,12 @@ import numpy as np
 import pytest
 
 from planner.domain.rotation import RotationInputs, RotationParams
+from planner.profiles.fit import LinearCost
+from planner.profiles.link import LinkModel
 from planner.replay.engine import Engine, EngineConfig
 from planner.replay.records import ReplayResult
-from planner.replay.schedulers import (
-    POLICY_NAMES,
-    EngineView,
-    SchedulePlan,
-    make_scheduler,
-)
+from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
+from planner.replay.schedulers import EngineView, Fcfs, SchedulePlan
 from planner.replay.state import Phase, blocks_needed
 from planner.trace.records import TraceRequest
 
@@ -331,7 +329,7 @@ def test_tight_pool_never_overflows_and_every_request_finishes(policy: str, seed
     assert totals.preemptions == sum(o.preemptions for o in result.requests)
     assert totals.swap_outs == sum(o.swap_outs for o in result.requests)
     assert totals.swap_ins == sum(o.swap_ins for o in result.requests)
-    if policy == "fcfs":
+    if policy in ("fcfs", "fcfs-vllm"):
         assert totals.swap_outs == totals.swap_ins == 0 and totals.bytes_d2h == 0
         assert sum(o.recomputed_tokens for o in result.requests) > 0
     else:
@@ -456,6 +454,7 @@ class NeverStart:
     in_order = True
     idle_unless_waiting = True
     copies_only_unless_waiting = False
+    running_first = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan()
@@ -551,3 +550,44 @@ def test_lvf_quiet_stretches_copy_eagerly_as_iterations_one_by_one(bytes_per_s: 
     assert engine.stretches > 0 and result.totals.bytes_d2h > 0
     assert (result.totals.stall_s > 0) == (bytes_per_s < 1e5)
     check_all_finished(result, trace)
+
+
+def test_a_request_latency_adds_to_ttft_and_shifts_nothing_else():
+    trace = [
+        TraceRequest(arrival_s=0.1 * i, prompt_tokens=40 + 7 * i, output_tokens=5 + i, id=str(i))
+        for i in range(6)
+    ]
+    cost = LinearCost(1e-3, 1e-5, 2e-4, 0.0)
+    link = LinkModel.flat(10.0, 10.0, full_duplex=True)
+
+    def run(latency_s: float):
+        config = EngineConfig(
+            gpu_kv_blocks=64, cpu_kv_blocks=0, block_bytes=1, request_latency_s=latency_s
+        )
+        return Engine(config, Fcfs(), cost, link, trace).run()
+
+    plain, late = run(0.0), run(0.025)
+    for a, b in zip(plain.requests, late.requests, strict=True):
+        assert b.arrival_s == a.arrival_s
+        assert b.token_times_s == pytest.approx([t + 0.025 for t in a.token_times_s])
+
+
+@pytest.mark.parametrize(("policy", "b_preemptions"), [("fcfs", 1), ("fcfs-vllm", 0)])
+def test_fcfs_vllm_admits_nothing_in_an_iteration_whose_decodes_need_the_blocks(
+    policy: str, b_preemptions: int
+) -> None:
+    # 3 blocks of 4 tokens. a (1 block) decodes from the second iteration
+    # on and grows into a second block then; b (8 tokens, 2 blocks) arrives
+    # during the first. fcfs admits b into the 2 free blocks, and a's growth
+    # takes one back by preempting b in the same iteration; fcfs-vllm leaves
+    # b waiting (vLLM V1: running requests first, no admission in a step
+    # that preempts). b starts once a is done (3 blocks at its last token)
+    # either way: 0.074 + 10 ms + 8 prefill tokens.
+    trace = [req(0.0, 4, 6, "a"), req(0.005, 8, 2, "b")]
+    scheduler = make_scheduler(policy, rotation_inputs())
+    result = Engine(config(gpu=3, cpu=0, bs=4), scheduler, AffineCost(), Link(), trace).run()
+    a, b = result.requests
+    assert a.token_times_s == pytest.approx([0.014, 0.026, 0.038, 0.05, 0.062, 0.074])
+    assert a.preemptions == 0
+    assert b.token_times_s == pytest.approx([0.092, 0.104])
+    assert b.preemptions == b_preemptions

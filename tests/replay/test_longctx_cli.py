@@ -72,6 +72,18 @@ def test_all_five_policies_table_and_json(
     assert by_name["deepspeed"]["offload"]["replans"] == 0
     assert by_name["flexgen"]["offload"]["replans"] == 1
     assert by_name["orbitflow"]["offload"]["replan_reasons"]["no_plan"] == 1
+    # Each orbitflow plan's solve reports its status, gap, work and time; the
+    # baselines solve nothing.
+    solves = by_name["orbitflow"]["offload"]["solves"]
+    assert solves["solves"] == by_name["orbitflow"]["offload"]["replans"]
+    assert sum(solves["statuses"].values()) == solves["solves"]
+    assert set(solves["statuses"]) <= {"OPTIMAL", "FEASIBLE", "INFEASIBLE"}
+    assert 0 <= solves["gap_mean"] <= solves["gap_max"] < 1
+    assert solves["nodes"] > 0 and solves["wall_s"] > 0
+    assert solves["over_time_limit"] == 0
+    assert "Solver gap max" in out and "Solves proved optimal" in out
+    for name in ("deepspeed", "flexgen", "flexgen+", "greedy"):
+        assert by_name[name]["offload"]["solves"]["solves"] == 0
     # Every policy decodes the same tokens; deepspeed moves every layer.
     fetched = {n: e["offload"]["fetched_blocks"] for n, e in by_name.items()}
     assert fetched["deepspeed"] == max(fetched.values())
@@ -101,6 +113,11 @@ def test_orbitflow_solves_stop_on_work_so_a_run_repeats_exactly(
         doc = json.loads(out_json.read_text(encoding="utf-8"))
         run = doc["policies"][0]
         assert run["config"]["offload_node_limit"] == 40
+        assert run["config"]["offload_ilp_work_limit"] == 0.05
+        solves = run["offload"]["solves"]
+        # Every solve stopped on its work limit or a proof, none on the clock.
+        assert solves["solves"] > 0 and solves["over_time_limit"] == 0
+        assert solves["nodes"] <= 40 * solves["solves"]
 
         def simulated(d: dict[str, Any]) -> dict[str, Any]:
             return {k: v for k, v in d.items() if "wall" not in k and "speed" not in k}

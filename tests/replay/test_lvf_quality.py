@@ -13,7 +13,7 @@ import pytest
 from planner.replay.engine import Engine
 from planner.replay.metrics import PolicyMetrics, summarize
 from planner.replay.records import ReplayResult
-from planner.replay.schedulers import make_scheduler
+from planner.replay.scheduler_by_name import make_scheduler
 from planner.replay.setup import ReplayKnobs, build_setup, scale_rate
 from planner.trace.io import load_trace
 from planner.trace.records import TraceRequest

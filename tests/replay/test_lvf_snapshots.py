@@ -7,22 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from planner.domain.requests import RequestState, Snapshot
 from planner.domain.rotation import RotationInputs, RotationPlan
 from planner.policies import rotation
-from planner.replay import schedulers
 from planner.replay.engine import Engine
+from planner.replay.schedulers import Lvf
 from planner.replay.setup import ReplayKnobs, build_setup, scale_rate
 from planner.trace.io import load_trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "default.jsonl"
 
 
-def test_lvf_snapshots_have_finite_vlts_and_rotary_times(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_lvf_snapshots_have_finite_vlts_and_rotary_times() -> None:
     seen = {"snapshots": 0, "rotary_rows": 0}
 
     def checked(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
@@ -36,12 +33,11 @@ def test_lvf_snapshots_have_finite_vlts_and_rotary_times(
         seen["rotary_rows"] += int(rotary.sum())
         return rotation.plan_rotation(snapshot, inputs)
 
-    monkeypatch.setattr(schedulers, "plan_rotation", checked)
     trace = scale_rate(load_trace(DEFAULT_TRACE)[:600], 1.0)
     setup = build_setup("llama-3-8b@h100-sxm-80gb", ReplayKnobs())
     engine = Engine(
         setup.engine,
-        schedulers.make_scheduler("lvf", setup.rotation),
+        Lvf(setup.rotation, on_snapshots=checked),
         setup.cost,
         setup.link,
         trace,

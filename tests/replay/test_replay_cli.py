@@ -235,6 +235,9 @@ def test_unknown_profile(
         ("--max-running", "0"),
         ("--cpu-kv-gb", "-1"),
         ("--transfer-budget-blocks", "-1"),
+        ("--block-size", "0"),
+        ("--gpu-kv-blocks", "0"),
+        ("--cpu-kv-blocks", "-1"),
     ],
 )
 def test_bad_option_values(
@@ -249,3 +252,41 @@ def test_a_bad_rate_scale_among_good_ones(trace: Path, capsys: pytest.CaptureFix
     code, out, err = replay(capsys, str(trace), "--quiet", "--rate-scale", "2", "--rate-scale", "0")
     assert code == 2 and out == ""
     assert "--rate-scale must be a finite number > 0, got 0.0" in one_line(err)
+
+
+def test_the_engine_s_own_pools_and_block_size(
+    trace: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out_json = tmp_path / "run.json"
+    code, out, err = replay(
+        capsys,
+        str(trace),
+        "--quiet",
+        "--policy",
+        "lvf",
+        "--block-size",
+        "32",
+        "--gpu-kv-blocks",
+        "150",
+        "--cpu-kv-blocks",
+        "40",
+        "--json-out",
+        str(out_json),
+    )
+    assert code == 0, err
+    assert "GPU KV 150 blocks, CPU KV 40 blocks" in out
+    config = json.loads(out_json.read_text())["policies"][0]["config"]
+    assert config["gpu_kv_blocks"] == 150 and config["cpu_kv_blocks"] == 40
+    assert config["block_size_tokens"] == 32
+    # A block of llama-3-8b (the default profile) holds 32 tokens' KV.
+    assert config["block_bytes"] == 32 * 128 * 1024
+
+
+def test_the_engine_s_pools_apply_to_one_engine_only(
+    trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = replay(
+        capsys, str(trace), "--quiet", "--topology", "cluster", "--gpu-kv-blocks", "100"
+    )
+    assert code == 2 and out == ""
+    assert "--gpu-kv-blocks applies to --topology rotation only" in one_line(err)

@@ -13,22 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-import planner.replay.schedulers as schedulers
 from planner.domain.requests import RequestState, Slo, Snapshot
 from planner.domain.rotation import RotationInputs, RotationParams, RotationPlan, RotationVariant
 from planner.policies.rotation import plan_rotation
 from planner.replay.engine import Engine, EngineConfig
 from planner.replay.records import ReplayResult
-from planner.replay.schedulers import (
-    POLICY_NAMES,
-    EngineView,
-    Fcfs,
-    Lvf,
-    Scheduler,
-    SwappedFirst,
-    WaitingFirst,
-    make_scheduler,
-)
+from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
+from planner.replay.schedulers import EngineView, Fcfs, Lvf, Scheduler, SwappedFirst, WaitingFirst
 from planner.replay.state import IntArray, Phase, RequestColumns, blocks_needed
 from planner.trace.records import TraceRequest
 
@@ -132,9 +123,17 @@ class RecordingEngine(Engine):
 
 
 def simulate(
-    trace: Sequence[TraceRequest], cfg: EngineConfig, policy: str, inputs: RotationInputs
+    trace: Sequence[TraceRequest],
+    cfg: EngineConfig,
+    policy: str,
+    inputs: RotationInputs,
+    on_snapshots: Callable[[Snapshot, RotationInputs], RotationPlan] | None = None,
 ) -> tuple[RecordingEngine, ReplayResult]:
-    engine = RecordingEngine(cfg, make_scheduler(policy, inputs), AffineCost(), Link(), trace)
+    scheduler = make_scheduler(policy, inputs)
+    if on_snapshots is not None:
+        assert isinstance(scheduler, Lvf)
+        scheduler = dataclasses.replace(scheduler, on_snapshots=on_snapshots)
+    engine = RecordingEngine(cfg, scheduler, AffineCost(), Link(), trace)
     return engine, engine.run()
 
 
@@ -226,6 +225,7 @@ def test_make_scheduler_names_and_flags() -> None:
     assert {name: s.name for name, s in made.items()} == {n: n for n in POLICY_NAMES}
     assert {name: (s.swaps, s.keeps_cpu_copies) for name, s in made.items()} == {
         "fcfs": (False, False),
+        "fcfs-vllm": (False, False),
         "lvf": (True, True),
         "lvf-paper": (True, True),
         "waiting-first": (True, False),
@@ -233,6 +233,7 @@ def test_make_scheduler_names_and_flags() -> None:
         "cfs": (True, False),
         "cfs-peer": (True, False),
     }
+    assert [name for name, s in made.items() if s.running_first] == ["fcfs-vllm"]
     with pytest.raises(ValueError, match="unknown policy 'sjf'"):
         make_scheduler("sjf", RotationInputs())
 
@@ -366,11 +367,11 @@ def _random_trace(seed: int, n: int = 40) -> list[TraceRequest]:
 @pytest.mark.parametrize("policy", ["lvf", "lvf-paper"])
 @pytest.mark.parametrize(("seed", "gpu", "cpu"), [(1, 10, 12), (2, 12, 3), (3, 8, 40), (4, 40, 40)])
 def test_lvf_on_columns_runs_as_lvf_on_snapshots(
-    monkeypatch: pytest.MonkeyPatch, seed: int, gpu: int, cpu: int, policy: str
+    seed: int, gpu: int, cpu: int, policy: str
 ) -> None:
     # Lvf hands the policy its columns directly; on snapshots through
-    # plan_rotation (what it does when plan_rotation is substituted, as
-    # here), a run gives exactly the same, decision by decision.
+    # plan_rotation (on_snapshots), a run gives exactly the same, decision
+    # by decision.
     trace = _random_trace(seed)
     cfg = config(gpu=gpu, cpu=cpu)
     _, by_columns = simulate(trace, cfg, policy, lvf_inputs())
@@ -380,8 +381,7 @@ def test_lvf_on_columns_runs_as_lvf_on_snapshots(
         calls.append(snapshot.now_s)
         return plan_rotation(snapshot, inputs)
 
-    monkeypatch.setattr(schedulers, "plan_rotation", substituted)
-    _, by_snapshots = simulate(trace, cfg, policy, lvf_inputs())
+    _, by_snapshots = simulate(trace, cfg, policy, lvf_inputs(), on_snapshots=substituted)
     assert len(calls) == by_snapshots.totals.iterations
     assert by_columns.requests == by_snapshots.requests
     assert by_columns.timeline == by_snapshots.timeline
@@ -469,9 +469,7 @@ ROTATION_CASE = [
 ]
 
 
-def test_lvf_paper_rotates_the_longest_running_out_and_back_in(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_lvf_paper_rotates_the_longest_running_out_and_back_in() -> None:
     decisions: list[tuple[Snapshot, RotationPlan]] = []
 
     def spy(snapshot: Snapshot, inputs: RotationInputs) -> RotationPlan:
@@ -479,8 +477,9 @@ def test_lvf_paper_rotates_the_longest_running_out_and_back_in(
         decisions.append((snapshot, plan))
         return plan
 
-    monkeypatch.setattr(schedulers, "plan_rotation", spy)
-    engine, result = simulate(ROTATION_CASE, config(gpu=10), "lvf-paper", lvf_inputs())
+    engine, result = simulate(
+        ROTATION_CASE, config(gpu=10), "lvf-paper", lvf_inputs(), on_snapshots=spy
+    )
     # The policy decides every iteration.
     assert len(decisions) == result.totals.iterations
     # The first contended decision: B (5 prompt blocks + 1 for its first

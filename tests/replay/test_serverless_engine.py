@@ -14,14 +14,19 @@ from planner.policies.serverless import choose_kernel
 from planner.profiles.c2c_cost import GemmTiles, model_pass_cost
 from planner.profiles.mig import GB
 from planner.replay.serverless_engine import (
+    AEGAEON,
     C2CSERVE,
+    C2CSERVE_EXCLUSIVE,
+    C2CSERVE_INACTIVE,
     DEDICATED,
     RANDOM,
     SERVERLESS_POLICY_NAMES,
+    SLLM,
     STATIC_CHUNK,
     ServerlessConfig,
     ServerlessEngine,
 )
+from planner.replay.serverless_link import SharedLink
 from planner.replay.serverless_report import summarize_serverless
 from planner.replay.serverless_setup import PCIE_GBPS, ServerlessKnobs, serverless_config
 from planner.replay.setup import ReplayKnobs, build_setup
@@ -73,7 +78,7 @@ def test_one_request_static_chunk_hand_checked() -> None:
     assert len(out.token_times_s) == 3
     assert out.finish_s == out.token_times_s[-1]
     assert run.stats.switches == 1
-    assert run.switches[0].latency_s == cfg.switch_setup_s
+    assert run.switches[0].latency_s == pytest.approx(cfg.switch_setup_s)
     # The C2C bytes moved fill the link for the busy time at most.
     assert 0 < run.stats.c2c_bytes <= cfg.link_gbps * GB * (out.finish_s - 1.0) + 1
 
@@ -116,12 +121,16 @@ def test_dedicated_cold_start_is_weight_bytes_over_the_link(link: str, gbps: flo
     run = ServerlessEngine(cfg, DEDICATED, reqs).run()
     cold = cfg.model.param_bytes / (gbps * GB)
     assert run.stats.switches == 2
+    # Both loads start at 0 and share the link: each takes twice as long.
     for w in run.switches:
-        assert w.latency_s == pytest.approx(cold)
+        assert w.latency_s == pytest.approx(2 * cold)
         assert w.load_bytes == cfg.model.param_bytes
     # The first token waits for the load.
-    assert run.result.requests[0].token_times_s[0] > cold
+    assert run.result.requests[0].token_times_s[0] > 2 * cold
     assert (run.stats.c2c_bytes > 0) == (link == "c2c")
+    # Alone, a load takes weight bytes / the link's bandwidth.
+    alone = ServerlessEngine(cfg, DEDICATED, reqs[:1]).run()
+    assert alone.switches[0].latency_s == pytest.approx(cold)
 
 
 def test_c2cserve_link_budget_limits_active_models() -> None:
@@ -131,16 +140,27 @@ def test_c2cserve_link_budget_limits_active_models() -> None:
         "llama-3-8b@h100-sxm-80gb",
         ReplayKnobs(slo=Slo(ttft_s=5.0, tbt_s=0.1), max_batched_tokens=512, max_running=16),
     )
-    cfg = serverless_config(setup, ServerlessKnobs())
+    # Preempt any model that held its slice for Q, whatever its slack.
+    cfg = serverless_config(setup, ServerlessKnobs(victim_slack_s=0.0))
     reqs = [
         TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=50, model=m)
         for m in ("a", "b", "c")
     ]
-    ours = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    inactive = ServerlessEngine(cfg, C2CSERVE_INACTIVE, reqs).run()
+    assert inactive.stats.switches == 2 + 1  # the third waits for a slice to go inactive
+    assert inactive.switches[-1].time_s > 0.0
     rand = ServerlessEngine(cfg, RANDOM, reqs).run()
-    assert ours.stats.switches == 2 + 1  # the third waits for a slice to go inactive
-    assert ours.switches[-1].time_s > 0.0
     assert [w.time_s for w in rand.switches] == [0.0, 0.0, 0.0]
+    # c2cserve preempts instead (c waits W = 0.5 s, a model holds its slice
+    # for Q = 2.5 s), but still never runs three models: every later switch
+    # trades one of the two first slices.
+    ours = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    first = {w.slice_id for w in ours.switches[:2]}
+    assert [w.time_s for w in ours.switches[:2]] == [0.0, 0.0]
+    assert ours.stats.switches > 3 and ours.stats.preemptions > 0
+    assert all(w.slice_id in first and w.from_model for w in ours.switches[2:])
+    c = 2
+    assert ours.result.requests[c].token_times_s[0] < inactive.result.requests[c].token_times_s[0]
 
 
 def test_one_engine_runs_once() -> None:
@@ -148,3 +168,156 @@ def test_one_engine_runs_once() -> None:
     engine.run()
     with pytest.raises(RuntimeError):
         engine.run()
+
+
+# --- the queue-aware scheduler in the engine ----------------------------------
+
+
+def one_slice(**changes: object) -> ServerlessConfig:
+    """One full-GPU slice (MIG layout 1), TPOT target 0.25 s."""
+    setup = build_setup(
+        "llama-3-8b@h100-sxm-80gb",
+        ReplayKnobs(slo=Slo(ttft_s=5.0, tbt_s=0.25), max_batched_tokens=512, max_running=16),
+    )
+    knobs = replace(ServerlessKnobs(mig="1"), **changes)  # type: ignore[arg-type]
+    return serverless_config(setup, knobs)
+
+
+def test_requests_of_one_model_batch_on_its_slice() -> None:
+    reqs = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=6, id=f"r{i}", model="a")
+        for i in range(4)
+    ]
+    run = ServerlessEngine(one_slice(), C2CSERVE, reqs).run()
+    outs = run.result.requests
+    assert run.stats.switches == 1
+    # One prefill chunk per iteration (first tokens one iteration apart),
+    # and every running request decodes in the same iterations: the four
+    # share token times once the last one has started.
+    assert len({o.token_times_s[0] for o in outs}) == 4
+    shared = set.intersection(*(set(o.token_times_s) for o in outs))
+    assert len(shared) >= 2
+
+
+def test_two_models_share_one_slice_taking_turns() -> None:
+    reqs = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=400, id="a", model="a"),
+        TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=5, id="b", model="b"),
+    ]
+    shared = ServerlessEngine(one_slice(), C2CSERVE, reqs).run()
+    alone = ServerlessEngine(one_slice(), C2CSERVE_INACTIVE, reqs).run()
+    a, b = shared.result.requests
+    a_alone, b_alone = alone.result.requests
+    assert shared.stats.shares == 1 and shared.stats.preemptions == 0
+    assert a.finish_s is not None and b.finish_s is not None and a_alone.finish_s is not None
+    # b is set up next to a at once and meets its 5 s TTFT target; without
+    # sharing it waits until a is done.
+    assert b.token_times_s[0] - b.arrival_s <= 5.0
+    assert b_alone.token_times_s[0] >= a_alone.finish_s
+    # The two take turns: b's tokens fall between a's, and a finishes later
+    # than alone but within its 250 ms TPOT target.
+    assert a.token_times_s[0] < b.token_times_s[0] < b.finish_s < a.finish_s
+    assert a.finish_s > a_alone.finish_s
+    assert (a.finish_s - a.token_times_s[0]) / (len(a.token_times_s) - 1) <= 0.25
+
+
+def test_starving_model_drains_the_victim_then_preempts_the_rest() -> None:
+    # One model per slice: b starves after 1 s, a has held the slice for Q;
+    # a's long request keeps decoding during the drain (no new requests for
+    # a), then after D = 2 s what is left is preempted.
+    reqs = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=400, id="a0", model="a"),
+        TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=5, id="b0", model="b"),
+        TraceRequest(arrival_s=2.0, prompt_tokens=100, output_tokens=5, id="a1", model="a"),
+    ]
+    cfg = one_slice(starve_after_s=1.0, min_hold_s=0.5, max_drain_s=2.0, victim_slack_s=1e6)
+    run = ServerlessEngine(cfg, C2CSERVE_EXCLUSIVE, reqs).run()
+    a0, b0, a1 = run.result.requests
+    assert run.stats.drains >= 1 and run.stats.preemptions >= 1
+    # b0 starves at 1.5 s; the drain ends at most 2 s (and one iteration)
+    # later, then b is set up (50 ms).
+    assert 1.5 + 0.05 < b0.token_times_s[0] < 1.5 + 2.0 + 0.05 + 0.5
+    assert run.stats.max_drain_s == pytest.approx(2.0, abs=0.2)
+    # a0 kept decoding during the drain (tokens between 1.5 s and 3.5 s) and
+    # was preempted (its KV went to host memory) once the drain hit D.
+    assert any(1.6 < t < 3.4 for t in a0.token_times_s)
+    assert a0.preemptions >= 1 and a0.swap_outs >= 1
+    # a1 arrived during the drain: it waited (a took no new requests).
+    assert a1.token_times_s[0] > b0.token_times_s[0]
+    for o in (a0, b0, a1):
+        assert o.finish_s is not None
+
+
+def test_waits_stay_within_the_reported_starvation_bound() -> None:
+    # A hot model keeps the one slice busy; rare models keep arriving.
+    reqs = [
+        TraceRequest(
+            arrival_s=0.4 * i, prompt_tokens=200, output_tokens=60, id=f"h{i}", model="hot"
+        )
+        for i in range(60)
+    ] + [
+        TraceRequest(
+            arrival_s=1.0 + 3.0 * i, prompt_tokens=100, output_tokens=10, id=f"r{i}", model=f"r{i}"
+        )
+        for i in range(6)
+    ]
+    reqs.sort(key=lambda t: t.arrival_s)
+    cfg = one_slice(starve_after_s=2.0, min_hold_s=1.0, max_drain_s=1.0, victim_slack_s=1e6)
+    run = ServerlessEngine(cfg, C2CSERVE_EXCLUSIVE, reqs).run()
+    stats = run.stats
+    assert stats.starvation_bound_s is not None
+    assert stats.drains > 0
+    assert max(stats.placement_wait_s) <= stats.starvation_bound_s
+    assert all(o.finish_s is not None for o in run.result.requests)
+    # Without the backstop the rare models wait for the hot one's lulls.
+    inactive = ServerlessEngine(cfg, C2CSERVE_INACTIVE, reqs).run()
+    assert max(inactive.stats.placement_wait_s) > stats.starvation_bound_s
+
+
+def test_kv_capacity_swaps_and_rejects() -> None:
+    cfg = config()  # 3 x 24 GB; dedicated keeps 16 GB of weights in HBM
+    cap = 30818  # kv_capacity_tokens(llama-3-8b, 24 GB slice, weights in HBM)
+    reqs = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=9000, output_tokens=300, id=f"r{i}", model="a")
+        for i in range(3)
+    ] + [TraceRequest(arrival_s=0.0, prompt_tokens=cap + 10, output_tokens=2, id="big", model="a")]
+    run = ServerlessEngine(cfg, DEDICATED, reqs).run()
+    outs = {o.id: o for o in run.result.requests}
+    assert run.stats.rejected == 1 and outs["big"].finish_s is None
+    # 3 x (9,000 + 300) > 27,900 tokens fit at once... they do here; a
+    # fourth long one would not: make the KV run out while decoding.
+    for i in range(3):
+        assert outs[f"r{i}"].finish_s is not None
+    tight = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=10000, output_tokens=400, id=f"t{i}", model="a")
+        for i in range(3)
+    ]
+    run = ServerlessEngine(cfg, DEDICATED, tight).run()
+    assert run.stats.kv_swaps > 0
+    assert all(o.finish_s is not None for o in run.result.requests)
+
+
+@pytest.mark.parametrize(("policy", "switch_s"), ((SLLM, 1.7), (AEGAEON, 0.119)))
+def test_baseline_switch_is_the_papers_when_alone_on_the_link(policy: str, switch_s: float) -> None:
+    req = [TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=2, model="a")]
+    run = ServerlessEngine(config(), policy, req).run()
+    assert run.switches[0].latency_s == pytest.approx(switch_s)
+    assert run.stats.c2c_bytes == pytest.approx(16.06e9, rel=1e-3)  # loaded over C2C
+    # Its first request is a cold start: TTFT = switch + prefill.
+    assert run.stats.cold_ttft_s[0] > switch_s
+
+
+def test_shared_link_hand_checked() -> None:
+    link = SharedLink(1.0)  # 1 GB/s
+    link.start(0, 2e9, 0.0)
+    assert link.next_finish_s() == pytest.approx(2.0)
+    # A second transfer at 1 s: each gets 0.5 GB/s; 0 has 1 GB left -> 3 s.
+    link.start(1, 1e9, 1.0)
+    assert link.next_finish_s() == pytest.approx(3.0)
+    assert link.finished(3.0) == [0, 1]  # 1 moved 1 GB at 0.5 GB/s too
+    link.start(2, 4e9, 3.0)
+    link.start(3, 4e9, 3.0)
+    link.cancel(3, 5.0)  # 2 has 3 GB left, alone from 5 s
+    assert link.next_finish_s() == pytest.approx(8.0)
+    with pytest.raises(ValueError):
+        link.start(2, 1.0, 6.0)

@@ -16,11 +16,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tls_certs import make_pki
 
+from planner.bearer_token import TOKEN_ENV, AuthConfigError, read_token
 from planner.cli import build_parser, main
 from planner.client import PlannerClient, PlannerError, RetryPolicy
-from planner.service.auth import TOKEN_ENV, AuthConfigError, is_loopback, read_token
+from planner.service.auth import is_loopback
 from planner.service.server import PlannerServer, ServerConfig
-from planner.service.tls import ClientTls, ServerTls
+from planner.tls import ClientTls, ServerTls
 from planner.v1 import placement_pb2 as pb
 
 TOKEN = "s3cret-token.for_tests"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stores import STORES, rows_of
 
 from planner.policies.buddy.controller import InstanceMonitor, TriggerConfig
 from planner.service.cluster_methods import evaluate_drop_trigger_rpc
@@ -104,15 +104,24 @@ def rejected(call, request) -> grpc.RpcError:
     return err.value
 
 
-@pytest.fixture(scope="module")
-def stub(channel: grpc.Channel) -> Stub:
-    return cluster_pb2_grpc.ClusterServiceStub(channel)
+@pytest.fixture(scope="module", params=STORES)
+def stub(request: pytest.FixtureRequest) -> Iterator[Stub]:
+    """A server of the module (in-memory SQLite, or a PostgreSQL database)."""
+    if request.param == "sqlite":
+        yield cluster_pb2_grpc.ClusterServiceStub(request.getfixturevalue("channel"))
+        return
+    url = request.getfixturevalue("postgresql").create_database()
+    server = PlannerServer(ServerConfig(host="127.0.0.1", port=0, store_path=url))
+    server.start()
+    with grpc.insecure_channel(server.address) as channel:
+        yield cluster_pb2_grpc.ClusterServiceStub(channel)
+    server.stop(grace_s=1.0)
 
 
 class StoredServer:
     """A PlannerServer on a store file, restartable in process."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
         self.server: PlannerServer | None = None
         self.channel: grpc.Channel | None = None
@@ -135,8 +144,8 @@ class StoredServer:
 
 
 @pytest.fixture
-def stored(tmp_path: Path) -> Iterator[StoredServer]:
-    s = StoredServer(tmp_path / "planner.sqlite3")
+def stored(store_location: str) -> Iterator[StoredServer]:
+    s = StoredServer(store_location)
     yield s
     s.stop()
 
@@ -296,15 +305,13 @@ def test_replays_survive_a_restart_on_the_same_store(stored):
     assert state(stub, cid) == before
 
 
-def test_a_cluster_remembers_its_last_keyed_calls_only():
-    store = ClusterStore()
+def test_a_cluster_remembers_its_last_keyed_calls_only(store_location):
+    store = ClusterStore(store_location)
     limits = ServiceLimits()
     calls = KEEP_KEYED_CALLS + 1
     for k in range(calls):
         evaluate_drop_trigger_rpc(observe_request("c", f"o{k}", float(k)), limits, store)
-    with store.db.reading() as conn:
-        (kept,) = conn.execute("SELECT COUNT(*) FROM cluster_request").fetchone()
-    assert kept == KEEP_KEYED_CALLS
+    assert rows_of(store, "SELECT COUNT(*) FROM cluster_request") == [(str(KEEP_KEYED_CALLS),)]
     newest = evaluate_drop_trigger_rpc(observe_request("c", "o1", 1.0), limits, store)
     assert newest.replayed and newest.revision == 2
     # The oldest record is gone: its key is usable again.

@@ -1,7 +1,7 @@
 """ClusterService state survives the server: `planner serve --store FILE` is
 killed with SIGKILL after answering, restarted on the same file, and the
 cluster's plan and drop-trigger estimates are still there (a real
-subprocess, as a user runs it)."""
+subprocess, as a user runs it), on a SQLite file and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ GB = 10**9
 
 
 class Serve:
-    def __init__(self, store: Path, tmp_path: Path) -> None:
+    def __init__(self, store: str, tmp_path: Path) -> None:
         self.stderr = (tmp_path / "serve.stderr").open("a", encoding="utf-8")
         self.proc = subprocess.Popen(
-            [str(PLANNER), "serve", "--port", "0", "--store", str(store)],
+            [str(PLANNER), "serve", "--port", "0", "--store", store],
             stdout=subprocess.PIPE,
             stderr=self.stderr,
             text=True,
@@ -68,8 +68,13 @@ def servers(tmp_path) -> Iterator[list[Serve]]:
         s.close()
 
 
-def test_cluster_state_survives_kill_9(tmp_path, servers):
-    store = tmp_path / "state" / "planner.sqlite3"
+def test_cluster_state_survives_kill_9(tmp_path, servers, store_location):
+    # A SQLite file in a folder that does not exist yet, or a database.
+    store = (
+        store_location
+        if store_location.startswith("postgresql://")
+        else str(tmp_path / "state" / "planner.sqlite3")
+    )
     first = Serve(store, tmp_path)
     servers.append(first)
     ch, stub = first.stub()

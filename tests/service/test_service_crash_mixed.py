@@ -17,7 +17,9 @@ then a restart on the same file and port.
   the sequence once (idempotency keys absorb the retried call).
 - A call issued while the server is down succeeds once it is back, once.
 
-The ledger sequences are those of test_service_placement_restart."""
+The ledger sequences are those of test_service_placement_restart. Run on
+a SQLite file and on a PostgreSQL database; test_service_replicas runs the
+same clients against several replicas sharing one PostgreSQL."""
 
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ CLUSTER_CLIENTS = 2
 OBSERVATIONS = 80
 # Kill once every client has this many answers: all are mid-burst.
 KILL_AFTER_EACH = 4
+# ...and no client goes past this many answers before the kill.
+HOLD_AT = 20
 EWMA = 0.5
 # Waits for the restarted server instead of failing while it is down.
 ACROSS_RESTART = RetryPolicy(max_attempts=5, wait_for_ready=True)
@@ -63,9 +67,9 @@ def free_port() -> int:
         return port
 
 
-def serve(store: Path, port: int, log: Path) -> subprocess.Popen[str]:
+def serve(store: str, port: int, log: Path) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [str(PLANNER), "serve", "--port", str(port), "--store", str(store), "--log-level", "error"],
+        [str(PLANNER), "serve", "--port", str(port), "--store", store, "--log-level", "error"],
         stdout=subprocess.PIPE,
         stderr=log.open("a", encoding="utf-8"),
         text=True,
@@ -79,16 +83,22 @@ def serve(store: Path, port: int, log: Path) -> subprocess.Popen[str]:
 
 
 class Progress:
-    """Answers counted per client; the test waits on it, not on the clock."""
+    """Answers counted per client; the test waits on it, not on the clock.
+    A client that reaches HOLD_AT answers before the kill waits for it there,
+    so that a fast client cannot finish before a slow one is under way."""
 
     def __init__(self, clients: int) -> None:
         self.acked = [0] * clients
         self.changed = threading.Condition()
+        self.killed = threading.Event()
 
     def ack(self, client: int) -> None:
         with self.changed:
             self.acked[client] += 1
             self.changed.notify_all()
+            held = self.acked[client] == HOLD_AT
+        if held:
+            self.killed.wait(TIMEOUT_S)
 
     def wait_for_each(self, n: int, done: list[threading.Thread]) -> None:
         with self.changed:
@@ -177,6 +187,7 @@ def pure_monitors(observations: int) -> dict[str, InstanceMonitor]:
 @dataclass
 class ClusterClient:
     cluster: str
+    observations: int = OBSERVATIONS
     acked: list[tuple[str, Any, Any]] = field(default_factory=list)  # (method, request, answer)
     error: BaseException | None = None
 
@@ -184,7 +195,7 @@ class ClusterClient:
         """The plan, then observations 1, 2, ...: revision k + 1 is call k."""
         return [("PlanBuddyGroups", plan_request(self.cluster))] + [
             ("EvaluateDropTrigger", observe_request(self.cluster, k))
-            for k in range(1, OBSERVATIONS + 1)
+            for k in range(1, self.observations + 1)
         ]
 
     def run(self, address: str, progress: Progress, slot: int) -> None:
@@ -201,8 +212,8 @@ class ClusterClient:
             self.error = exc
 
 
-def test_kill_9_mid_mixed_burst_then_restart(tmp_path):
-    store = tmp_path / "planner.sqlite3"
+def test_kill_9_mid_mixed_burst_then_restart(tmp_path, store_location):
+    store = store_location
     log = tmp_path / "serve.log"
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -223,6 +234,7 @@ def test_kill_9_mid_mixed_burst_then_restart(tmp_path):
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=TIMEOUT_S) == -signal.SIGKILL
         at_kill = list(progress.acked)
+        progress.killed.set()
         ledger_lengths = [len(sequence(c)) for c in range(LEDGER_CLIENTS)]
         cluster_lengths = [len(cl.calls()) for cl in clusters]
         assert all(
@@ -273,7 +285,7 @@ def late_request() -> pb.OfferMemoryRequest:
 def check_clusters(client: PlannerClient, clusters: list[ClusterClient]) -> None:
     for cl in clusters:
         assert cl.error is None, repr(cl.error)
-        assert len(cl.acked) == OBSERVATIONS + 1
+        assert len(cl.acked) == cl.observations + 1
         # At most the call in flight at the kill was committed unanswered.
         assert sum(answer.replayed for _, _, answer in cl.acked) <= 1
         # A client that lost any answer retries: the original comes back.
@@ -288,9 +300,9 @@ def check_clusters(client: PlannerClient, clusters: list[ClusterClient]) -> None
             cluster_pb2.GetClusterStateRequest(cluster_id=cl.cluster),
         )
         # Every call applied exactly once.
-        assert state.revision == OBSERVATIONS + 1
+        assert state.revision == cl.observations + 1
         assert state.plan == cl.acked[0][2].plan
-        want = pure_monitors(OBSERVATIONS)
+        want = pure_monitors(cl.observations)
         got = {m.instance_id: m for m in state.monitors}
         assert set(got) == set(want)
         for i, m in want.items():

@@ -3,13 +3,14 @@ arbitrary messages built from each request's descriptor, one-field
 mutations of a valid request, and mutated bytes of a serialized one. Every
 call ends with a status other than INTERNAL/UNKNOWN within its deadline,
 refusals name the field, refused calls leave stored state alone, and the
-server answers every RPC's valid request afterwards. The `slow` variants
-run ten times as many examples."""
+server answers every RPC's valid request afterwards. The RPCs that use the
+durable store are fuzzed again against a server on PostgreSQL. The `slow`
+variants run ten times as many examples."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
@@ -22,8 +23,17 @@ from valid_requests import VALID
 
 from planner.rpc import RPCS
 from planner.service.limits import ServiceLimits
+from planner.service.server import PlannerServer, ServerConfig
 
 METHODS = list(RPCS)
+# The RPCs that read or write the durable store.
+STORE_METHODS = [
+    m
+    for m in METHODS
+    if m.startswith("ClusterService.")
+    or m.removeprefix("PlacementService.")
+    in ("OfferMemory", "AllocateMemory", "FreeMemory", "ReclaimMemory", "GetPoolStatus")
+]
 FAST_EXAMPLES = 25
 SLOW_EXAMPLES = 250
 _suffixes = itertools.count()
@@ -78,6 +88,27 @@ def fuzz(channel: grpc.Channel, method: str, inputs: Inputs, examples: int) -> N
 @pytest.mark.parametrize("method", METHODS)
 def test_fuzzed_calls_are_answered(channel, method, kind):
     fuzz(channel, method, INPUTS[kind], FAST_EXAMPLES)
+
+
+@pytest.fixture(scope="module")
+def postgresql_channel(postgresql) -> Iterator[grpc.Channel]:
+    """A server whose store is a PostgreSQL database, seeded like `channel`'s."""
+    server = PlannerServer(
+        ServerConfig(host="127.0.0.1", port=0, store_path=postgresql.create_database())
+    )
+    server.start()
+    with grpc.insecure_channel(server.address) as channel:
+        for method, build in VALID.items():
+            code, detail = call(channel, method, build())
+            assert code == grpc.StatusCode.OK, f"seed {method}: {code.name}: {detail}"
+        yield channel
+    server.stop(grace_s=1.0)
+
+
+@pytest.mark.parametrize("kind", list(INPUTS))
+@pytest.mark.parametrize("method", STORE_METHODS)
+def test_fuzzed_store_calls_are_answered_on_postgresql(postgresql_channel, method, kind):
+    fuzz(postgresql_channel, method, INPUTS[kind], FAST_EXAMPLES)
 
 
 @pytest.mark.slow

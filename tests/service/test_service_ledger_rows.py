@@ -5,14 +5,23 @@ converts a store written with one JSON document per pool."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from stores import rows_of
 
 import planner.policies.aqua.ledger as ledger_module
 import planner.service.placement_ledger as placement_ledger
@@ -41,14 +50,16 @@ GRACE_S = 5.0
 
 class StoreMatchesWholeLedger(RuleBasedStateMachine):
     """Random offers, allocations (by producer, by server, anywhere), frees
-    and reclaims through the per-row store and through a pure Ledger: every
-    call succeeds or is refused in both, and the pool's status is identical
-    after every step."""
+    and reclaims through the per-row store (in-memory SQLite, or PostgreSQL
+    with a pool per example) and through a pure Ledger: every call succeeds
+    or is refused in both, and the pool's status is identical after every
+    step."""
 
-    def __init__(self) -> None:
+    def __init__(self, open_store: Callable[[], ClusterStore] = ClusterStore) -> None:
         super().__init__()
-        self.db = SqliteDatabase()
-        self.store = LedgerStore(SqliteLedgerBackend(self.db))
+        self.cluster_store = open_store()
+        self.store = self.cluster_store.ledger
+        self.pool = f"pool-{next(_pools)}"
         self.model = Ledger()
         self.revision = 0
         self.n = 0
@@ -75,7 +86,7 @@ class StoreMatchesWholeLedger(RuleBasedStateMachine):
     @rule(p=st.sampled_from(sorted(SERVERS)), size=SIZES)
     def offer(self, p, size):
         request = pb.OfferMemoryRequest(
-            pool_id=POOL,
+            pool_id=self.pool,
             idempotency_key=self._key(),
             producer_id=p,
             bytes=size,
@@ -92,7 +103,7 @@ class StoreMatchesWholeLedger(RuleBasedStateMachine):
         producer = where if where.startswith("p") else ""
         server = where if where.startswith("s") else ""
         request = pb.AllocateMemoryRequest(
-            pool_id=POOL,
+            pool_id=self.pool,
             idempotency_key=self._key(),
             consumer_id="c",
             bytes=size,
@@ -120,7 +131,9 @@ class StoreMatchesWholeLedger(RuleBasedStateMachine):
     @rule(i=st.integers(min_value=0, max_value=100))
     def free(self, i):
         lease_id = self.leases.pop(i % len(self.leases))
-        request = pb.FreeMemoryRequest(pool_id=POOL, idempotency_key=self._key(), lease_id=lease_id)
+        request = pb.FreeMemoryRequest(
+            pool_id=self.pool, idempotency_key=self._key(), lease_id=lease_id
+        )
         self._both(free_memory_rpc, request, lambda: self.model.free(lease_id))
         self.freed.append(lease_id)
 
@@ -128,7 +141,9 @@ class StoreMatchesWholeLedger(RuleBasedStateMachine):
     @rule(i=st.integers(min_value=0, max_value=100))
     def free_again(self, i):
         lease_id = self.freed[i % len(self.freed)]
-        request = pb.FreeMemoryRequest(pool_id=POOL, idempotency_key=self._key(), lease_id=lease_id)
+        request = pb.FreeMemoryRequest(
+            pool_id=self.pool, idempotency_key=self._key(), lease_id=lease_id
+        )
         assert self._both(free_memory_rpc, request, lambda: self.model.free(lease_id)) is None
 
     @rule(
@@ -139,7 +154,7 @@ class StoreMatchesWholeLedger(RuleBasedStateMachine):
         self.now += 1
         now = self.now
         request = pb.ReclaimMemoryRequest(
-            pool_id=POOL,
+            pool_id=self.pool,
             idempotency_key=self._key(),
             producer_id=p,
             bytes=size,
@@ -152,29 +167,38 @@ class StoreMatchesWholeLedger(RuleBasedStateMachine):
 
     @invariant()
     def same_status(self):
-        ask = pb.GetPoolStatusRequest(pool_id=POOL, now_s=self.now + GRACE_S / 2)
+        ask = pb.GetPoolStatusRequest(pool_id=self.pool, now_s=self.now + GRACE_S / 2)
         stored = get_pool_status_rpc(ask, self.store)
         expected = pool_status(self.model if self.revision else None, self.revision, ask)
         assert stored == expected
 
     def teardown(self):
-        self.db.close()
+        self.cluster_store.close()
 
 
-StoreMatchesWholeLedger.TestCase.settings = settings(
+_pools = itertools.count()
+MACHINE_SETTINGS = settings(
     max_examples=40,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+StoreMatchesWholeLedger.TestCase.settings = MACHINE_SETTINGS
 TestStoreMatchesWholeLedger = StoreMatchesWholeLedger.TestCase
 
 
-def test_completed_reclaims_are_pruned_like_the_ledger_does(monkeypatch):
+def test_postgresql_store_matches_whole_ledger(postgresql_url):
+    run_state_machine_as_test(
+        lambda: StoreMatchesWholeLedger(lambda: ClusterStore(postgresql_url, pool_size=2)),
+        settings=MACHINE_SETTINGS,
+    )
+
+
+def test_completed_reclaims_are_pruned_like_the_ledger_does(monkeypatch, store_location):
     monkeypatch.setattr(ledger_module, "KEEP_COMPLETED_RECLAIMS", 2)
     monkeypatch.setattr(placement_ledger, "KEEP_COMPLETED_RECLAIMS", 2)
-    db = SqliteDatabase()
-    store = LedgerStore(SqliteLedgerBackend(db))
+    opened = ClusterStore(store_location)
+    store = opened.ledger
     model = Ledger()
     n = 0
 
@@ -200,12 +224,16 @@ def test_completed_reclaims_are_pruned_like_the_ledger_does(monkeypatch):
     stored = get_pool_status_rpc(ask, store)
     assert [r.reclaim_id for r in stored.reclaims] == ["reclaim-4", "reclaim-5"]
     assert stored == pool_status(model, n, ask)
-    db.close()
+    assert rows_of(opened, "SELECT reclaim_id FROM ledger_reclaim ORDER BY seq") == [
+        ("reclaim-4",),
+        ("reclaim-5",),
+    ]
+    opened.close()
 
 
-def test_idempotency_records_are_bounded_per_pool():
-    db = SqliteDatabase()
-    store = LedgerStore(SqliteLedgerBackend(db), keep_keyed_calls=3)
+def test_idempotency_records_are_bounded_per_pool(store_location):
+    opened = ClusterStore(store_location)
+    store = LedgerStore(opened.ledger.backend, keep_keyed_calls=3)
 
     def offer(key: str, pool: str = POOL) -> pb.OfferMemoryResponse:
         request = pb.OfferMemoryRequest(pool_id=pool, idempotency_key=key, producer_id="p", bytes=1)
@@ -214,17 +242,16 @@ def test_idempotency_records_are_bounded_per_pool():
     for k in range(1, 6):
         assert not offer(f"k{k}").replayed
     assert offer("other", pool="quiet").revision == 1
-    with db.reading() as conn:
-        rows = conn.execute(
-            "SELECT pool_id, idempotency_key FROM ledger_request ORDER BY pool_id, revision"
-        ).fetchall()
+    rows = rows_of(
+        opened, "SELECT pool_id, idempotency_key FROM ledger_request ORDER BY pool_id, revision"
+    )
     assert rows == [("pool", "k3"), ("pool", "k4"), ("pool", "k5"), ("quiet", "other")]
     assert offer("k5").replayed and offer("k3").replayed
     # k1's record is gone: the same request applies again, as a new call.
     again = offer("k1")
     assert not again.replayed and again.revision == 6
     assert offer("other", pool="quiet").replayed
-    db.close()
+    opened.close()
 
 
 def _statements_of_one_offer(producers: int) -> list[str]:

@@ -12,6 +12,8 @@ import grpc
 import pytest
 
 from planner import cli
+from planner.service.errors import FailedPreconditionError
+from planner.service.placement_methods import classify_roles_rpc
 from planner.v1 import common_pb2, placement_pb2_grpc, solver_pb2
 from planner.v1 import placement_pb2 as pb
 
@@ -85,6 +87,15 @@ def test_classify_roles_with_the_replay_oracle(stub):
     assert small.role == pb.DEPLOYMENT_ROLE_PRODUCER and small.free_bytes > 50 * GB
     assert small.sustainable_rate_rps > 4 and small.probes_rps[0] == 0.5
     assert big.role == pb.DEPLOYMENT_ROLE_CONSUMER and big.r_bytes == -20 * GB
+
+
+def test_replay_roles_need_a_service_handed_the_oracle():
+    # The service does not import the replay: one started without its oracle
+    # refuses a deployment named by a profile, naming the field.
+    request = _replay("llama-3-8b@h200-sxm-141gb")
+    with pytest.raises(FailedPreconditionError) as info:
+        classify_roles_rpc(request, None)
+    assert info.value.field == "deployments[0].replay_profile"
 
 
 def _replay(name: str = "llama-3-8b@h100", **params) -> pb.ClassifyRolesRequest:
@@ -354,8 +365,8 @@ def test_concurrent_allocations_never_over_commit(stub):
     assert len(status.leases) == 30
 
 
-def test_planner_call_ledger_with_a_store(tmp_path, capsys):
-    store = tmp_path / "ledger.sqlite3"
+def test_planner_call_ledger_with_a_store(tmp_path, capsys, store_location):
+    store = store_location
     offer = tmp_path / "offer.json"
     offer.write_text(
         json.dumps({"pool_id": "cli", "idempotency_key": "o", "producer_id": "p", "bytes": "5"}),

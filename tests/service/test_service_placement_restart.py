@@ -20,9 +20,10 @@ import threading
 from pathlib import Path
 
 import grpc
-import pytest
 
 from planner.policies.aqua.ledger import Ledger
+from planner.service.cluster_store import ClusterStore
+from planner.service.placement_ledger import offer_memory_rpc
 from planner.v1 import placement_pb2 as pb
 from planner.v1 import placement_pb2_grpc
 
@@ -35,9 +36,9 @@ STEPS = 40
 POOL = "burst"
 
 
-def serve(store: Path, log: Path) -> tuple[subprocess.Popen[str], str]:
+def serve(store: str, log: Path) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [str(PLANNER), "serve", "--port", "0", "--store", str(store), "--log-level", "error"],
+        [str(PLANNER), "serve", "--port", "0", "--store", store, "--log-level", "error"],
         stdout=subprocess.PIPE,
         stderr=log.open("a", encoding="utf-8"),
         text=True,
@@ -107,8 +108,12 @@ class Client:
         self.next = 0
         self.alloc_index = 0
 
-    def run(self, stub, stop_after: threading.Event | None = None) -> None:
+    def run(self, stub, hold: threading.Event | None = None) -> None:
+        """Makes the calls left; with hold, waits for it two thirds of the
+        way (so no client finishes before the kill)."""
         while self.next < len(self.calls):
+            if hold is not None and self.next == len(self.calls) * 2 // 3:
+                hold.wait(TIMEOUT_S)
             method, args = self.calls[self.next]
             req = request(self.c, self.next, method, args, self.leases)
             try:
@@ -148,8 +153,8 @@ def expected(c: int) -> Ledger:
     return led
 
 
-def test_kill_9_mid_burst_loses_nothing_acknowledged(tmp_path):
-    store = tmp_path / "planner.sqlite3"
+def test_kill_9_mid_burst_loses_nothing_acknowledged(tmp_path, store_location):
+    store = store_location
     log = tmp_path / "serve.log"
     proc, address = serve(store, log)
     clients = [Client(c) for c in range(CLIENTS)]
@@ -157,7 +162,8 @@ def test_kill_9_mid_burst_loses_nothing_acknowledged(tmp_path):
         with grpc.insecure_channel(address) as ch:
             grpc.channel_ready_future(ch).result(timeout=TIMEOUT_S)
             stub = placement_pb2_grpc.PlacementServiceStub(ch)
-            threads = [threading.Thread(target=cl.run, args=(stub,)) for cl in clients]
+            killed = threading.Event()
+            threads = [threading.Thread(target=cl.run, args=(stub, killed)) for cl in clients]
             for t in threads:
                 t.start()
             # Kill once the burst is well under way (calls still in flight).
@@ -166,6 +172,7 @@ def test_kill_9_mid_burst_loses_nothing_acknowledged(tmp_path):
                 threading.Event().wait(0.002)
             proc.send_signal(signal.SIGKILL)
             assert proc.wait(timeout=TIMEOUT_S) == -signal.SIGKILL
+            killed.set()
             for t in threads:
                 t.join(timeout=TIMEOUT_S)
         assert all(cl.next < len(cl.calls) for cl in clients), "the kill came too late"
@@ -206,13 +213,9 @@ def test_kill_9_mid_burst_loses_nothing_acknowledged(tmp_path):
             proc.wait(timeout=TIMEOUT_S)
 
 
-@pytest.mark.parametrize("method", ["OfferMemory"])
-def test_store_file_holds_the_ledger_next_to_cluster_state(tmp_path, method):
-    """One file, both services' tables."""
-    from planner.service.cluster_store import ClusterStore
-    from planner.service.placement_ledger import offer_memory_rpc
-
-    path = tmp_path / "s.sqlite3"
+def test_one_store_holds_the_ledger_next_to_cluster_state(store_location):
+    """One file (or database), both services' tables."""
+    path = store_location
     cluster = ClusterStore(path)
     cluster.update("c", lambda s: ({"n": 1}, None))
     ledger = cluster.ledger

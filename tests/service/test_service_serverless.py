@@ -94,6 +94,83 @@ def test_route_over_grpc(stub):
     assert answer.link_demand_gbps == pytest.approx(100.0)
 
 
+def test_route_preempts_and_shares_over_grpc(stub):
+    slot = S.MigSliceSpec(id="a", profile_name="3")
+    busy = S.SliceStatus(
+        slice=slot,
+        model="old",
+        model_c2c_gbps=100,
+        model_priority=1.0,
+        in_flight=2,
+        active_since_s=0.0,
+        slack_s=12.0,
+    )
+    model = S.ServerlessModelSpec(name="m", weight_bytes=10 * GB, tpot_s=0.1)
+    preemption = S.Preemption(
+        min_hold_s=2.0, urgent_slack_s=1.0, victim_slack_s=10.0, starve_after_s=30.0
+    )
+    # Urgent (0.5 s of slack) and the victim, ready for 5 s, has 12 s: preempt.
+    answer = stub.Route(
+        S.RouteRequest(
+            model=model, priority=1.0, slices=[busy], now_s=5.0, slack_s=0.5, preemption=preemption
+        ),
+        timeout=10,
+    )
+    assert answer.action == S.ROUTE_ACTION_EVICT
+    assert (answer.evicted_model, answer.preempts, answer.eviction) == ("old", True, "held")
+    # Two models per slice: share it instead (100 + 100 within 364.5 GB/s).
+    answer = stub.Route(
+        S.RouteRequest(
+            model=model,
+            priority=1.0,
+            slices=[busy],
+            now_s=5.0,
+            slack_s=0.5,
+            preemption=preemption,
+            max_models_per_slice=2,
+        ),
+        timeout=10,
+    )
+    assert (answer.action, answer.slice_id) == (S.ROUTE_ACTION_SHARE, "a")
+
+
+def test_schedule_waiting_over_grpc(stub):
+    slot = S.MigSliceSpec(id="a", profile_name="3")
+    answer = stub.ScheduleWaiting(
+        S.ScheduleWaitingRequest(
+            waiting=[
+                S.WaitingModelSpec(
+                    model=S.ServerlessModelSpec(name=name, weight_bytes=10 * GB, tpot_s=0.1),
+                    priority=1.0,
+                    waiting_since_s=since,
+                    requests=1,
+                    slack_s=slack,
+                )
+                for name, since, slack in (("calm", 1.0, 4.0), ("urgent", 2.0, 0.2))
+            ],
+            slices=[
+                S.SliceStatus(
+                    slice=slot,
+                    model="old",
+                    model_c2c_gbps=100,
+                    model_priority=1.0,
+                    in_flight=1,
+                    active_since_s=0.0,
+                    slack_s=20.0,
+                )
+            ],
+            now_s=5.0,
+            preemption=S.Preemption(
+                min_hold_s=2.0, urgent_slack_s=1.0, victim_slack_s=10.0, starve_after_s=30.0
+            ),
+        ),
+        timeout=10,
+    )
+    # Least slack first: urgent takes the slice, calm (not urgent) queues.
+    got = [(r.model, r.decision.action) for r in answer.routes]
+    assert got == [("urgent", S.ROUTE_ACTION_EVICT), ("calm", S.ROUTE_ACTION_QUEUE)]
+
+
 def test_chunk_size_derived_and_given(stub):
     derived = stub.ChooseChunkSize(
         S.ChooseChunkSizeRequest(
@@ -241,6 +318,54 @@ BAD = [
         "Route",
         S.RouteRequest(model=S.ServerlessModelSpec(name="m", weight_bytes=GB, tpot_s=0.1)),
         "slices",
+    ),
+    (
+        "Route",
+        S.RouteRequest(
+            model=S.ServerlessModelSpec(name="m", weight_bytes=GB, tpot_s=0.1),
+            slices=[
+                S.SliceStatus(slice=S.MigSliceSpec(id="a", profile_name="7"), model="x"),
+                S.SliceStatus(slice=S.MigSliceSpec(id="a", profile_name="7"), model="y"),
+            ],
+        ),
+        "slices",
+    ),
+    (
+        "Route",
+        S.RouteRequest(
+            model=S.ServerlessModelSpec(name="m", weight_bytes=GB, tpot_s=0.1),
+            slices=[S.SliceStatus(slice=S.MigSliceSpec(id="a", profile_name="7"))],
+            preemption=S.Preemption(min_hold_s=-1.0),
+        ),
+        "preemption.min_hold_s",
+    ),
+    (
+        "ScheduleWaiting",
+        S.ScheduleWaitingRequest(
+            waiting=[
+                S.WaitingModelSpec(
+                    model=S.ServerlessModelSpec(name="m", weight_bytes=GB, tpot_s=0.1),
+                    requests=0,
+                )
+            ],
+            slices=[S.SliceStatus(slice=S.MigSliceSpec(id="a", profile_name="7"))],
+        ),
+        "waiting[0].requests",
+    ),
+    (
+        "ScheduleWaiting",
+        S.ScheduleWaitingRequest(
+            waiting=[
+                S.WaitingModelSpec(
+                    model=S.ServerlessModelSpec(name="m", weight_bytes=GB, tpot_s=0.1),
+                    requests=1,
+                    waiting_since_s=9.0,
+                )
+            ],
+            slices=[S.SliceStatus(slice=S.MigSliceSpec(id="a", profile_name="7"))],
+            now_s=1.0,
+        ),
+        "waiting[0].waiting_since_s",
     ),
     (
         "ChooseChunkSize",

@@ -13,7 +13,7 @@ from tls_certs import Pki, make_pki
 from planner.cli import main
 from planner.client import PlannerClient, PlannerError, RetryPolicy
 from planner.service.server import PlannerServer, ServerConfig
-from planner.service.tls import ClientTls, ServerTls, TlsConfigError
+from planner.tls import ClientTls, ServerTls, TlsConfigError
 
 NO_RETRY = RetryPolicy(max_attempts=1)
 INFO = "PlannerInfoService.GetPlannerInfo"
@@ -62,6 +62,22 @@ def test_tls_round_trip(pki, tls_server):
     server = tls_server(server_tls(pki))
     with PlannerClient(server.address, deadline_s=5, tls=ClientTls(str(pki.ca))) as client:
         assert client.info().max_message_bytes == server.config.limits.max_message_bytes
+
+
+def test_mutual_tls_across_several_replicas(pki, other_pki, tls_server):
+    """Each replica's certificate names the first target's host (localhost);
+    a client of another CA is refused by every replica."""
+    servers = [tls_server(server_tls(pki, mutual=True)) for _ in range(2)]
+    targets = [f"localhost:{s.port}" for s in servers]
+    tls = ClientTls(str(pki.ca), str(pki.client_cert), str(pki.client_key))
+    with PlannerClient(targets, deadline_s=5, tls=tls) as client:
+        for _ in range(4):
+            assert client.info().version
+    stranger = ClientTls(str(other_pki.ca), str(other_pki.client_cert), str(other_pki.client_key))
+    with PlannerClient(targets, deadline_s=2, retry=NO_RETRY, tls=stranger) as client:
+        with pytest.raises(PlannerError) as refused:
+            client.info()
+        assert refused.value.code == grpc.StatusCode.UNAVAILABLE
 
 
 def test_localhost_name_is_in_the_certificate(pki, tls_server):

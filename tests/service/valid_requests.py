@@ -184,6 +184,36 @@ def _route() -> Message:
     )
 
 
+def _schedule_waiting() -> Message:
+    return S.ScheduleWaitingRequest(
+        waiting=[
+            S.WaitingModelSpec(
+                model=S.ServerlessModelSpec(name="m", weight_bytes=10 * GB, tpot_s=0.25),
+                priority=1.0,
+                waiting_since_s=1.0,
+                requests=2,
+                slack_s=0.5,
+            )
+        ],
+        slices=[
+            S.SliceStatus(
+                slice=S.MigSliceSpec(id="a", profile_name="3"),
+                model="old",
+                model_c2c_gbps=40,
+                model_priority=1.0,
+                in_flight=3,
+                active_since_s=0.0,
+                slack_s=30.0,
+            )
+        ],
+        now_s=5.0,
+        preemption=S.Preemption(
+            min_hold_s=1.0, urgent_slack_s=1.0, victim_slack_s=10.0, starve_after_s=20.0
+        ),
+        max_models_per_slice=2,
+    )
+
+
 def _chunk() -> Message:
     return S.ChooseChunkSizeRequest(
         model_name="llama-3-8b",
@@ -223,6 +253,7 @@ VALID: dict[str, Callable[[], Message]] = {
     "PlacementService.PartitionBatch": _partition,
     "ServerlessService.PlanModelPlacement": _serverless_placement,
     "ServerlessService.Route": _route,
+    "ServerlessService.ScheduleWaiting": _schedule_waiting,
     "ServerlessService.ChooseChunkSize": _chunk,
     "ServerlessService.ChooseKernel": lambda: S.ChooseKernelRequest(
         tokens=2048,

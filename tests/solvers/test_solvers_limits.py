@@ -58,6 +58,24 @@ def test_time_limit_reaches_cpsat_and_is_respected(cpsat_params):
         assert r.objective is None and r.values is None
 
 
+def test_work_limit_reaches_cpsat_and_stops_it_the_same_way_on_any_machine(cpsat_params):
+    hard = one_hot_envelope_model(64, 80, seed=3).model
+    opts = SolveOptions(work_limit=0.05, hint_fallback=False)
+    first = solve(hard, time_limit_s=60.0, options=opts)
+    again = solve(hard, time_limit_s=60.0, options=opts)
+    assert [p.max_deterministic_time for p in cpsat_params] == [0.05, 0.05]
+    assert first.status in (Status.FEASIBLE, Status.TIMEOUT_NO_SOLUTION)
+    assert first.wall_time_s < 30.0  # stopped by the work, long before the clock
+    # One worker, a fixed seed and a deterministic limit: the same answer.
+    assert (first.status, first.objective, first.best_bound) == (
+        again.status,
+        again.objective,
+        again.best_bound,
+    )
+    with pytest.raises(ValueError, match="work_limit"):
+        SolveOptions(work_limit=0.0)
+
+
 def test_bad_time_limit():
     m = Model()
     m.add_binaries(1)

@@ -10,9 +10,9 @@ deployment's measured profile.
   sustainable) and, if the binary search's answer is not sustainable, down.
   The measured curve is the load -> (TTFT, TBT, memory) oracle, linear
   between points.
-- LLMs without a measured curve (:func:`classify` with ``oracle=``, or
-  :func:`classify_by_replay`): the replay simulator is the oracle
-  (:func:`planner.replay.oracle.evaluate`, a pure seeded function). A rate is
+- LLMs without a measured curve (:func:`classify` with ``oracle=``, a
+  callable the caller passes: the replay simulator,
+  planner.replay.role_oracle, a pure seeded function). A rate is
   SLA-sustainable when TTFT and token-level TBT attainment are both >=
   ``attainment`` (default 0.9) against the deployment's SLOs. The search
   range defaults to [0.5, 64.5] RPS (width 64, so the binary search's probes
@@ -39,7 +39,6 @@ from planner.domain.placement import (
     RoleConfig,
     RoleDecision,
 )
-from planner.trace.records import TraceRequest
 
 
 def _interp(points: Sequence[RatePoint], rate: float) -> tuple[float, float, float]:
@@ -152,36 +151,6 @@ def oracle_rate(
 
     rate, probes = search_rate(ok, low, high, config.rate_step_rps)
     return rate, probes, (point(rate) if rate > 0 else None)
-
-
-def classify_by_replay(
-    profile: DeploymentProfile,
-    replay_profile: str,
-    config: RoleConfig | None = None,
-    *,
-    attainment: float = DEFAULT_ATTAINMENT,
-    duration_s: float | None = None,
-    seed: int = 0,
-    requests: Sequence[TraceRequest] | None = None,
-) -> RoleDecision:
-    """classify() with the replay simulator of `replay_profile`
-    (MODEL@HARDWARE) as the oracle, at the deployment's SLOs; `requests`
-    (already read from a trace) give the length distribution, else the
-    sharegpt preset."""
-    from planner.domain.requests import Slo
-    from planner.replay import oracle as replay_oracle
-    from planner.replay.setup import ReplayKnobs, build_setup
-
-    slo = Slo(ttft_s=profile.slo_ttft_s, tbt_s=profile.slo_tbt_s)
-    setup = build_setup(replay_profile, ReplayKnobs(slo=slo))
-    duration = duration_s or replay_oracle.DEFAULT_DURATION_S
-
-    def run(rate: float) -> OraclePoint:
-        return replay_oracle.evaluate(
-            setup, rate, slo, duration_s=duration, seed=seed, requests=requests
-        )
-
-    return classify(profile, config, oracle=run, attainment=attainment)
 
 
 def classify(

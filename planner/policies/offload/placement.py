@@ -41,7 +41,7 @@ from planner.policies.offload.ilp import OffloadIlp, WindowOption, build_offload
 from planner.policies.offload.memory import gpu_blocks_needed, prefetch_buffer_blocks
 from planner.policies.offload.paper_model import paper_latency_s
 from planner.policies.offload.problem import OffloadProblem, offload_problem
-from planner.policies.offload.search import branch_and_bound
+from planner.policies.offload.search import branch_and_bound, warm_up
 from planner.policies.offload.search_space import OffloadCandidates, candidate_patterns
 from planner.policies.offload.step import StepInputs
 from planner.policies.offload.step_kernels import exact_latency_of
@@ -129,6 +129,7 @@ def plan_layer_offload(
     plan for this engine) warm-starts the solver."""
     p = inputs.params
     candidates = candidate_patterns(inputs.num_layers, p.search_mode)
+    warm_up()  # once per process, before the plan's clock starts
     started = time.perf_counter()
     deadline = started + p.time_limit_s
     hints = _hint_rows(previous, candidates)
@@ -207,7 +208,12 @@ def _place(
         case _:
             ilp = build_offload_ilp(*args, blocks, candidates, windows=windows)
             stats, choice = _solve_ilp(
-                ilp, problem, start, limit=limit, backend=p.backend, gap=p.relative_gap
+                ilp,
+                problem,
+                start,
+                limit=limit,
+                backend=p.backend,
+                options=SolveOptions(relative_gap=p.relative_gap, work_limit=p.ilp_work_limit),
             )
     if stats.status is Status.INFEASIBLE:
         return _Attempt(rows, None, 0, PlanSource.SOLVER, stats)
@@ -245,6 +251,8 @@ def _solve_search(
 
 
 def _solve_exhaustive(problem: OffloadProblem, limit: float) -> tuple[SolveStats, IntArray | None]:
+    """Every assignment (at most MAX_ENUMERATION: the work limit) until the
+    time limit; stopped by it, the best plan tried, with no bound."""
     size = problem.enumeration_size()
     if size > MAX_ENUMERATION:
         raise ValueError(
@@ -253,20 +261,26 @@ def _solve_exhaustive(problem: OffloadProblem, limit: float) -> tuple[SolveStats
             f"the limit is {MAX_ENUMERATION:.3g}: use bnb or cp-sat"
         )
     started = time.perf_counter()
-    choice, best, _ = problem.enumerate()
+    deadline = started + limit
+    found = problem.enumerate(stop=lambda: time.perf_counter() > deadline)
     wall = time.perf_counter() - started
-    found = choice is not None
+    has_plan = found.choice is not None
+    if found.complete:
+        status = Status.OPTIMAL if has_plan else Status.INFEASIBLE
+    else:
+        status = Status.FEASIBLE if has_plan else Status.TIMEOUT_NO_SOLUTION
     stats = SolveStats(
         backend=Backend.EXHAUSTIVE,
-        status=Status.OPTIMAL if found else Status.INFEASIBLE,
-        objective=best if found else None,
-        best_bound=best if found else None,
+        status=status,
+        objective=found.latency if has_plan else None,
+        best_bound=found.latency if has_plan and found.complete else None,
         wall_s=wall,
         time_limit_s=limit,
-        nodes=size,
-        note=f"{size} assignments on the exact event model",
+        nodes=found.tried,
+        note=f"{found.tried} of {size} assignments on the exact event model"
+        + ("" if found.complete else "; stopped by the time limit"),
     )
-    return stats, choice
+    return stats, found.choice
 
 
 def _solve_ilp(
@@ -276,7 +290,7 @@ def _solve_ilp(
     *,
     limit: float,
     backend: Backend,
-    gap: float,
+    options: SolveOptions,
 ) -> tuple[SolveStats, IntArray | None]:
     """The surrogate ILP; its plan is scored on the exact model (the ILP's
     bound is the surrogate's, not a bound on the exact latency)."""
@@ -286,7 +300,7 @@ def _solve_ilp(
         backend=backend,
         fallback=Backend.CPSAT if backend is Backend.GUROBI else None,
         hint=_hint_values(ilp, start),
-        options=SolveOptions(relative_gap=gap),
+        options=options,
     )
     choice = None
     objective = None

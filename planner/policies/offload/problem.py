@@ -20,6 +20,7 @@ cheap guide for the search's starts and move ordering, never its objective.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,6 +91,17 @@ def better(objective: float, tiebreak: float, than_objective: float, than_tiebre
     if objective > than_objective * (1 + LATENCY_RTOL):
         return False
     return tiebreak < than_tiebreak
+
+
+@dataclass(frozen=True, slots=True)
+class Enumeration:
+    """Exhaustive enumeration's answer: the best assignment tried."""
+
+    choice: IntArray | None
+    latency: float
+    tiebreak: float
+    tried: int  # assignments evaluated
+    complete: bool  # every assignment tried: choice is the optimum
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,16 +199,20 @@ class OffloadProblem:
     def enumeration_size(self) -> int:
         return int(self.num_choices**self.num_requests)
 
-    def enumerate(self, *, chunk: int = 1 << 14) -> tuple[IntArray | None, float, float]:
+    def enumerate(
+        self, *, chunk: int = 1 << 14, stop: Callable[[], bool] | None = None
+    ) -> Enumeration:
         """The exact optimum by trying every assignment (the reference for
-        small instances): (choice, latency, tiebreak), (None, inf, inf) when
-        infeasible. Exact ties go to the assignment first in lexicographic
-        order."""
+        small instances); choice None and latency inf when infeasible. Exact
+        ties go to the assignment first in lexicographic order. `stop`, asked
+        between chunks, ends it early (the best so far, `complete` False)."""
         total = self.enumeration_size()
         best_choice: IntArray | None = None
         best, best_tie = math.inf, math.inf
         radix = self.num_choices ** np.arange(self.num_requests - 1, -1, -1, dtype=np.int64)
         for start in range(0, total, chunk):
+            if start and stop is not None and stop():
+                return Enumeration(best_choice, best, best_tie, start, complete=False)
             codes = np.arange(start, min(start + chunk, total), dtype=np.int64)
             choice = (codes[:, None] // radix[None, :]) % self.num_choices
             ev = self.evaluate(choice)
@@ -204,7 +220,7 @@ class OffloadProblem:
             if better(float(ev.objective[i]), float(ev.tiebreak[i]), best, best_tie):
                 best, best_tie = float(ev.objective[i]), float(ev.tiebreak[i])
                 best_choice = choice[i].copy()
-        return best_choice, best, best_tie
+        return Enumeration(best_choice, best, best_tie, total, complete=True)
 
 
 def offload_problem(

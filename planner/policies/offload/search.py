@@ -4,47 +4,76 @@ event-model step latency in the search space, with a proven bound on it.
 
 - Objective: problem.py's exact latency (compiled event model,
   step_kernels.py), ties to the longer window, then fewer blocks fetched.
+- Bound first: the root's bound (below); +inf proves the batch infeasible
+  at once, and a plan that meets it is optimal.
 - Starts: the warm start (previous plan), the greedy plan, a stall-aware
-  greedy on the surrogate, and every uniform pattern; the best feasible one
-  is improved by local search under the exact model: single-request moves,
-  then pairs (one request offloads one pattern more, another one less), each
-  round's moves ordered by the surrogate and evaluated exactly in chunks,
-  the best of the first chunk that improves taken.
-- Then depth-first branch and bound (planner.solvers.branch_and_bound) over
-  the requests, largest KV first. A node's bound is the relaxed latency of
-  step_kernels.py (the best link schedule of the fetches placed so far) with
-  the blocks the other requests must still fetch to fit the memory row
-  (cover_bound.py, buffer_bound.py) added at the end: a lower bound on the
-  exact latency of every completion. Leaves are evaluated exactly.
-- Work: one node = one assignment or child evaluated (exactly or bounded);
-  `node_limit` stops on work (the same answer on any machine), the time limit
-  on the clock. Stopped early, the result is FEASIBLE with the least bound
-  over the nodes left (TIMEOUT_NO_SOLUTION without a plan).
+  greedy on the surrogate, every uniform pattern, and fill from nothing
+  (local_search.py); when none is feasible, the tree below dives for a
+  first plan (or proves there is none).
+- Local search (local_search.improve, compiled): descent on the exact model
+  with single, pair and compound moves to a local optimum, then kicks
+  (perturbation and descent again) while the work lasts.
+- Branch and bound (planner.solvers.branch_and_bound), depth-first over the
+  requests, largest KV first, from the local optimum, on trees of at most
+  EXACT_TREE_LIMIT assignments (the kicks get what it leaves). A node's
+  bound is the relaxed latency of step_kernels.py (the best link schedule
+  of the fetches placed so far) with the blocks the other requests must
+  still fetch to fit the memory row (cover_bound.py, buffer_bound.py) added
+  at the end: a lower bound on the exact latency of every completion.
+  Leaves are evaluated exactly. On larger trees the bound stays the root's.
+- Work: one node = one assignment simulated or one child bounded;
+  `node_limit` stops on work (the same answer on any machine), the time
+  limit on the clock. Stopped early, the result is FEASIBLE with the least
+  bound over the nodes left (TIMEOUT_NO_SOLUTION without a plan).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from planner.policies.offload.buffer_bound import buffer_share
 from planner.policies.offload.cover_bound import cover_curve
-from planner.policies.offload.problem import LATENCY_RTOL, SLO_RTOL, OffloadProblem, better
+from planner.policies.offload.ilp import WindowOption
+from planner.policies.offload.local_search import (
+    TALLY,
+    evaluate_one,
+    fill_from_nothing,
+    improve,
+    new_work,
+    now_s,
+    packed,
+)
+from planner.policies.offload.local_search import stall_greedy as compiled_stall_greedy
+from planner.policies.offload.problem import (
+    LATENCY_RTOL,
+    SLO_RTOL,
+    OffloadProblem,
+    better,
+    offload_problem,
+)
+from planner.policies.offload.search_space import candidate_patterns
 from planner.policies.offload.step_kernels import relaxed_latencies
 from planner.solvers import Children, Incumbent, Status
 from planner.solvers import branch_and_bound as search_tree
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+T = TypeVar("T")
 
-# Local search: moves evaluated exactly per chunk, per request of the batch.
-CHUNK_PER_REQUEST = 2
-MIN_CHUNK = 16
-MAX_ROUNDS = 64
+# Kicks of the local search after its first local optimum (it stops sooner
+# when the work runs out).
+KICKS = 1 << 30
+# Trees of at most this many assignments are searched (branch and bound)
+# after the first local optimum; larger ones get the kicks only.
+EXACT_TREE_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +87,7 @@ class SearchResult:
     node_limit: int | None
     wall_time_s: float
     time_limit_s: float
+    moves: dict[str, int]  # what the local search did (local_search.TALLY)
 
     @property
     def has_solution(self) -> bool:
@@ -89,6 +119,15 @@ class _Work:
     def left_s(self) -> float:
         return self.deadline - time.perf_counter()
 
+    def run(self, kernel: Callable[..., T], p: tuple[Any, ...], *args: Any) -> T:
+        """kernel(p, work, deadline, *args): a compiled step of the search
+        (local_search.py); its simulations are added to the nodes."""
+        budget = 1 << 62 if self.node_limit is None else max(self.node_limit - self.nodes, 0)
+        counter = new_work(budget)
+        out = kernel(p, counter, self.deadline, *args)
+        self.nodes += int(counter[0])
+        return out
+
 
 class _Best:
     def __init__(self) -> None:
@@ -102,6 +141,11 @@ class _Best:
             return True
         return False
 
+    def incumbent(self) -> Incumbent | None:
+        if self.choice is None:
+            return None
+        return Incumbent(self.choice, self.objective, self.tiebreak)
+
 
 def branch_and_bound(
     problem: OffloadProblem,
@@ -112,33 +156,70 @@ def branch_and_bound(
     node_limit: int | None = None,
 ) -> SearchResult:
     """The best plan under the exact model, within the limits."""
+    _load_kernels()
     work = _Work(time_limit_s, node_limit)
     best = _Best()
     p = problem
+    nodes = _Nodes(p)
+    root = nodes.root_bound()
+    work.nodes += 1
+    tally = np.zeros(len(TALLY), np.int64)
+    if not math.isfinite(root):
+        return _result(Status.INFEASIBLE, best, None, work, time_limit_s, tally)
+    if p.num_requests == 0:
+        ev = p.evaluate(np.zeros((1, 0), np.int64))
+        best.offer(np.zeros(0, np.int64), float(ev.objective[0]), float(ev.tiebreak[0]))
+        status = Status.OPTIMAL if best.choice is not None else Status.INFEASIBLE
+        return _result(status, best, best.objective, work, time_limit_s, tally)
+    kernel = packed(p)
     candidates = [np.asarray(s, dtype=np.int64) for s in (starts or [])]
-    candidates.append(stall_greedy(p, work.deadline))
+    surrogate_start = stall_greedy(p)
+    candidates.append(surrogate_start)
     candidates.extend(np.full(p.num_requests, c, dtype=np.int64) for c in range(p.num_choices))
-    stacked = np.stack(candidates) if p.num_requests else np.zeros((1, 0), np.int64)
+    stacked = np.stack(candidates)
     ev = p.evaluate(stacked)
     work.nodes += len(stacked)
     i = ev.best()
     best.offer(stacked[i], float(ev.objective[i]), float(ev.tiebreak[i]))
-    if best.choice is not None:
-        _local_search(p, best, work)
-    nodes = _Nodes(p)
-    root = nodes.root_bound()
-    incumbent = (
-        None if best.choice is None else Incumbent(best.choice, best.objective, best.tiebreak)
-    )
-    if p.num_requests == 0:
-        outcome_status = Status.OPTIMAL if incumbent is not None else Status.INFEASIBLE
-        return _result(outcome_status, best, best.objective, work, time_limit_s)
+    if not _within_gap(best.objective, root, relative_gap) and not work.spent():
+        filled = work.run(fill_from_nothing, kernel)
+        best.offer(filled, *evaluate_one(kernel, filled))
+    if best.choice is None and not work.spent():
+        # No start is feasible: the tree, stopped at its first plan, finds
+        # one or proves there is none.
+        found = search_tree(
+            nodes,
+            time_limit_s=max(work.left_s(), 1e-6),
+            node_limit=node_limit,
+            relative_gap=1.0,
+            root_bound=root,
+            nodes_used=work.nodes,
+            rtol=LATENCY_RTOL,
+        )
+        work.nodes = found.nodes
+        if found.incumbent is not None:
+            best.offer(found.incumbent.choice, found.incumbent.objective, found.incumbent.tiebreak)
+        elif found.complete:
+            return _result(Status.INFEASIBLE, best, None, work, time_limit_s, tally)
+    small = p.enumeration_size() <= EXACT_TREE_LIMIT
+    proved = _within_gap(best.objective, root, relative_gap)
+    if best.choice is not None and not proved and not work.spent():
+        choice = best.choice.copy()
+        # A small tree is searched after one local optimum, the kicks come
+        # after; a large one gets the kicks only.
+        work.run(improve, kernel, choice, 0 if small else KICKS, tally)
+        best.offer(choice, *evaluate_one(kernel, choice))
+    if _within_gap(best.objective, root, relative_gap):
+        return _result(Status.OPTIMAL, best, root, work, time_limit_s, tally)
+    if not small or work.spent():
+        status = Status.FEASIBLE if best.choice is not None else Status.TIMEOUT_NO_SOLUTION
+        return _result(status, best, root, work, time_limit_s, tally)
     out = search_tree(
         nodes,
         time_limit_s=max(work.left_s(), 1e-6),
         node_limit=node_limit,
         relative_gap=relative_gap,
-        incumbent=incumbent,
+        incumbent=best.incumbent(),
         root_bound=root,
         nodes_used=work.nodes,
         rtol=LATENCY_RTOL,
@@ -146,14 +227,54 @@ def branch_and_bound(
     work.nodes = out.nodes
     if out.incumbent is not None:
         best.offer(out.incumbent.choice, out.incumbent.objective, out.incumbent.tiebreak)
+    if not out.complete and best.choice is not None and not work.spent():
+        choice = best.choice.copy()
+        work.run(improve, kernel, choice, KICKS, tally)
+        best.offer(choice, *evaluate_one(kernel, choice))
     bound = out.best_bound
     if bound is not None and math.isfinite(best.objective):
         bound = min(bound, best.objective)
-    return _result(out.status, best, bound, work, time_limit_s)
+    return _result(out.status, best, bound, work, time_limit_s, tally)
 
 
-def _result(
-    status: Status, best: _Best, bound: float | None, work: _Work, limit: float
+def warm_up() -> None:
+    """Load the compiled search (compile it, the first time on a machine)
+    and its clock. The search does it before its first solve in a process,
+    outside the solve's time limit; a caller with a deadline of its own (a
+    server) can do it at start."""
+    _load_kernels()
+
+
+@functools.cache
+def _load_kernels() -> None:
+    blocks = np.array([40, 30, 20], dtype=np.int64)
+    window = WindowOption(steps=1, ceiling_s=1.0, end_blocks=blocks)
+    for budget in (200, 600):  # infeasible; then feasible only when offloading
+        problem = offload_problem(
+            np.full(8, 1e-3), 2e4, budget, blocks, candidate_patterns(8), windows=[window]
+        )
+        kernel = packed(problem)
+        nodes = _Nodes(problem)
+        nodes.expand(np.zeros(0, np.int64))
+        stall_greedy(problem)
+        problem.evaluate(np.zeros((1, 3), np.int64))
+        evaluate_one(kernel, np.zeros(3, np.int64))
+        fill_from_nothing(kernel, new_work(64), math.inf)
+        optimum = problem.enumerate().choice
+        if optimum is not None:
+            tally = np.zeros(len(TALLY), np.int64)
+            improve(kernel, new_work(64), math.inf, optimum, 4, tally)
+    now_s()
+
+
+def _within_gap(objective: float, bound: float, relative_gap: float) -> bool:
+    return objective <= bound * (1 + LATENCY_RTOL) or (
+        relative_gap > 0 and bound >= objective * (1 - relative_gap)
+    )
+
+
+def _result(  # noqa: PLR0917
+    status: Status, best: _Best, bound: float | None, work: _Work, limit: float, tally: IntArray
 ) -> SearchResult:
     found = best.choice is not None
     if status is Status.TIMEOUT_NO_SOLUTION and found:
@@ -174,6 +295,7 @@ def _result(
         node_limit=work.node_limit,
         wall_time_s=time.perf_counter() - work.started,
         time_limit_s=limit,
+        moves=dict(zip(TALLY, (int(v) for v in tally), strict=True)),
     )
 
 
@@ -295,126 +417,20 @@ def _suffix(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class _Moves:
-    """Assignments one move away from a base one, scored by the surrogate
-    (M moves) without the exact model."""
-
-    choice: IntArray  # (M, R)
-    objective: FloatArray  # (M,) the surrogate objective, +inf when infeasible
-    mem_excess: IntArray  # (M,) window 0's memory row minus its cap
-    stall: IntArray  # (M,) total surrogate stall
-
-
-def _moves(p: OffloadProblem, base: IntArray, changes: IntArray) -> _Moves:
-    """changes: (M, K, 2) rows of (request, new pattern); K requests move."""
-    per_layer = p.fetch[np.arange(p.num_requests), base].sum(axis=0)  # (L,)
-    r, c = changes[..., 0], changes[..., 1]
-    old = base[r]
-    f = per_layer[None, :] + (p.fetch[r, c] - p.fetch[r, old]).sum(axis=1)  # (M, L)
-    stall = np.maximum(f - p.hidden[None, :], 0).sum(axis=1)
-    buffer = f.max(axis=1) if f.shape[1] else np.zeros(len(f), np.int64)
-    rows = np.arange(p.num_requests)
-    base_mem = p.mem_coef[:, rows, base].sum(axis=1)  # (W,)
-    base_slo = p.slo_coef[:, rows, base].sum(axis=1)
-    mem = base_mem[:, None] + (p.mem_coef[:, r, c] - p.mem_coef[:, r, old]).sum(axis=2) + buffer
-    slo = base_slo[:, None] + (p.slo_coef[:, r, c] - p.slo_coef[:, r, old]).sum(axis=2) + stall
-    fetched = p.fetched[rows, base].sum() + (p.fetched[r, c] - p.fetched[r, old]).sum(axis=1)
-    holds = (mem <= p.mem_cap[:, None]) & (slo <= p.slo_cap[:, None])
-    held = np.cumprod(holds, axis=0).sum(axis=0)
-    objective = (
-        p.stall_weight * stall.astype(np.float64)
-        + p.window_weight * (p.num_windows - held).astype(np.float64)
-        + fetched
-    )
-    objective[held == 0] = np.inf
-    choice = np.repeat(base[None, :], len(changes), axis=0)
-    choice[np.arange(len(changes))[:, None], r] = c
-    return _Moves(choice, objective, mem[0] - p.mem_cap[0], stall)
-
-
-def _single_changes(p: OffloadProblem) -> IntArray:
-    r, c = np.meshgrid(np.arange(p.num_requests), np.arange(p.num_choices), indexing="ij")
-    return np.stack((r.ravel(), c.ravel()), axis=1)[:, None, :].astype(np.int64)
-
-
-def stall_greedy(problem: OffloadProblem, deadline: float = math.inf) -> IntArray:
-    """A start that minds the stall (on the surrogate): from nothing
-    offloaded, while window 0's memory row does not hold, take the single
-    move (to any pattern) that adds the least stall per block it frees (fewer
-    fetched blocks breaking ties); the first feasible single move ends it."""
+def stall_greedy(problem: OffloadProblem) -> IntArray:
+    """A start that minds the stall on the surrogate (local_search.py)."""
     p = problem
-    choice = np.zeros(p.num_requests, dtype=np.int64)
-    if math.isfinite(float(p.evaluate_surrogate(choice).objective[0])):
-        return choice
-    changes = _single_changes(p)
-    fetched = p.fetched[changes[:, 0, 0], changes[:, 0, 1]].astype(np.float64)
-    for _ in range(p.num_requests * p.num_choices):
-        m = _moves(p, choice, changes)
-        stay = np.array([[[0, choice[0]]]], dtype=np.int64)  # choice itself
-        if np.isfinite(m.objective).any():
-            found: IntArray = m.choice[int(np.argmin(m.objective))]
-            return found
-        here = _moves(p, choice, stay)
-        if here.mem_excess[0] <= 0 or time.perf_counter() > deadline:
-            break
-        freed = here.mem_excess[0] - m.mem_excess
-        added = (m.stall - here.stall[0]).astype(np.float64)
-        own = fetched - p.fetched[changes[:, 0, 0], choice[changes[:, 0, 0]]]
-        score = np.where(freed > 0, (added + 1e-6 * own) / np.maximum(freed, 1), np.inf)
-        if not np.isfinite(score).any():
-            break
-        choice = m.choice[int(np.argmin(score))]
+    choice: IntArray = compiled_stall_greedy(
+        p.blocks,
+        p.layers_of,
+        p.count,
+        p.fetched,
+        p.hidden,
+        p.mem_coef,
+        p.mem_cap,
+        p.slo_coef,
+        p.slo_cap,
+        p.stall_weight,
+        p.window_weight,
+    )
     return choice
-
-
-def _pair_changes(current: IntArray, num_choices: int) -> IntArray:
-    """Moves of two requests at once: r one pattern up, s one pattern down."""
-    up = np.flatnonzero(current < num_choices - 1)
-    down = np.flatnonzero(current > 0)
-    r, s = np.meshgrid(up, down, indexing="ij")
-    keep = (r != s).ravel()
-    r, s = r.ravel()[keep], s.ravel()[keep]
-    changes: IntArray = np.stack(
-        (np.stack((r, current[r] + 1), axis=1), np.stack((s, current[s] - 1), axis=1)), axis=1
-    ).astype(np.int64)
-    return changes
-
-
-def _improve(p: OffloadProblem, best: _Best, changes: IntArray, work: _Work) -> bool:
-    """Evaluate the moves from best.choice exactly, those the surrogate
-    rates best first, in chunks; take the best of the first chunk that
-    improves. Moves that break window 0's memory row are not evaluated."""
-    assert best.choice is not None
-    if not len(changes):
-        return False
-    m = _moves(p, best.choice, changes)
-    fits = np.flatnonzero(m.mem_excess <= 0)
-    if not fits.size:
-        return False
-    ranked = fits[np.argsort(m.objective[fits], kind="stable")]
-    chunk = max(MIN_CHUNK, CHUNK_PER_REQUEST * p.num_requests)
-    for start in range(0, ranked.size, chunk):
-        if work.spent():
-            return False
-        rows = m.choice[ranked[start : start + chunk]]
-        ev = p.evaluate(rows)
-        work.nodes += len(rows)
-        i = ev.best()
-        if best.offer(rows[i], float(ev.objective[i]), float(ev.tiebreak[i])):
-            return True
-    return False
-
-
-def _local_search(p: OffloadProblem, best: _Best, work: _Work) -> None:
-    """Single moves, then pair moves, under the exact model, until neither
-    improves or the work runs out."""
-    singles = _single_changes(p)
-    for _ in range(MAX_ROUNDS):
-        if work.spent():
-            return
-        assert best.choice is not None
-        if _improve(p, best, singles, work):
-            continue
-        if not _improve(p, best, _pair_changes(best.choice, p.num_choices), work):
-            return

@@ -1,5 +1,6 @@
 """Compiled step-latency kernels for the layer-offload search (DESIGN.md §3.2):
-the exact event model and a lower bound on it, for many assignments per call.
+the exact event model, one assignment at a time or many per call, and a
+lower bound on it.
 
 numba compiles them when it is installed (a dependency; the compiled code is
 cached next to this file); without it the same functions run as plain Python,
@@ -9,10 +10,12 @@ readable reference of the exact model and the tests hold the two equal.
 Assignments are given as pattern indices: request r takes pattern
 choices[n, r], whose offloaded layers are layers_of[c, :count[c]] (ascending).
 
-- exact_latencies: the event model of event_model.py (a request's next fetch
+- step_latency: the event model of event_model.py (a request's next fetch
   is released when its previous offloaded layer has been computed, its first
-  at time 0; active fetches share the link equally), with the active fetches
-  in a binary heap keyed by the service at which each finishes.
+  at time 0; active fetches share the link equally) for one assignment, with
+  the active fetches in a binary heap keyed by the service at which each
+  finishes; it stops early once the step must end past a given limit (the
+  local search's comparisons). exact_latencies: it for many assignments.
 - relaxed_latencies: a lower bound on that latency for every schedule of the
   link, fair sharing included. A fetch released at the end of layer m (or at
   0) cannot start before then, every fetch for layers <= l is done before
@@ -36,22 +39,32 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 F = TypeVar("F", bound=Callable[..., Any])
 
+# step_latency stops only when the partial sums pass its limit by more than
+# this fraction (they round differently from the full sum).
+STOP_RTOL = 1e-9
+
 try:
     import numba
 
     COMPILED = True
 
-    def _jit(function: F) -> F:
+    def jit(function: F) -> F:
         return cast(F, numba.njit(cache=True, nogil=True)(function))
+
+    def jit_with_gil(function: F) -> F:
+        """For a function with an object-mode block (which needs the GIL)."""
+        return cast(F, numba.njit(cache=True)(function))
 
 except ImportError:  # pragma: no cover - numba is a dependency
     COMPILED = False
 
-    def _jit(function: F) -> F:
+    def jit(function: F) -> F:
         return function
 
+    jit_with_gil = jit
 
-@_jit
+
+@jit
 def _push(heap_v: Any, heap_r: Any, size: int, value: float, request: int) -> int:
     i = size
     while i > 0:
@@ -66,7 +79,7 @@ def _push(heap_v: Any, heap_r: Any, size: int, value: float, request: int) -> in
     return size + 1
 
 
-@_jit
+@jit
 def _pop(heap_v: Any, heap_r: Any, size: int) -> int:
     size -= 1
     value = heap_v[size]
@@ -89,74 +102,134 @@ def _pop(heap_v: Any, heap_r: Any, size: int) -> int:
     return size
 
 
-@_jit
+@jit
+def step_latency(  # noqa: PLR0917
+    comp: Any,
+    remaining: Any,
+    bandwidth: float,
+    blocks: Any,
+    layers_of: Any,
+    count: Any,
+    choice: Any,
+    limit: float,
+    scratch: Any,
+) -> float:
+    """The exact step latency of one assignment choice (R,); +inf as soon as
+    it must exceed `limit` (by more than float rounding, STOP_RTOL). At the
+    start of layer l (time t) the step ends no earlier than t + remaining[l]
+    (remaining[l] = comp[l:].sum()), nor before the blocks not yet moved have
+    crossed the link and the last offloaded layer m has run:
+    t + pending / B + remaining[m]. scratch: step_scratch(R, L)."""
+    heap_v, heap_r, released, target, unfinished, bucket, link = scratch
+    limit = limit * (1 + STOP_RTOL)
+    num_r = choice.shape[0]
+    num_l = comp.shape[0]
+    unfinished[:num_l] = 0
+    bucket[: num_l + 1] = -1
+    size = 0
+    now = 0.0
+    service = 0.0
+    pending = 0.0  # blocks not yet moved
+    last = -1  # the last offloaded layer
+    for r in range(num_r):
+        c = choice[r]
+        for j in range(count[c]):
+            unfinished[layers_of[c, j]] += 1
+        released[r] = 0
+        if count[c] > 0:
+            link[r] = bucket[0]
+            bucket[0] = r
+            pending += blocks[r] * count[c]
+            last = max(last, layers_of[c, count[c] - 1])
+    for layer in range(num_l):
+        r = bucket[layer]
+        while r >= 0:
+            following = link[r]
+            c = choice[r]
+            j = released[r]
+            target[r] = layers_of[c, j]
+            released[r] = j + 1
+            size = _push(heap_v, heap_r, size, service + blocks[r], r)
+            if j + 1 < count[c]:
+                after = layers_of[c, j] + 1
+                link[r] = bucket[after]
+                bucket[after] = r
+            r = following
+        while unfinished[layer] > 0:
+            done = heap_v[0]
+            r = heap_r[0]
+            now += (done - service) * size / bandwidth
+            pending -= (done - service) * size
+            service = done
+            size = _pop(heap_v, heap_r, size)
+            unfinished[target[r]] -= 1
+        if now + remaining[layer] > limit:
+            return np.inf
+        if layer <= last and now + pending / bandwidth + remaining[last] > limit:
+            return np.inf
+        end = now + comp[layer]
+        while size > 0:
+            done = heap_v[0]
+            finish = now + (done - service) * size / bandwidth
+            if finish > end:
+                pending -= (end - now) * bandwidth
+                service += (end - now) * bandwidth / size
+                break
+            now = finish
+            pending -= (done - service) * size
+            service = done
+            r = heap_r[0]
+            size = _pop(heap_v, heap_r, size)
+            unfinished[target[r]] -= 1
+        now = end
+    return now
+
+
+@jit
+def step_scratch(num_r: int, num_l: int) -> Any:
+    """Work arrays for step_latency: a heap of fetches (finish service,
+    request), per request the fetches released and the layer in flight, per
+    layer the fetches unfinished, and per layer the requests whose next fetch
+    is released before it (linked lists)."""
+    size = max(num_r, 1)
+    return (
+        np.empty(size),
+        np.empty(size, np.int64),
+        np.zeros(size, np.int64),
+        np.zeros(size, np.int64),
+        np.zeros(num_l + 1, np.int64),
+        np.full(num_l + 1, -1, np.int64),
+        np.full(size, -1, np.int64),
+    )
+
+
+@jit
+def remaining_compute(comp: Any) -> Any:
+    """remaining[l] = comp[l:].sum() (remaining[L] = 0)."""
+    num_l = comp.shape[0]
+    out = np.zeros(num_l + 1)
+    for layer in range(num_l - 1, -1, -1):
+        out[layer] = out[layer + 1] + comp[layer]
+    return out
+
+
+@jit
 def exact_latencies(  # noqa: PLR0917
     comp: Any, bandwidth: float, blocks: Any, layers_of: Any, count: Any, choices: Any
 ) -> Any:
     """(N,) exact step latency of each row of choices (N, R)."""
     num, num_r = choices.shape
-    num_l = comp.shape[0]
     out = np.empty(num)
-    heap_v = np.empty(max(num_r, 1))
-    heap_r = np.empty(max(num_r, 1), np.int64)
-    released = np.zeros(num_r, np.int64)  # fetches released so far
-    target = np.zeros(num_r, np.int64)  # layer of the fetch in flight
-    unfinished = np.zeros(num_l, np.int64)
-    bucket = np.full(num_l + 1, -1, np.int64)  # requests whose next release is before layer l
-    link = np.full(num_r, -1, np.int64)
+    scratch = step_scratch(num_r, comp.shape[0])
+    remaining = remaining_compute(comp)
     for n in range(num):
-        unfinished[:] = 0
-        bucket[:] = -1
-        size = 0
-        now = 0.0
-        service = 0.0
-        for r in range(num_r):
-            c = choices[n, r]
-            for j in range(count[c]):
-                unfinished[layers_of[c, j]] += 1
-            released[r] = 0
-            if count[c] > 0:
-                link[r] = bucket[0]
-                bucket[0] = r
-        for layer in range(num_l):
-            r = bucket[layer]
-            while r >= 0:
-                following = link[r]
-                c = choices[n, r]
-                j = released[r]
-                target[r] = layers_of[c, j]
-                released[r] = j + 1
-                size = _push(heap_v, heap_r, size, service + blocks[r], r)
-                if j + 1 < count[c]:
-                    after = layers_of[c, j] + 1
-                    link[r] = bucket[after]
-                    bucket[after] = r
-                r = following
-            while unfinished[layer] > 0:
-                done = heap_v[0]
-                r = heap_r[0]
-                now += (done - service) * size / bandwidth
-                service = done
-                size = _pop(heap_v, heap_r, size)
-                unfinished[target[r]] -= 1
-            end = now + comp[layer]
-            while size > 0:
-                done = heap_v[0]
-                finish = now + (done - service) * size / bandwidth
-                if finish > end:
-                    service += (end - now) * bandwidth / size
-                    break
-                now = finish
-                service = done
-                r = heap_r[0]
-                size = _pop(heap_v, heap_r, size)
-                unfinished[target[r]] -= 1
-            now = end
-        out[n] = now
+        out[n] = step_latency(
+            comp, remaining, bandwidth, blocks, layers_of, count, choices[n], np.inf, scratch
+        )
     return out
 
 
-@_jit
+@jit
 def score_assignments(  # noqa: PLR0917
     comp: Any,
     bandwidth: float,
@@ -209,7 +282,7 @@ def score_assignments(  # noqa: PLR0917
     return latency, held, fetched, buffer
 
 
-@_jit
+@jit
 def relaxed_latencies(  # noqa: PLR0917
     comp: Any,
     bandwidth: float,

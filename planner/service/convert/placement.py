@@ -27,11 +27,10 @@ from planner.policies.aqua.placer import DEFAULT_TIME_LIMIT_S
 from planner.policies.aqua.roles import DEFAULT_ATTAINMENT
 from planner.profiles import find_hardware, find_model
 from planner.profiles.errors import ProfileError
-from planner.replay.oracle import DEFAULT_DURATION_S
-from planner.replay.setup import ReplayKnobs, build_setup
 from planner.service.convert.checks import finite, non_negative, positive
-from planner.service.errors import InvalidArgumentError
+from planner.service.errors import FailedPreconditionError, InvalidArgumentError
 from planner.service.limits import MAX_ID_LENGTH
+from planner.service.role_oracles import RoleOracles
 from planner.v1 import common_pb2, placement_pb2, solver_pb2
 
 MAX_BYTES = 1 << 62
@@ -126,19 +125,24 @@ class ReplayRoleParams:
     # Deployment id -> MODEL@HARDWARE, for those with replay_profile.
     profiles: dict[str, str]
     attainment: float = DEFAULT_ATTAINMENT
-    duration_s: float = DEFAULT_DURATION_S
+    # None: the oracle's default.
+    duration_s: float | None = None
     seed: int = 0
 
 
-def _replay_profile(field: str, name: str) -> str:
+def _replay_profile(field: str, name: str, oracles: RoleOracles | None) -> str:
     """A built-in MODEL@HARDWARE name (no files: the service reads none)."""
     model, sep, hardware = name.partition("@")
     if not sep or find_model(model) is None or find_hardware(hardware) is None:
         raise InvalidArgumentError(
             field, f"expected a built-in MODEL@HARDWARE profile name, got {name[:200]!r}"
         )
+    if oracles is None:
+        raise FailedPreconditionError(
+            field, "this server was started without the replay oracle (planner serve has it)"
+        )
     try:
-        build_setup(name, ReplayKnobs())
+        oracles.check(name)
     except ProfileError as exc:
         raise InvalidArgumentError(field, str(exc)) from None
     return name
@@ -151,8 +155,8 @@ def replay_roles_from_proto(msg: placement_pb2.ClassifyRolesRequest) -> ReplayRo
     attainment = p.attainment if p.HasField("attainment") else DEFAULT_ATTAINMENT
     if not 0 < attainment <= 1:
         raise InvalidArgumentError("params.attainment", f"must be in (0, 1], got {attainment}")
-    duration = p.replay_duration_s if p.HasField("replay_duration_s") else DEFAULT_DURATION_S
-    if not 0 < duration <= MAX_REPLAY_DURATION_S:
+    duration = p.replay_duration_s if p.HasField("replay_duration_s") else None
+    if duration is not None and not 0 < duration <= MAX_REPLAY_DURATION_S:
         raise InvalidArgumentError(
             "params.replay_duration_s",
             f"must be in (0, {MAX_REPLAY_DURATION_S:g}], got {duration}",
@@ -168,8 +172,9 @@ def replay_roles_from_proto(msg: placement_pb2.ClassifyRolesRequest) -> ReplayRo
 
 
 def roles_request_from_proto(
-    msg: placement_pb2.ClassifyRolesRequest,
+    msg: placement_pb2.ClassifyRolesRequest, oracles: RoleOracles | None
 ) -> tuple[list[DeploymentProfile], RoleConfig]:
+    """oracles: what runs the deployments that name a replay_profile."""
     if len(msg.deployments) > MAX_DEPLOYMENTS:
         raise InvalidArgumentError("deployments", f"more than {MAX_DEPLOYMENTS}")
     p = msg.params
@@ -202,7 +207,7 @@ def roles_request_from_proto(
                 f"{f}", "needs exactly one of batch_curve, rate_curve and replay_profile"
             )
         if has_replay:
-            _replay_profile(f"{f}.replay_profile", d.replay_profile)
+            _replay_profile(f"{f}.replay_profile", d.replay_profile, oracles)
         if len(d.batch_curve) + len(d.rate_curve) > MAX_CURVE_POINTS:
             raise InvalidArgumentError(f"{f}", f"more than {MAX_CURVE_POINTS} curve points")
         batch = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from planner.domain.serverless import (
     ChunkChoice,
@@ -12,10 +13,14 @@ from planner.domain.serverless import (
     MigSlice,
     PlacementParams,
     PlacementPlan,
+    PreemptionParams,
     RouteDecision,
+    ScheduledRoute,
     ServerlessModel,
     SliceState,
+    WaitingModel,
 )
+from planner.policies.serverless.routing import check_slices
 from planner.policies.serverless.tuner import KnobDecision, TunerParams, TunerState
 from planner.profiles import MODEL_PROFILES, ModelProfile, find_model
 from planner.profiles.c2c_cost import ChunkRow
@@ -27,6 +32,7 @@ from planner.v1 import common_pb2, serverless_pb2, solver_pb2
 
 MAX_MODELS = 10_000
 MAX_SLICES = 64
+MAX_MODELS_PER_SLICE = 16
 MAX_CHUNK_ROWS = 1024
 MAX_TOKENS = 1 << 24
 DEFAULT_TIME_LIMIT_S = 0.2
@@ -279,31 +285,26 @@ def placement_plan_to_proto(plan: PlacementPlan) -> serverless_pb2.PlanModelPlac
     return out
 
 
-def route_request_from_proto(
-    msg: serverless_pb2.RouteRequest,
-) -> tuple[ServerlessModel, list[SliceState], float, float]:
-    """(model, slices, priority, link budget)."""
-    model = model_from_proto("model", msg.model)
-    finite("priority", msg.priority)
-    if len(msg.slices) > MAX_SLICES:
-        raise InvalidArgumentError("slices", f"at most {MAX_SLICES} slices, got {len(msg.slices)}")
-    if not msg.slices:
-        raise InvalidArgumentError("slices", "at least one slice is needed")
-    seen: set[str] = set()
+def _slice_states(
+    field: str, msgs: Sequence[serverless_pb2.SliceStatus], max_models_per_slice: int
+) -> list[SliceState]:
+    if len(msgs) > MAX_SLICES * MAX_MODELS_PER_SLICE:
+        raise InvalidArgumentError(field, f"at most {MAX_SLICES} slices, got {len(msgs)}")
+    if not msgs:
+        raise InvalidArgumentError(field, "at least one slice is needed")
     states = []
-    for i, s in enumerate(msg.slices):
-        path = f"slices[{i}]"
+    for i, s in enumerate(msgs):
+        path = f"{field}[{i}]"
         sid = _id(f"{path}.slice.id", s.slice.id)
-        if sid in seen:
-            raise InvalidArgumentError(f"{path}.slice.id", f"duplicate slice id {sid!r}")
-        seen.add(sid)
         non_negative(f"{path}.model_c2c_gbps", s.model_c2c_gbps)
         finite(f"{path}.model_priority", s.model_priority)
         finite(f"{path}.last_used_s", s.last_used_s)
+        finite(f"{path}.active_since_s", s.active_since_s)
         if s.in_flight < 0:
             raise InvalidArgumentError(f"{path}.in_flight", f"must be >= 0, got {s.in_flight}")
         if not s.model and s.in_flight:
             raise InvalidArgumentError(f"{path}.in_flight", "an idle slice has nothing in flight")
+        slack = finite(f"{path}.slack_s", s.slack_s) if s.HasField("slack_s") else math.inf
         states.append(
             SliceState(
                 id=sid,
@@ -313,10 +314,118 @@ def route_request_from_proto(
                 model_priority=s.model_priority,
                 in_flight=s.in_flight,
                 last_used_s=s.last_used_s,
+                active_since_s=s.active_since_s,
+                slack_s=slack,
             )
         )
+    try:
+        check_slices(states, max_models_per_slice)
+    except ValueError as exc:
+        raise InvalidArgumentError(field, str(exc)) from None
+    return states
+
+
+def _models_per_slice(field: str, value: int) -> int:
+    if not 0 <= value <= MAX_MODELS_PER_SLICE:
+        raise InvalidArgumentError(field, f"must be in [0, {MAX_MODELS_PER_SLICE}], got {value}")
+    return max(1, value)
+
+
+def preemption_from_proto(field: str, msg: serverless_pb2.Preemption) -> PreemptionParams:
+    for name in ("min_hold_s", "victim_slack_s", "starve_after_s"):
+        non_negative(f"{field}.{name}", getattr(msg, name))
+    finite(f"{field}.urgent_slack_s", msg.urgent_slack_s)
+    return PreemptionParams(
+        min_hold_s=msg.min_hold_s,
+        urgent_slack_s=msg.urgent_slack_s,
+        victim_slack_s=msg.victim_slack_s,
+        starve_after_s=msg.starve_after_s,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RouteCall:
+    """A RouteRequest, checked: route_request's arguments."""
+
+    model: ServerlessModel
+    slices: list[SliceState]
+    priority: float
+    link_budget_gbps: float
+    now_s: float
+    waited_s: float
+    slack_s: float
+    preemption: PreemptionParams | None
+    max_models_per_slice: int
+
+
+def route_request_from_proto(msg: serverless_pb2.RouteRequest) -> RouteCall:
+    model = model_from_proto("model", msg.model)
+    finite("priority", msg.priority)
+    per_slice = _models_per_slice("max_models_per_slice", msg.max_models_per_slice)
+    states = _slice_states("slices", msg.slices, per_slice)
     gbps, cap = link_from_proto("link", msg.link)
-    return model, states, msg.priority, gbps * cap
+    return RouteCall(
+        model=model,
+        slices=states,
+        priority=msg.priority,
+        link_budget_gbps=gbps * cap,
+        now_s=finite("now_s", msg.now_s),
+        waited_s=non_negative("waited_s", msg.waited_s),
+        slack_s=finite("slack_s", msg.slack_s) if msg.HasField("slack_s") else math.inf,
+        preemption=(
+            preemption_from_proto("preemption", msg.preemption)
+            if msg.HasField("preemption")
+            else None
+        ),
+        max_models_per_slice=per_slice,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleCall:
+    """A ScheduleWaitingRequest, checked: schedule_waiting's arguments."""
+
+    waiting: list[WaitingModel]
+    slices: list[SliceState]
+    link_budget_gbps: float
+    now_s: float
+    preemption: PreemptionParams | None
+    max_models_per_slice: int
+
+
+def schedule_request_from_proto(msg: serverless_pb2.ScheduleWaitingRequest) -> ScheduleCall:
+    if len(msg.waiting) > MAX_MODELS:
+        raise InvalidArgumentError(
+            "waiting", f"at most {MAX_MODELS} models, got {len(msg.waiting)}"
+        )
+    now = finite("now_s", msg.now_s)
+    waiting = []
+    seen: set[str] = set()
+    for i, w in enumerate(msg.waiting):
+        path = f"waiting[{i}]"
+        model = model_from_proto(f"{path}.model", w.model)
+        if model.name in seen:
+            raise InvalidArgumentError(f"{path}.model.name", f"duplicate model {model.name!r}")
+        seen.add(model.name)
+        finite(f"{path}.priority", w.priority)
+        since = finite(f"{path}.waiting_since_s", w.waiting_since_s)
+        if since > now:
+            raise InvalidArgumentError(
+                f"{path}.waiting_since_s", f"must be <= now_s ({now}), got {since}"
+            )
+        if w.requests <= 0:
+            raise InvalidArgumentError(f"{path}.requests", f"must be > 0, got {w.requests}")
+        slack = finite(f"{path}.slack_s", w.slack_s) if w.HasField("slack_s") else math.inf
+        waiting.append(WaitingModel(model, w.priority, since, w.requests, slack))
+    per_slice = _models_per_slice("max_models_per_slice", msg.max_models_per_slice)
+    states = _slice_states("slices", msg.slices, per_slice)
+    gbps, cap = link_from_proto("link", msg.link)
+    preemption = (
+        preemption_from_proto("preemption", msg.preemption)
+        if msg.HasField("preemption") and not msg.no_preempt
+        else None
+    )
+    return ScheduleCall(waiting, states, gbps * cap, now, preemption, per_slice)
 
 
 _ACTIONS = {
@@ -324,6 +433,7 @@ _ACTIONS = {
     "idle": serverless_pb2.ROUTE_ACTION_IDLE,
     "evict": serverless_pb2.ROUTE_ACTION_EVICT,
     "queue": serverless_pb2.ROUTE_ACTION_QUEUE,
+    "share": serverless_pb2.ROUTE_ACTION_SHARE,
 }
 
 
@@ -335,6 +445,19 @@ def route_decision_to_proto(d: RouteDecision) -> serverless_pb2.RouteResponse:
         link_demand_gbps=d.link_demand_gbps,
         link_budget_gbps=d.link_budget_gbps,
         reason=d.reason,
+        preempts=d.preempts,
+        eviction=d.eviction,
+    )
+
+
+def schedule_to_proto(
+    routes: Sequence[ScheduledRoute],
+) -> serverless_pb2.ScheduleWaitingResponse:
+    return serverless_pb2.ScheduleWaitingResponse(
+        routes=[
+            serverless_pb2.ModelRoute(model=r.model, decision=route_decision_to_proto(r.decision))
+            for r in routes
+        ]
     )
 
 

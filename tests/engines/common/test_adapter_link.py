@@ -14,6 +14,7 @@ from planner.adapters.common.link import PlannerLink, PlanPipeline
 from planner.adapters.common.snapshot import build_rotation_request
 from prometheus_client import CollectorRegistry
 
+import planner.in_process.service as in_process_service
 from planner.v1 import common_pb2
 
 NOW_S = 100.0
@@ -107,19 +108,17 @@ def test_counters_export_prometheus_metrics(views, pools):
 @pytest.fixture
 def stuck_in_process(monkeypatch):
     """In-process mode whose handler blocks until the test releases it."""
-    import planner.service.methods as methods
-
     release = threading.Event()
     # Set once a call is inside the handler.
     release.entered = threading.Event()
-    real = methods.handle
+    real = in_process_service.handle
 
     def handle(rpc, request, ctx):
         release.entered.set()
         release.wait()
         return real(rpc, request, ctx)
 
-    monkeypatch.setattr(methods, "handle", handle)
+    monkeypatch.setattr(in_process_service, "handle", handle)
     yield release
     release.set()
 

@@ -20,7 +20,7 @@ from planner.adapters.sglang.config import ConfigError, PluginConfig
 from planner.adapters.vllm.settings import PlannerSettings
 
 from planner.service.server import PlannerServer, ServerConfig
-from planner.service.tls import ServerTls
+from planner.tls import ServerTls
 
 TOKEN = "s3cret-token"
 NOW_S = 100.0

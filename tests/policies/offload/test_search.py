@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ortools.sat.python import cp_model
 from planner.solvers import Backend, Status, solve
 
 from planner.domain.offload import DecodeBatch, OffloadInputs, OffloadParams, PlanSource
@@ -76,7 +77,8 @@ def test_branch_and_bound_equals_enumeration_on_the_exact_model(case):
     blocks = sum(-(-t // 16) for t in tokens) * layers
     inputs = make_inputs(layers, max(int(blocks * fill), 1), max_window_steps=8)
     problem, _ = problem_of(batch, inputs)
-    choice, best, tie = problem.enumerate()
+    found = problem.enumerate()
+    choice, best, tie = found.choice, found.latency, found.tiebreak
     result = branch_and_bound(problem, time_limit_s=30.0)
     if choice is None:
         assert result.status is Status.INFEASIBLE and result.choice is None
@@ -235,6 +237,43 @@ def test_the_surrogate_ilp_plan_is_scored_on_the_exact_model():
     assert plan.solve.backend is Backend.CPSAT and plan.solve.best_bound is None
     assert plan.solve.objective == pytest.approx(plan.predicted_step_s, rel=1e-12)
     assert plan.solve.objective >= exact.solve.objective * (1 - 1e-12)
+
+
+def test_enumeration_stops_when_asked_with_the_best_so_far():
+    batch = make_batch([900, 300, 1200], [0, 2, 0], 0.2)
+    problem, _ = problem_of(batch, make_inputs(8, 1000, max_window_steps=16))
+    whole = problem.enumerate(chunk=4)
+    assert whole.complete and whole.tried == problem.enumeration_size()
+    asked = []
+
+    def stop_after_two_chunks() -> bool:
+        asked.append(True)
+        return len(asked) >= 2
+
+    part = problem.enumerate(chunk=4, stop=stop_after_two_chunks)
+    assert not part.complete and part.tried == 8
+    first_eight = problem.enumerate(chunk=8, stop=lambda: True)
+    assert first_eight.tried == 8
+    assert part.latency == first_eight.latency and part.latency >= whole.latency
+
+
+def test_ilp_backends_take_a_work_limit(monkeypatch):
+    seen = []
+    original = cp_model.CpSolver.solve
+
+    def spy(self, model, *args, **kwargs):
+        seen.append(self.parameters.max_deterministic_time)
+        return original(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", spy)
+    batch = make_batch([900, 300, 1200], [0, 2, 0], 0.2)
+    plan = plan_layer_offload(
+        batch, make_inputs(8, 1000, backend=Backend.CPSAT, ilp_work_limit=5.0)
+    )
+    assert plan.solve.backend is Backend.CPSAT and plan.solve.status is Status.OPTIMAL
+    assert seen == [5.0]
+    with pytest.raises(ValueError, match="ilp_work_limit"):
+        OffloadParams(ilp_work_limit=0.0)
 
 
 def test_backend_names_are_typed():

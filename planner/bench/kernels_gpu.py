@@ -5,7 +5,7 @@ device, then times it, and writes ``kernels.json`` and a hardware profile
 
 On a GPU machine, in one go::
 
-    python -m planner.kernels.bench_gpu --out "$OUT"
+    python -m planner.bench.kernels_gpu --out "$OUT"
 
 ``--smoke`` runs the same code paths with tiny sizes on whatever device there
 is (CPU included: host timers, Triton through its interpreter) for the tests.
@@ -39,15 +39,19 @@ from typing import Any
 
 import torch
 
-from planner.domain.rotation import CopyDirection, TransferBatch
-
-from .duplex import DuplexEngine, Method
-from .extents import make_batch
-from .hybrid_gemm import hybrid_gemm_reference
-from .layout import KVLayout, KVShape, allocate, to_layer_first
-from .transfer_naive import copy_per_block, copy_per_segment
-from .transfer_ref import run_batch_reference
-from .triton_support import can_run
+from planner.kernels.duplex import DuplexEngine, Method
+from planner.kernels.extents import make_batch
+from planner.kernels.harness import RotationEvent, run_decode
+from planner.kernels.hybrid_gemm import hybrid_gemm_reference
+from planner.kernels.layout import KVLayout, KVShape, allocate, to_layer_first
+from planner.kernels.pack import gather_reference, pack_layout
+from planner.kernels.tiny_model import TinyConfig, TinyTransformer
+from planner.kernels.transfer_batch import CopyDirection, TransferBatch
+from planner.kernels.transfer_memcpy import memcpy_batch_available
+from planner.kernels.transfer_naive import copy_per_block, copy_per_segment
+from planner.kernels.transfer_ref import run_batch_reference
+from planner.kernels.triton_support import can_run
+from planner.profiles.loading import loads_profile
 
 GB = 1e9
 MiB = 1 << 20
@@ -234,8 +238,6 @@ def table1(device: torch.device, sizes: Sizes, clock: Clock) -> dict[str, Any]:
 
     methods = [Method.TRITON] if can_run(gpu, cpu) else []
     if device.type == "cuda":
-        from .transfer_memcpy import memcpy_batch_available
-
         if memcpy_batch_available():
             methods.insert(0, Method.MEMCPY_BATCH)
     else:
@@ -270,7 +272,7 @@ def _run(engine: DuplexEngine, batches: list[TransferBatch]) -> None:
 
 
 def hybrid(device: torch.device, sizes: Sizes, clock: Clock) -> list[dict[str, Any]]:
-    from .triton_gemm import hybrid_gemm
+    from planner.kernels.triton_gemm import hybrid_gemm  # noqa: PLC0415 - triton is optional
 
     rows = []
     dtype = torch.bfloat16
@@ -304,9 +306,6 @@ def hybrid(device: torch.device, sizes: Sizes, clock: Clock) -> list[dict[str, A
 
 def checks(device: torch.device) -> dict[str, str]:
     """Every kernel against its reference on this device."""
-    from .harness import RotationEvent, run_decode
-    from .pack import gather_reference, pack_layout
-    from .tiny_model import TinyConfig, TinyTransformer
 
     out: dict[str, str] = {}
 
@@ -332,16 +331,13 @@ def checks(device: torch.device) -> dict[str, str]:
     methods = [Method.REFERENCE, Method.PER_EXTENT]
     if can_run(gpu, cpu):
         methods.append(Method.TRITON)
-    if device.type == "cuda":
-        from .transfer_memcpy import memcpy_batch_available
-
-        if memcpy_batch_available():
-            methods.append(Method.MEMCPY_BATCH)
+    if device.type == "cuda" and memcpy_batch_available():
+        methods.append(Method.MEMCPY_BATCH)
     for method in methods:
         check(f"blocks_{method.value}", partial(blocks, method))
 
     def packed() -> bool:
-        from .triton_pack import gather
+        from planner.kernels.triton_pack import gather  # noqa: PLC0415 - triton is optional
 
         ts = [torch.randn(s, device=device) for s in (3, 700, 64)]
         lay = pack_layout(ts)
@@ -403,11 +399,11 @@ def profile_json(
     return {
         "format": "planner-profile/1",
         "name": ("smoke-" if smoke else "") + name.lower().replace(" ", "-"),
-        "description": "Measured by planner.kernels.bench_gpu"
+        "description": "Measured by planner.bench.kernels_gpu"
         + (" in smoke mode (tiny sizes; not a real measurement)" if smoke else ""),
         "provenance": {
             "kind": "measured",
-            "tool": "python -m planner.kernels.bench_gpu" + (" --smoke" if smoke else ""),
+            "tool": "python -m planner.bench.kernels_gpu" + (" --smoke" if smoke else ""),
             "device": name,
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
         },
@@ -496,7 +492,6 @@ def main(argv: list[str] | None = None) -> int:
     facts = compute_facts(device, clock, args.smoke)
     report["compute"] = facts
     profile = profile_json(device, sweep, facts, args.smoke)
-    from planner.profiles.loading import loads_profile
 
     loads_profile(json.dumps(profile))
     args.out.mkdir(parents=True, exist_ok=True)

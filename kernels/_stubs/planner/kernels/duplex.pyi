@@ -1,0 +1,1 @@
+from kernels.duplex import *  # noqa: F403

@@ -1,0 +1,1 @@
+from kernels.extents import *  # noqa: F403

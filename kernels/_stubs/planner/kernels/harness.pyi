@@ -1,0 +1,1 @@
+from kernels.harness import *  # noqa: F403

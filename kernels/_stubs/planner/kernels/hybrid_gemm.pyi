@@ -1,0 +1,1 @@
+from kernels.hybrid_gemm import *  # noqa: F403

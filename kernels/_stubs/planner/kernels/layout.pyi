@@ -1,0 +1,1 @@
+from kernels.layout import *  # noqa: F403

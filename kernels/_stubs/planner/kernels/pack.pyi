@@ -1,0 +1,1 @@
+from kernels.pack import *  # noqa: F403

@@ -1,0 +1,1 @@
+from kernels.tiny_model import *  # noqa: F403

@@ -1,0 +1,1 @@
+from kernels.transfer_batch import *  # noqa: F403

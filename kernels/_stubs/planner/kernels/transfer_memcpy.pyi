@@ -1,0 +1,1 @@
+from kernels.transfer_memcpy import *  # noqa: F403

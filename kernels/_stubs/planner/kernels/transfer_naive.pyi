@@ -1,0 +1,1 @@
+from kernels.transfer_naive import *  # noqa: F403

@@ -1,0 +1,1 @@
+from kernels.triton_gemm import *  # noqa: F403

@@ -1,0 +1,1 @@
+from kernels.triton_pack import *  # noqa: F403

@@ -1,0 +1,1 @@
+from kernels.triton_support import *  # noqa: F403

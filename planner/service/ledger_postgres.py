@@ -1,0 +1,336 @@
+"""The lease ledger's rows in PostgreSQL (planner.service.postgres_database),
+shared by every planner replica on the same database: the tables of
+planner.service.postgres_schema, the same statements as the SQLite backend
+(planner.service.ledger_sqlite), ids as UTF-8 bytes.
+
+A change of a pool holds the pool's advisory lock around one SERIALIZABLE
+transaction: calls of one pool, from any replica, apply one after another,
+and any transaction the database cannot serialize (two pools' rows on one
+index page, say) is rolled back and run again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TypeVar
+
+import psycopg
+
+from planner.domain.placement import Lease, LeaseState, ProducerAccount, Reclaim
+from planner.service.ledger_rows import LedgerTransaction, PoolCounters, PoolRows, RecordedCall
+from planner.service.postgres_database import LEDGER_POOL_LOCK, LockKey, PostgresDatabase
+
+T = TypeVar("T")
+
+_PRODUCER_COLUMNS = (
+    "producer_id, server_id, offered_bytes, leased_bytes, offered_total_bytes, returned_total_bytes"
+)
+_LEASE_COLUMNS = (
+    "lease_id, producer_id, consumer_id, bytes, state, created_s, reclaim_id, deadline_s"
+)
+_RECLAIM_COLUMNS = (
+    "reclaim_id, producer_id, requested_bytes, returned_bytes, requested_s, deadline_s, lease_ids"
+)
+_SELECT_PRODUCER = f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer"
+_SELECT_LEASE = f"SELECT {_LEASE_COLUMNS} FROM ledger_lease"
+_SELECT_RECLAIM = f"SELECT {_RECLAIM_COLUMNS} FROM ledger_reclaim"
+
+Row = tuple[object, ...]
+
+
+def _b(text: str) -> bytes:
+    return text.encode("utf-8")
+
+
+def _s(value: object) -> str:
+    assert isinstance(value, bytes | memoryview), type(value)
+    return bytes(value).decode("utf-8")
+
+
+def _int(value: object) -> int:
+    assert isinstance(value, int), type(value)
+    return value
+
+
+def _float(value: object) -> float:
+    assert isinstance(value, float | int), type(value)
+    return float(value)
+
+
+def _seq(record_id: str) -> int:
+    """The number in "lease-12" or "reclaim-3" (the Ledger makes the ids)."""
+    return int(record_id.rsplit("-", 1)[1])
+
+
+def _producer(row: Row) -> ProducerAccount:
+    pid, server, offered, leased, total, returned = row
+    return ProducerAccount(
+        producer_id=_s(pid),
+        server_id=_s(server),
+        offered_bytes=_int(offered),
+        leased_bytes=_int(leased),
+        offered_total_bytes=_int(total),
+        returned_total_bytes=_int(returned),
+    )
+
+
+def _lease(row: Row) -> Lease:
+    lid, pid, cid, size, state, created, reclaim_id, deadline = row
+    return Lease(
+        lease_id=_s(lid),
+        producer_id=_s(pid),
+        consumer_id=_s(cid),
+        bytes=_int(size),
+        state=LeaseState(str(state)),
+        created_s=_float(created),
+        reclaim_id=_s(reclaim_id),
+        deadline_s=_float(deadline),
+    )
+
+
+def _reclaim(row: Row) -> Reclaim:
+    rid, pid, requested, returned, requested_s, deadline, lease_ids = row
+    return Reclaim(
+        reclaim_id=_s(rid),
+        producer_id=_s(pid),
+        requested_bytes=_int(requested),
+        requested_s=_float(requested_s),
+        deadline_s=_float(deadline),
+        returned_bytes=_int(returned),
+        lease_ids=[str(x) for x in json.loads(str(lease_ids))],
+    )
+
+
+class PostgresLedgerTransaction:
+    """planner.service.ledger_rows.LedgerTransaction on one connection, inside
+    its transaction."""
+
+    def __init__(self, conn: psycopg.Connection, pool_id: str) -> None:
+        self._conn = conn
+        self._pool = _b(pool_id)
+
+    def _one(self, query: str, params: tuple[object, ...]) -> Row | None:
+        row: Row | None = self._conn.execute(query, params).fetchone()
+        return row
+
+    def all_rows(self, query: str, params: tuple[object, ...]) -> list[Row]:
+        rows: list[Row] = self._conn.execute(query, params).fetchall()
+        return rows
+
+    def _run(self, query: str, params: tuple[object, ...]) -> None:
+        self._conn.execute(query, params)
+
+    def counters(self) -> PoolCounters | None:
+        row = self._one(
+            "SELECT revision, next_lease, next_reclaim FROM ledger_pool WHERE pool_id = %s",
+            (self._pool,),
+        )
+        return None if row is None else PoolCounters(_int(row[0]), _int(row[1]), _int(row[2]))
+
+    def producer(self, producer_id: str) -> ProducerAccount | None:
+        row = self._one(
+            f"{_SELECT_PRODUCER} WHERE pool_id = %s AND producer_id = %s",
+            (self._pool, _b(producer_id)),
+        )
+        return None if row is None else _producer(row)
+
+    def most_lendable_producer(self, server_id: str) -> ProducerAccount | None:
+        if server_id:
+            row = self._one(
+                f"{_SELECT_PRODUCER} WHERE pool_id = %s AND server_id = %s "
+                "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
+                (self._pool, _b(server_id)),
+            )
+        else:
+            row = self._one(
+                f"{_SELECT_PRODUCER} WHERE pool_id = %s "
+                "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
+                (self._pool,),
+            )
+        return None if row is None else _producer(row)
+
+    def pending_reclaims(self, producer_id: str) -> list[Reclaim]:
+        rows = self.all_rows(
+            f"{_SELECT_RECLAIM} WHERE pool_id = %s AND producer_id = %s AND NOT complete "
+            "ORDER BY seq",
+            (self._pool, _b(producer_id)),
+        )
+        return [_reclaim(r) for r in rows]
+
+    def leases_of(self, producer_id: str) -> list[Lease]:
+        rows = self.all_rows(
+            f"{_SELECT_LEASE} WHERE pool_id = %s AND producer_id = %s ORDER BY seq",
+            (self._pool, _b(producer_id)),
+        )
+        return [_lease(r) for r in rows]
+
+    def lease(self, lease_id: str) -> Lease | None:
+        row = self._one(
+            f"{_SELECT_LEASE} WHERE pool_id = %s AND lease_id = %s",
+            (self._pool, _b(lease_id)),
+        )
+        return None if row is None else _lease(row)
+
+    def recorded(self, key: str) -> RecordedCall | None:
+        row = self._one(
+            "SELECT method, digest, response FROM ledger_request "
+            "WHERE pool_id = %s AND idempotency_key = %s",
+            (self._pool, _b(key)),
+        )
+        if row is None:
+            return None
+        response = row[2]
+        assert isinstance(response, bytes | memoryview)
+        return RecordedCall(str(row[0]), str(row[1]), bytes(response))
+
+    def put_counters(self, counters: PoolCounters) -> None:
+        self._run(
+            "INSERT INTO ledger_pool (pool_id, revision, next_lease, next_reclaim) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (pool_id) DO UPDATE SET "
+            "revision = excluded.revision, next_lease = excluded.next_lease, "
+            "next_reclaim = excluded.next_reclaim",
+            (self._pool, counters.revision, counters.next_lease, counters.next_reclaim),
+        )
+
+    def put_producer(self, account: ProducerAccount, lendable_bytes: int) -> None:
+        self._run(
+            f"INSERT INTO ledger_producer (pool_id, {_PRODUCER_COLUMNS}, lendable_bytes) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (pool_id, producer_id) DO UPDATE SET "
+            "server_id = excluded.server_id, offered_bytes = excluded.offered_bytes, "
+            "leased_bytes = excluded.leased_bytes, "
+            "offered_total_bytes = excluded.offered_total_bytes, "
+            "returned_total_bytes = excluded.returned_total_bytes, "
+            "lendable_bytes = excluded.lendable_bytes",
+            (
+                self._pool,
+                _b(account.producer_id),
+                _b(account.server_id),
+                account.offered_bytes,
+                account.leased_bytes,
+                account.offered_total_bytes,
+                account.returned_total_bytes,
+                lendable_bytes,
+            ),
+        )
+
+    def put_lease(self, lease: Lease) -> None:
+        self._run(
+            f"INSERT INTO ledger_lease (pool_id, seq, {_LEASE_COLUMNS}) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (pool_id, lease_id) DO UPDATE SET "
+            "seq = excluded.seq, producer_id = excluded.producer_id, "
+            "consumer_id = excluded.consumer_id, bytes = excluded.bytes, "
+            "state = excluded.state, created_s = excluded.created_s, "
+            "reclaim_id = excluded.reclaim_id, deadline_s = excluded.deadline_s",
+            (
+                self._pool,
+                _seq(lease.lease_id),
+                _b(lease.lease_id),
+                _b(lease.producer_id),
+                _b(lease.consumer_id),
+                lease.bytes,
+                str(lease.state),
+                lease.created_s,
+                _b(lease.reclaim_id),
+                lease.deadline_s,
+            ),
+        )
+
+    def delete_lease(self, lease_id: str) -> None:
+        self._run(
+            "DELETE FROM ledger_lease WHERE pool_id = %s AND lease_id = %s",
+            (self._pool, _b(lease_id)),
+        )
+
+    def put_reclaim(self, reclaim: Reclaim) -> None:
+        self._run(
+            f"INSERT INTO ledger_reclaim (pool_id, seq, complete, {_RECLAIM_COLUMNS}) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (pool_id, reclaim_id) DO UPDATE SET "
+            "seq = excluded.seq, complete = excluded.complete, "
+            "producer_id = excluded.producer_id, requested_bytes = excluded.requested_bytes, "
+            "returned_bytes = excluded.returned_bytes, requested_s = excluded.requested_s, "
+            "deadline_s = excluded.deadline_s, lease_ids = excluded.lease_ids",
+            (
+                self._pool,
+                _seq(reclaim.reclaim_id),
+                reclaim.complete,
+                _b(reclaim.reclaim_id),
+                _b(reclaim.producer_id),
+                reclaim.requested_bytes,
+                reclaim.returned_bytes,
+                reclaim.requested_s,
+                reclaim.deadline_s,
+                json.dumps(reclaim.lease_ids),
+            ),
+        )
+
+    def delete_reclaim(self, reclaim_id: str) -> None:
+        self._run(
+            "DELETE FROM ledger_reclaim WHERE pool_id = %s AND reclaim_id = %s",
+            (self._pool, _b(reclaim_id)),
+        )
+
+    def prune_completed_reclaims(self, keep: int) -> None:
+        self._run(
+            "DELETE FROM ledger_reclaim WHERE pool_id = %s AND complete AND seq <= ("
+            "SELECT seq FROM ledger_reclaim WHERE pool_id = %s AND complete "
+            "ORDER BY seq DESC LIMIT 1 OFFSET %s)",
+            (self._pool, self._pool, keep),
+        )
+
+    def record(self, key: str, call: RecordedCall, revision: int) -> None:
+        self._run(
+            "INSERT INTO ledger_request "
+            "(pool_id, idempotency_key, method, digest, response, revision) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+            (self._pool, _b(key), call.method, call.digest, call.response, revision),
+        )
+
+    def prune_records(self, up_to_revision: int) -> None:
+        self._run(
+            "DELETE FROM ledger_request WHERE pool_id = %s AND revision <= %s",
+            (self._pool, up_to_revision),
+        )
+
+
+class PostgresLedgerBackend:
+    """planner.service.ledger_rows.LedgerBackend on a PostgreSQL store."""
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+
+    def transact(self, pool_id: str, work: Callable[[LedgerTransaction], T]) -> T:
+        def attempt(conn: psycopg.Connection) -> T:
+            return work(PostgresLedgerTransaction(conn, pool_id))
+
+        return self.db.run(attempt, lock=LockKey(LEDGER_POOL_LOCK, _b(pool_id)))
+
+    def rows(self, pool_id: str) -> PoolRows | None:
+        def read(conn: psycopg.Connection) -> PoolRows | None:
+            tx = PostgresLedgerTransaction(conn, pool_id)
+            counters = tx.counters()
+            if counters is None:
+                return None
+            pool = (_b(pool_id),)
+            return PoolRows(
+                counters=counters,
+                producers=[
+                    _producer(r)
+                    for r in tx.all_rows(
+                        f"{_SELECT_PRODUCER} WHERE pool_id = %s ORDER BY producer_id", pool
+                    )
+                ],
+                leases=[
+                    _lease(r)
+                    for r in tx.all_rows(f"{_SELECT_LEASE} WHERE pool_id = %s ORDER BY seq", pool)
+                ],
+                reclaims=[
+                    _reclaim(r)
+                    for r in tx.all_rows(f"{_SELECT_RECLAIM} WHERE pool_id = %s ORDER BY seq", pool)
+                ],
+            )
+
+        return self.db.run(read, read_only=True)

@@ -1,0 +1,160 @@
+"""The calibration bench's arithmetic (the run itself needs vLLM: tests/e2e):
+the client's records through the replay's own metric code, the trace they
+make, vLLM's histograms as quantiles, relative errors, the targets and the
+table."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from planner.bench.calibration import (
+    ENGINE_ROWS,
+    METRICS,
+    Calibration,
+    Settings,
+    Side,
+    bunched_fraction,
+    gain_sign,
+    histogram_quantile,
+    markdown,
+    measured_metrics,
+    read_metrics,
+    relative_error,
+    run_trace,
+    targets,
+)
+from planner.bench.calibration_loads import LOADS, QUICK_LOADS
+from planner.bench.openai_stream import StreamRecord
+
+
+def _record(i: int, sent: float, times: list[float], prompt: int = 50) -> StreamRecord:
+    return StreamRecord(
+        id=f"r{i}",
+        send_at_s=sent,
+        max_tokens=len(times),
+        sent_s=sent,
+        prompt_tokens=prompt,
+        completion_tokens=len(times),
+        token_times_s=times,
+        finish_reason="length",
+    )
+
+
+def test_the_clients_view_goes_through_the_replays_metrics():
+    records = [
+        _record(0, 0.0, [0.10, 0.12, 0.14]),
+        _record(1, 0.5, [0.70, 0.70, 0.75]),  # two tokens in one read: a 0 s gap
+    ]
+    m = measured_metrics(records, Settings(slo_ttft_s=0.15, slo_tbt_s=0.03), {}, "vllm")
+    assert m.ttft_s.p50 == pytest.approx((0.10 + 0.20) / 2)
+    assert m.tbt_s.count == 4
+    assert m.tbt_s.p50 == pytest.approx(0.02)
+    assert m.throughput_tok_s == pytest.approx(6 / 0.75)
+    # r0 meets both SLOs; r1's TTFT (0.2 s) misses.
+    assert m.both_attainment == pytest.approx(0.5)
+    read = read_metrics(m)
+    assert set(read) == {key for key, _, _ in METRICS}
+
+
+def test_bunched_gaps_are_tokens_read_together():
+    records = [_record(0, 0.0, [0.1, 0.1, 0.1001, 0.2]), _record(1, 0.0, [0.3])]
+    assert bunched_fraction(records) == pytest.approx(2 / 3)
+    assert bunched_fraction([_record(0, 0.0, [0.1])]) == 0.0
+
+
+def test_the_trace_is_the_run_as_sent():
+    records = [_record(1, 0.3, [0.5], prompt=70), _record(0, 0.1, [0.2, 0.3], prompt=9)]
+    trace = run_trace(records)
+    assert [t.id for t in trace] == ["r0", "r1"]
+    assert [t.arrival_s for t in trace] == [0.1, 0.3]
+    assert [t.prompt_tokens for t in trace] == [9, 70]
+    assert [t.output_tokens for t in trace] == [2, 1]
+
+
+def test_histogram_quantile_interpolates_within_the_bucket():
+    counters = {
+        "engine_tbt le=0.001": 0.0,
+        "engine_tbt le=0.002": 50.0,
+        "engine_tbt le=0.004": 100.0,
+        "engine_tbt le=+Inf": 100.0,
+        "preemptions": 3.0,
+    }
+    assert histogram_quantile(counters, "engine_tbt", 0.5) == pytest.approx(0.002)
+    assert histogram_quantile(counters, "engine_tbt", 0.25) == pytest.approx(0.0015)
+    assert histogram_quantile(counters, "engine_tbt", 0.99) == pytest.approx(0.00396)
+    assert histogram_quantile(counters, "engine_ttft", 0.5) is None
+    empty = dict.fromkeys(counters, 0.0)
+    assert histogram_quantile(empty, "engine_tbt", 0.5) is None
+
+
+def test_relative_error():
+    assert relative_error(2.0, 2.2) == pytest.approx(0.1)
+    assert relative_error(2.0, 1.0) == pytest.approx(-0.5)
+    assert relative_error(0.0, 1.0) is None
+    assert relative_error(None, 1.0) is None
+    assert relative_error(1.0, math.nan) is None
+
+
+def _side(load: str, side: str, measured: dict, predicted: dict) -> Side:
+    return Side(
+        load=load,
+        side=side,
+        policy="fcfs-vllm" if side == "vllm" else "lvf",
+        repeat=0,
+        measured=measured,
+        predicted=predicted,
+        requests=10,
+        failed=0,
+        merged_chunks=0,
+        bunched_gaps=0.25,
+        wall_s=1.0,
+        load_average_before=1.0,
+        load_average_after=1.0,
+    )
+
+
+def _numbers(scale: float, goodput: float) -> dict:
+    values = {key: scale for key, _, _ in METRICS}
+    values.update({key: scale for key, _, _ in ENGINE_ROWS})
+    values["goodput"] = goodput
+    return values
+
+
+def test_targets_and_the_table():
+    sides = [
+        _side("bursts", "vllm", _numbers(1.0, 80.0), _numbers(1.05, 82.0)),
+        _side("bursts", "rotation", _numbers(1.0, 90.0), _numbers(1.3, 87.0)),
+    ]
+    verdicts = {what: met for what, met, _ in targets(sides, ["bursts"])}
+    assert all(met for what, met in verdicts.items() if "vLLM" in what)
+    # Measured +10 points, predicted +5: same sign, 5 points apart.
+    assert verdicts["bursts: rotation's goodput gain, same sign and within 10 points"]
+    sides[1].predicted["goodput"] = 81.5  # +0.5 predicted: no gain against +10
+    verdicts = {what: met for what, met, _ in targets(sides, ["bursts"])}
+    assert not verdicts["bursts: rotation's goodput gain, same sign and within 10 points"]
+    sides[0].predicted["tbt_p99_s"] = 1.2
+    missed = [what for what, met, _ in targets(sides, ["bursts"]) if met is False]
+    assert "bursts: vLLM TBT p99 s within 10 %" in missed
+    cal = Calibration(Settings(), sides, [], {"git": {"commit": "abc"}}, "planner bench x")
+    text = markdown(cal, [LOADS["bursts"]])
+    assert "| TBT p99 s | 1.000 | 1.200 | +20 % |" in text
+    assert "**MISSED** (+20.0 %)" in text
+    assert "rotation's goodput gain, points | +10.0 measured | -0.5 predicted" in text
+
+
+def test_gain_sign_has_a_dead_zone():
+    assert gain_sign(0.4) == 0 and gain_sign(-0.9) == 0
+    assert gain_sign(3.0) == 1 and gain_sign(-2.0) == -1
+
+
+@pytest.mark.parametrize("table", [LOADS, QUICK_LOADS])
+def test_loads_keep_their_lengths_whatever_the_salt(table):
+    for load in table.values():
+        a, b = load.requests(salt=1), load.requests(salt=2)
+        assert [r.max_tokens for r in a] == [r.max_tokens for r in b]
+        assert [r.send_at_s for r in a] == [r.send_at_s for r in b]
+        assert [len(r.prompt.split()) for r in a] == [len(r.prompt.split()) for r in b]
+        assert all(x.prompt != y.prompt for x, y in zip(a, b, strict=True))
+        assert len({r.prompt for r in a}) == len(a)
