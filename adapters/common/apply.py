@@ -1,6 +1,7 @@
-"""Checking a rotation plan against the snapshot it answers and turning it
-into engine-neutral actions. A plan that names an unknown request, resumes
-and preempts the same one, or resumes more than fits is rejected whole."""
+"""Checking a rotation plan against the snapshot it answers (and, when it
+arrives a step later, against the engine as it is then) and turning it into
+engine-neutral actions. A plan that names an unknown request, resumes and
+preempts the same one, or resumes more than fits is rejected whole."""
 
 from __future__ import annotations
 
@@ -107,6 +108,34 @@ def accept_plan(
         return plan_actions(response.plan, views, pools)
     except InvalidPlanError:
         counters.record_fallback(FallbackReason.INVALID_PLAN)
+        return None
+
+
+def recheck_plan(
+    response: rotation_pb2.PlanRotationResponse,
+    views: Sequence[EngineRequestView],
+    pools: PoolSizes,
+    counters: FallbackCounters,
+) -> PlanActions | None:
+    """A plan that was right for the snapshot it answered, checked again
+    against the engine as it is when the plan arrives (pipelined planning:
+    a step later). views: the requests the engine still has (those the plan
+    names are enough). A running request the plan preempts that has left
+    the engine since (finished) is left out: its blocks are free already.
+    Its actions, or None (engine's own policy this step) counted as
+    stale-plan when the rest no longer fits: a request it resumes has left,
+    one it names has changed state, or what it resumes no longer fits."""
+    plan = response.plan
+    present = {v.request_id for v in views}
+    if any(d.id not in present for d in plan.preempted):
+        plan = rotation_pb2.RotationPlan()
+        plan.CopyFrom(response.plan)
+        del plan.preempted[:]
+        plan.preempted.extend(d for d in response.plan.preempted if d.id in present)
+    try:
+        return plan_actions(plan, views, pools)
+    except InvalidPlanError:
+        counters.record_fallback(FallbackReason.STALE_PLAN)
         return None
 
 

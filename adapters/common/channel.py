@@ -81,10 +81,18 @@ class PlannerChannel:
             else None
         )
         self._local = InProcessPlanner(deadline_s) if target is None else None
+        # Pipelined calls over gRPC: one sending thread, one call in flight.
+        self._sender: ThreadPoolExecutor | None = None
+        self._sent: Future[Message] | None = None
 
     @property
     def in_process(self) -> bool:
         return self._client is None
+
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        """Whether the in-process planner thread is free (its handler loaded,
+        its last call finished) within timeout_s; True at once over gRPC."""
+        return self._local is None or self._local.wait_idle(timeout_s)
 
     def call(self, rpc: Rpc, request: Message, counters: FallbackCounters) -> Message | None:
         """The answer, or None with the fallback counted. The caller counts
@@ -97,10 +105,27 @@ class PlannerChannel:
                 response, reason = self._ask(rpc, request)
         elapsed = time.perf_counter() - start
         counters.record_call(elapsed)
+        counters.record_wait(elapsed)
         if reason is not None:
             counters.record_fallback(reason)
             return None
         return response
+
+    def send(self, rpc: Rpc, request: Message, timeout_s: float) -> Future[Message] | None:
+        """Sends a call without waiting for it (pipelined planning): the
+        future ends with the answer or the planner's error (PlannerError
+        over gRPC). None while an earlier sent call is still running: one
+        call in flight at a time. Over gRPC the call is cut after timeout_s;
+        in process the planner thread finishes it whatever it takes."""
+        if self._local is not None:
+            return self._local.send(rpc, request)
+        if self._sent is not None and not self._sent.done():
+            return None
+        if self._sender is None:
+            self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner-send")
+        assert self._client is not None
+        self._sent = self._sender.submit(self._client.call, rpc, request, timeout_s)
+        return self._sent
 
     def _ask(self, rpc: Rpc, request: Message) -> tuple[Message | None, FallbackReason | None]:
         try:
@@ -109,12 +134,14 @@ class PlannerChannel:
             assert self._local is not None
             return self._local.call(rpc, request)
         except PlannerError as exc:
-            return None, _reason(exc.code)
+            return None, reason_of(exc.code)
         except Exception:
             # Whatever the planner does wrong, the engine keeps running.
             return None, FallbackReason.ERROR
 
     def close(self) -> None:
+        if self._sender is not None:
+            self._sender.shutdown(wait=False, cancel_futures=True)
         if self._client is not None:
             self._client.close()
         if self._local is not None:
@@ -148,7 +175,7 @@ def short_gil_switch_interval(interval_s: float = CALL_SWITCH_INTERVAL_S) -> Ite
             sys.setswitchinterval(previous)
 
 
-def _reason(code: grpc.StatusCode) -> FallbackReason:
+def reason_of(code: grpc.StatusCode) -> FallbackReason:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return FallbackReason.DEADLINE
     if code == grpc.StatusCode.UNAVAILABLE:
@@ -207,6 +234,19 @@ class InProcessPlanner:
         if time.perf_counter() - start > self.deadline_s:
             return None, FallbackReason.DEADLINE
         return response, None
+
+    def send(self, rpc: Rpc, request: Message) -> Future[Message] | None:
+        """Starts a call on the planner thread without waiting for it; None
+        while the thread is still busy with an earlier call. The future ends
+        with the answer or what the handler raised (or why loading failed)."""
+        if self.busy:
+            return None
+        if self._handler is None:
+            failed: Future[Message] = self._last
+            return failed
+        future = self._pool.submit(self._run, rpc, request)
+        self._last = future
+        return future
 
     def wait_idle(self, timeout_s: float | None = None) -> bool:
         """Whether the planner thread finished its last call within timeout_s."""

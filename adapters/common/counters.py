@@ -1,6 +1,6 @@
-"""What the planner link did: calls, answers used, fallbacks by reason and
-call latency. A plain snapshot for tests and logs, optional Prometheus
-metrics for scraping."""
+"""What the planner link did: calls, answers used, fallbacks by reason, call
+latency and how long the engine waited for answers. A plain snapshot for
+tests and logs, optional Prometheus metrics for scraping."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 LATENCY_BUCKETS_S = (
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1,
 )  # fmt: skip
+# A pipelined step usually waits nothing at all.
+WAIT_BUCKETS_S = (0.0, *LATENCY_BUCKETS_S)
 
 
 class FallbackReason(enum.StrEnum):
@@ -22,6 +24,9 @@ class FallbackReason(enum.StrEnum):
     UNAVAILABLE = "unavailable"
     ERROR = "error"
     INVALID_PLAN = "invalid-plan"
+    # Pipelined: a plan right for the snapshot it answered that no longer
+    # fits the engine when it arrives (a request it names has finished).
+    STALE_PLAN = "stale-plan"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +45,12 @@ class CountersSnapshot:
     calls: int
     ok: int
     fallbacks: dict[FallbackReason, int]
+    # From sending a call to its end (answer, error or cut).
     latency: LatencySummary
+    # What the engine's step waited for answers: the whole call when the
+    # engine asks synchronously, what is left of it at the next step when
+    # the call is pipelined.
+    wait: LatencySummary = LatencySummary()
 
     @property
     def total_fallbacks(self) -> int:
@@ -53,6 +63,7 @@ class _Prometheus:
     ok: Counter
     fallbacks: Counter
     latency: Histogram
+    wait: Histogram
 
 
 class FallbackCounters:
@@ -65,14 +76,17 @@ class FallbackCounters:
         engine: str = "engine",
         keep_latencies: bool = False,
     ) -> None:
-        """keep_latencies: also keep each call's latency until
-        drain_latencies() takes them (for an engine's own metrics path)."""
+        """keep_latencies: also keep each call's latency and each wait until
+        drain_latencies() / drain_waits() take them (for an engine's own
+        metrics path)."""
         self._lock = threading.Lock()
         self._recent: list[float] | None = [] if keep_latencies else None
+        self._recent_waits: list[float] | None = [] if keep_latencies else None
         self._calls = 0
         self._ok = 0
         self._fallbacks = dict.fromkeys(FallbackReason, 0)
         self._latency = LatencySummary()
+        self._wait = LatencySummary()
         self._engine = engine
         self._prom = _prometheus(registry) if registry is not None else None
 
@@ -80,15 +94,21 @@ class FallbackCounters:
         """One planner call that ended (answered or not) after `seconds`."""
         with self._lock:
             self._calls += 1
-            lat = self._latency
-            self._latency = LatencySummary(
-                lat.count + 1, lat.total_s + seconds, max(lat.max_s, seconds)
-            )
+            self._latency = _add(self._latency, seconds)
             if self._recent is not None:
                 self._recent.append(seconds)
         if self._prom is not None:
             self._prom.calls.labels(self._engine).inc()
             self._prom.latency.labels(self._engine).observe(seconds)
+
+    def record_wait(self, seconds: float) -> None:
+        """An engine step waited `seconds` for a planner answer."""
+        with self._lock:
+            self._wait = _add(self._wait, seconds)
+            if self._recent_waits is not None:
+                self._recent_waits.append(seconds)
+        if self._prom is not None:
+            self._prom.wait.labels(self._engine).observe(seconds)
 
     def record_ok(self) -> None:
         """A call answered in time with a plan (it may still be rejected as
@@ -113,9 +133,23 @@ class FallbackCounters:
             recent, self._recent = self._recent, []
             return recent
 
+    def drain_waits(self) -> list[float]:
+        """Waits since the last drain (keep_latencies only)."""
+        with self._lock:
+            if self._recent_waits is None:
+                return []
+            recent, self._recent_waits = self._recent_waits, []
+            return recent
+
     def snapshot(self) -> CountersSnapshot:
         with self._lock:
-            return CountersSnapshot(self._calls, self._ok, dict(self._fallbacks), self._latency)
+            return CountersSnapshot(
+                self._calls, self._ok, dict(self._fallbacks), self._latency, self._wait
+            )
+
+
+def _add(summary: LatencySummary, seconds: float) -> LatencySummary:
+    return LatencySummary(summary.count + 1, summary.total_s + seconds, max(summary.max_s, seconds))
 
 
 def _prometheus(registry: CollectorRegistry) -> _Prometheus:
@@ -143,6 +177,13 @@ def _prometheus(registry: CollectorRegistry) -> _Prometheus:
             "Time of one planner call as the adapter saw it.",
             ["engine"],
             buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        ),
+        wait=Histogram(
+            "planner_adapter_step_wait_seconds",
+            "Time an engine step waited for a planner answer.",
+            ["engine"],
+            buckets=WAIT_BUCKETS_S,
             registry=registry,
         ),
     )

@@ -1,7 +1,10 @@
 """PlannerScheduler: vLLM's scheduler that, each step, sends the planner a
 snapshot of its requests and applies the answer (preempt these running
 requests, admit these waiting ones first) before vLLM's own scheduling pass;
-with no usable answer that step is vLLM's own. Selected with
+with no usable answer that step is vLLM's own. Pipelined (the default), the
+snapshot is sent right after a step is scheduled and the answer applied at
+the next step if it still fits, so the call runs while the model computes;
+synchronous, each step asks and waits. Selected with
 
     --scheduler-cls planner.adapters.vllm.scheduler.PlannerScheduler
 
@@ -24,9 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 from google.protobuf import text_format
-from planner.adapters.common.apply import PlanActions, accept_plan
+from planner.adapters.common.apply import PlanActions, accept_plan, recheck_plan
 from planner.adapters.common.counters import FallbackCounters
-from planner.adapters.common.link import PlannerLink
+from planner.adapters.common.link import PlannerLink, PlanPipeline
 from planner.adapters.common.snapshot import (
     EngineRequestView,
     PoolSizes,
@@ -41,7 +44,7 @@ from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
-from planner.v1 import common_pb2
+from planner.v1 import common_pb2, rotation_pb2
 
 from .connector import PlannerSwapConnector
 from .layer_offload import DecodeView, LayerOffloadPlanner
@@ -49,7 +52,7 @@ from .output_deposit import OutputDeposit
 from .plugin import LOGGER_NAME
 from .preempted_blocks import HandsOverPreemptedBlocks
 from .request_clock import RequestClock
-from .settings import DEFAULT_TBT_SLO_S, PlannerSettings
+from .settings import DEFAULT_TBT_SLO_S, PIPELINED, PlannerSettings
 
 logger = logging.getLogger(LOGGER_NAME)
 # prometheus_client's multiprocess mode (vLLM's own, when several API
@@ -85,6 +88,11 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
         self.request_clock = RequestClock()
         # What the planner had this step do (None: vLLM's own step).
         self.last_actions: PlanActions | None = None
+        # Pipelined: the call in flight, with the snapshot it carries (its
+        # plan is checked against it, then against the engine).
+        self.pipeline: PlanPipeline[tuple[list[EngineRequestView], PoolSizes]] | None = (
+            PlanPipeline(self.planner_link) if self.planner_settings.planning == PIPELINED else None
+        )
         # The clock of request arrival times (vLLM stamps them with time.time).
         self.now: Callable[[], float] = time.time
         self._slo = common_pb2.Slo()
@@ -99,12 +107,13 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
         )
         settings = self.planner_settings
         logger.info(
-            "planner adapter on: %s, planner %s (deadline %.1f ms), SLO TTFT %s TBT %s, "
+            "planner adapter on: %s, planner %s (deadline %.1f ms, %s), SLO TTFT %s TBT %s, "
             "rotation %s, preemption by %s, layer offload %s, metrics %s, engine limits "
             "%d tokens / %d requests per step",
             type(self).__name__,
             settings.target or "in process",
             settings.deadline_s * 1e3,
+            settings.planning,
             f"{settings.slo_ttft_s} s" if settings.slo_ttft_s else "default",
             f"{settings.slo_tbt_s} s" if settings.slo_tbt_s else "default",
             text_format.MessageToString(settings.rotation, as_one_line=True) or "default"
@@ -151,13 +160,20 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
         now_s = self.now()
         if self.layer_planner is not None:
             self.layer_planner.before_step(self.decode_views())
-        actions = self._ask_planner(now_s) if self.waiting else None
+        if not self.waiting:
+            actions = None
+        elif self.pipeline is not None:
+            actions = self._take_sent_plan(self.pipeline, now_s)
+        else:
+            actions = self._ask_planner(now_s)
         self.last_actions = actions
         if actions is None or actions.fcfs:
             output = super().schedule(throttle_prefills)
         else:
             output = self._schedule_per_plan(actions, now_s, throttle_prefills)
         self.request_clock.mark_running((r.request_id for r in self.running), now_s)
+        if self.pipeline is not None and self.waiting and not self.pipeline.in_flight:
+            self._send_for_next_step(self.pipeline)
         return output
 
     def update_from_output(
@@ -210,9 +226,43 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
     # ---- the planner's part ---------------------------------------------
 
     def _ask_planner(self, now_s: float) -> PlanActions | None:
+        """Synchronous: the plan for this step, waited for."""
         views = self.request_views(now_s)
         pools = self.pool_sizes()
-        request = build_rotation_request(
+        response = self.planner_link.plan_rotation(self._rotation_request(views, pools, now_s))
+        return accept_plan(response, views, pools, self.planner_counters)
+
+    def _send_for_next_step(self, pipeline: PlanPipeline[Any]) -> None:
+        """Pipelined: the snapshot as this step leaves the engine (its
+        admissions and preemptions made, its tokens counted as computed),
+        sent now, answered while the model runs."""
+        now_s = self.now()
+        views = self.request_views(now_s)
+        pools = self.pool_sizes()
+        pipeline.send(self._rotation_request(views, pools, now_s), (views, pools))
+
+    def _take_sent_plan(
+        self, pipeline: PlanPipeline[tuple[list[EngineRequestView], PoolSizes]], now_s: float
+    ) -> PlanActions | None:
+        """Pipelined: the plan in flight, if it is there, is right for its
+        snapshot and still fits the engine; else None."""
+        answer = pipeline.take()
+        if answer is None:
+            return None
+        response, (views, pools) = answer
+        actions = accept_plan(response, views, pools, self.planner_counters)
+        if actions is None or actions.fcfs:
+            return actions
+        # Since the snapshot, requests finished and arrived, tokens came.
+        named = {*actions.resume, *actions.preempt}
+        return recheck_plan(
+            response, self.request_views(now_s, named), self.pool_sizes(), self.planner_counters
+        )
+
+    def _rotation_request(
+        self, views: list[EngineRequestView], pools: PoolSizes, now_s: float
+    ) -> rotation_pb2.PlanRotationRequest:
+        return build_rotation_request(
             views,
             pools,
             now_s,
@@ -221,8 +271,6 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
             max_batched_tokens=self.max_num_scheduled_tokens,
             max_running_requests=self.max_num_running_reqs,
         )
-        response = self.planner_link.plan_rotation(request)
-        return accept_plan(response, views, pools, self.planner_counters)
 
     def _schedule_per_plan(
         self, actions: PlanActions, now_s: float, throttle_prefills: bool
@@ -236,11 +284,17 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
         held = [self.requests[rid] for rid in actions.preempt]
         first = [self.requests[rid] for rid in actions.resume]
         self.waiting.remove_requests(held + first)
-        self.waiting.prepend_requests(first)
+        self.put_first(first)
         try:
             return super().schedule(throttle_prefills)
         finally:
-            self.waiting.prepend_requests(held)
+            self.put_first(held)
+
+    def put_first(self, requests: list[Request]) -> None:
+        """At the head of the waiting queue, in this order (vLLM's
+        prepend_requests reverses the order it is given)."""
+        for request in reversed(requests):
+            self.waiting.prepend_request(request)
 
     def pool_sizes(self) -> PoolSizes:
         connector = self.connector
@@ -252,10 +306,17 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
             else None,
         )
 
-    def request_views(self, now_s: float) -> list[EngineRequestView]:
-        views = [self._view(r, ViewState.RUNNING, now_s) for r in self.running]
+    def request_views(self, now_s: float, only: set[str] | None = None) -> list[EngineRequestView]:
+        """Running and waiting requests (only: those of these ids)."""
+        views = [
+            self._view(r, ViewState.RUNNING, now_s)
+            for r in self.running
+            if only is None or r.request_id in only
+        ]
         connector = self.connector
         for r in self.waiting:
+            if only is not None and r.request_id not in only:
+                continue
             if r.status != RequestStatus.PREEMPTED:
                 state = ViewState.WAITING
             elif isinstance(connector, PlannerSwapConnector) and connector.ledger.swapped(

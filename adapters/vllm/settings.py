@@ -27,13 +27,24 @@ VARIANTS = {
 # them equal).
 DEFAULT_TBT_SLO_S = 0.1
 ROTATION_KEYS = ("variant", "preempt_slack_tbts", "resume_slack_tbts", "lost_slack_tbts")
+# How each step's rotation plan is asked for: "pipelined" sends the call
+# right after a step is scheduled and applies the answer at the next one
+# (the call runs while the model computes); "synchronous" asks at the start
+# of each step and waits for the answer (the call is on the critical path).
+PIPELINED = "pipelined"
+SYNCHRONOUS = "synchronous"
+PLANNING_MODES = (PIPELINED, SYNCHRONOUS)
 
 
 @dataclass(frozen=True, slots=True)
 class PlannerSettings:
     # "host:port" of a planner server; None runs the planner in process.
     target: str | None = None
+    # Synchronous: the most a step waits for the planner. Pipelined: the
+    # most a step waits for an answer sent for it a step earlier, counted
+    # from when it was sent (a step longer than this never waits).
     deadline_s: float = DEFAULT_DEADLINE_S
+    planning: str = PIPELINED
     # Request-level SLOs sent with every snapshot; None takes the planner's.
     slo_ttft_s: float | None = None
     slo_tbt_s: float | None = None
@@ -63,6 +74,7 @@ class PlannerSettings:
             "slo_tbt_s",
             "layer_offload",
             "rotation",
+            "planning",
             *SECURITY_KEYS,
         }
         unknown = sorted(set(raw) - known)
@@ -75,6 +87,12 @@ class PlannerSettings:
         if target is not None and (not isinstance(target, str) or ":" not in target):
             raise ValueError(f"additional_config.{CONFIG_KEY}.target: must be host:port")
         deadline_ms = _positive(raw, "deadline_ms")
+        planning = raw.get("planning", PIPELINED)
+        if planning not in PLANNING_MODES:
+            raise ValueError(
+                f"additional_config.{CONFIG_KEY}.planning: one of {', '.join(PLANNING_MODES)}, "
+                f"got {planning!r}"
+            )
         paths = {key: _path(raw, key) for key in SECURITY_KEYS}
         security = ChannelSecurity.from_settings(
             target, **paths, where=f"additional_config.{CONFIG_KEY}"
@@ -82,6 +100,7 @@ class PlannerSettings:
         return cls(
             target=target,
             deadline_s=deadline_ms / 1e3 if deadline_ms is not None else DEFAULT_DEADLINE_S,
+            planning=planning,
             slo_ttft_s=_positive(raw, "slo_ttft_s"),
             slo_tbt_s=_positive(raw, "slo_tbt_s"),
             layer_offload=LayerOffloadSettings.from_raw(raw["layer_offload"])

@@ -9,7 +9,9 @@ model_name and engine labels.
 
 Metrics: planner_adapter_calls_total, planner_adapter_answers_total,
 planner_adapter_fallbacks_total{reason}, planner_adapter_call_duration_seconds
-(histogram), planner_swap_outs_total, planner_swap_ins_total,
+(histogram: sending a call to its end), planner_adapter_step_wait_seconds
+(histogram: what a step waited for the planner; the whole call when it is
+synchronous, usually nothing when it is pipelined), planner_swap_outs_total, planner_swap_ins_total,
 planner_swap_refused_total (a preemption the CPU pool could not take: vLLM
 recomputes that request)."""
 
@@ -18,7 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.adapters.common.counters import LATENCY_BUCKETS_S, FallbackCounters, FallbackReason
+from planner.adapters.common.counters import (
+    LATENCY_BUCKETS_S,
+    WAIT_BUCKETS_S,
+    FallbackCounters,
+    FallbackReason,
+)
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     KVConnectorPromMetrics,
     KVConnectorStats,
@@ -35,13 +42,15 @@ def _empty() -> dict[str, Any]:
         **dict.fromkeys(_COUNTS, 0),
         "fallbacks": {r.value: 0 for r in FallbackReason},
         "latency_s": [],
+        "wait_s": [],
     }
 
 
 @dataclass
 class PlannerStats(KVConnectorStats):  # type: ignore[misc, unused-ignore]
     """data: calls, ok (answers used), swap_outs, swap_ins, swap_refused
-    (counts), fallbacks (count by reason), latency_s (each call's latency)."""
+    (counts), fallbacks (count by reason), latency_s (each call's latency),
+    wait_s (what each step waited for the planner)."""
 
     data: dict[str, Any] = field(default_factory=_empty)
 
@@ -55,16 +64,19 @@ class PlannerStats(KVConnectorStats):  # type: ignore[misc, unused-ignore]
         for reason, n in theirs.get("fallbacks", {}).items():
             self.data["fallbacks"][reason] = self.data["fallbacks"].get(reason, 0) + int(n)
         self.data["latency_s"].extend(theirs.get("latency_s", ()))
+        self.data["wait_s"].extend(theirs.get("wait_s", ()))
         return self
 
     def reduce(self) -> dict[str, int | float]:
         latency = self.data["latency_s"]
+        wait = self.data["wait_s"]
         out: dict[str, int | float] = {
             "planner_calls": self.data["calls"],
             "planner_answers": self.data["ok"],
             "planner_fallbacks": sum(self.data["fallbacks"].values()),
             "planner_call_mean_ms": round(1e3 * sum(latency) / len(latency), 3) if latency else 0,
             "planner_call_max_ms": round(1e3 * max(latency), 3) if latency else 0,
+            "planner_wait_mean_ms": round(1e3 * sum(wait) / len(wait), 3) if wait else 0,
             "swap_outs": self.data["swap_outs"],
             "swap_ins": self.data["swap_ins"],
             "swap_refused": self.data["swap_refused"],
@@ -107,6 +119,7 @@ class StatsTaker:
             swap_refused=refused - last_refused,
             fallbacks={r.value: fallbacks[r] - last_fallbacks[r] for r in FallbackReason},
             latency_s=self.counters.drain_latencies() if self.counters is not None else [],
+            wait_s=self.counters.drain_waits() if self.counters is not None else [],
         )
         return None if stats.is_empty() else stats
 
@@ -153,6 +166,13 @@ class PlannerPromMetrics(KVConnectorPromMetrics):  # type: ignore[misc, unused-i
             labelnames=labelnames,
         )
         self.latency = create_metric_per_engine(latency, per_engine_labelvalues)
+        wait = self._histogram_cls(
+            name="planner_adapter_step_wait_seconds",
+            documentation="Time an engine step waited for a planner answer.",
+            buckets=list(WAIT_BUCKETS_S),
+            labelnames=labelnames,
+        )
+        self.wait = create_metric_per_engine(wait, per_engine_labelvalues)
 
     def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
         data = transfer_stats_data
@@ -165,3 +185,5 @@ class PlannerPromMetrics(KVConnectorPromMetrics):  # type: ignore[misc, unused-i
                 self.fallbacks[engine_idx][reason].inc(n)
         for seconds in data.get("latency_s", ()):
             self.latency[engine_idx].observe(seconds)
+        for seconds in data.get("wait_s", ()):
+            self.wait[engine_idx].observe(seconds)

@@ -3,20 +3,27 @@ loopback gRPC to a real `planner serve` (or in process), one call per
 simulated step, with or without a busy Python thread beside the caller (what
 vLLM's output and input threads are to its scheduler), with the adapter's
 short GIL switch interval during the call or with CPython's default.
+Synchronous (the default here), each step waits for its call; --pipelined,
+the call is sent as a step's forward pass starts and taken when it ends
+(PlanPipeline, the vLLM adapter's default): what counts is how often the
+answer is not there (late) and what the step waited.
 
     python -m planner.bench.planner_call [--requests 100] [--calls 600] [--busy-thread]
+        [--pipelined] [--step-ms 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import threading
 import time
 
 from planner.adapters.common.channel import CALL_SWITCH_INTERVAL_S
-from planner.adapters.common.link import PlannerLink
+from planner.adapters.common.counters import FallbackCounters, FallbackReason
+from planner.adapters.common.link import PlannerLink, PlanPipeline
 from planner.adapters.common.snapshot import (
     EngineRequestView,
     PoolSizes,
@@ -53,8 +60,9 @@ def snapshot(num_requests: int, seed: int = 0) -> rotation_pb2.PlanRotationReque
 
 
 def measure(
-    link: PlannerLink, request: rotation_pb2.PlanRotationRequest, calls: int
+    link: PlannerLink, request: rotation_pb2.PlanRotationRequest, calls: int, step_s: float = 0.005
 ) -> list[float]:
+    link.wait_idle()
     for _ in range(20):
         link.plan_rotation(request)
     latencies = []
@@ -62,8 +70,34 @@ def measure(
         start = time.perf_counter()
         link.plan_rotation(request)
         latencies.append(time.perf_counter() - start)
-        time.sleep(0.005)  # a step's forward pass
+        time.sleep(step_s)  # a step's forward pass
     return sorted(latencies)
+
+
+def measure_pipelined(
+    link: PlannerLink, request: rotation_pb2.PlanRotationRequest, steps: int, step_s: float
+) -> tuple[list[float], int, int]:
+    """Per step: take the answer sent a step ago, send the next, run the
+    "forward pass" (sleep step_s). Returns each step's wait (sorted), the
+    steps without an answer in time, and the steps that asked."""
+    pipeline: PlanPipeline[None] = PlanPipeline(link)
+    # In process, calls fall back until the planner thread has loaded.
+    link.wait_idle()
+    for _ in range(20):
+        pipeline.send(request, None)
+        pipeline.take()
+    before = link.counters.snapshot()
+    link.counters.drain_latencies()
+    waits = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        pipeline.take()
+        waits.append(time.perf_counter() - start)
+        pipeline.send(request, None)
+        time.sleep(step_s)
+    after = link.counters.snapshot()
+    late = after.fallbacks[FallbackReason.DEADLINE] - before.fallbacks[FallbackReason.DEADLINE]
+    return sorted(waits), late, steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-ms", type=float, default=5.0)
     parser.add_argument("--in-process", action="store_true")
     parser.add_argument("--busy-thread", action="store_true")
+    parser.add_argument("--pipelined", action="store_true", help="PlanPipeline, as vLLM's adapter")
+    parser.add_argument("--step-ms", type=float, default=5.0, help="the forward pass")
     parser.add_argument(
         "--default-switch-interval",
         action="store_true",
@@ -92,28 +128,50 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=spin, daemon=True).start()
     request = snapshot(args.requests)
     deadline_s = args.deadline_ms / 1e3
+    step_s = args.step_ms / 1e3
+    late = steps = 0
+    calls: list[float] = []
     try:
-        if args.in_process:
-            with PlannerLink(None, deadline_s, switch_interval_s=switch_s) as link:
-                lat = measure(link, request, args.calls)
-        else:
-            with (
-                ServerProcess() as server,
-                PlannerLink(server.address, deadline_s, switch_interval_s=switch_s) as link,
-            ):
-                lat = measure(link, request, args.calls)
+        with contextlib.ExitStack() as stack:
+            target = None if args.in_process else stack.enter_context(ServerProcess()).address
+            link = stack.enter_context(
+                PlannerLink(
+                    target,
+                    deadline_s,
+                    FallbackCounters(keep_latencies=True),
+                    switch_interval_s=switch_s,
+                )
+            )
+            if args.pipelined:
+                lat, late, steps = measure_pipelined(link, request, args.calls, step_s)
+                calls = sorted(link.counters.drain_latencies())
+            else:
+                lat = measure(link, request, args.calls, step_s)
     finally:
         stop.set()
-    over = sum(x > deadline_s for x in lat) / len(lat)
-    print(
+    where = (
         f"{'in process' if args.in_process else 'gRPC loopback'}, {args.requests} requests, "
         f"busy thread {'yes' if args.busy_thread else 'no'}, switch interval during the call "
-        f"{(switch_s or sys.getswitchinterval()) * 1e3:g} ms: "
-        f"p50 {lat[len(lat) // 2] * 1e3:.2f} ms, "
-        f"p99 {lat[int(0.99 * len(lat))] * 1e3:.2f} ms, over {args.deadline_ms:g} ms "
-        f"{100 * over:.1f} % of {len(lat)}"
+        f"{(switch_s or sys.getswitchinterval()) * 1e3:g} ms"
+    )
+    if args.pipelined:
+        print(
+            f"{where}, pipelined over {args.step_ms:g} ms steps: step wait "
+            f"p50 {_pct(lat, 0.5) * 1e3:.3f} ms, p99 {_pct(lat, 0.99) * 1e3:.3f} ms; "
+            f"call p50 {_pct(calls, 0.5) * 1e3:.2f} ms, p99 {_pct(calls, 0.99) * 1e3:.2f} ms; "
+            f"late {100 * late / steps:.1f} % of {steps} steps"
+        )
+        return 0
+    over = sum(x > deadline_s for x in lat) / len(lat)
+    print(
+        f"{where}: p50 {_pct(lat, 0.5) * 1e3:.2f} ms, p99 {_pct(lat, 0.99) * 1e3:.2f} ms, "
+        f"over {args.deadline_ms:g} ms {100 * over:.1f} % of {len(lat)}"
     )
     return 0
+
+
+def _pct(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 if __name__ == "__main__":

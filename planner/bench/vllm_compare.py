@@ -7,8 +7,9 @@ environment (`make bench-vllm`):
     python -m planner.bench.vllm_compare --out out/bench-vllm [--markdown docs/adapters.md]
 
 Each load runs its configurations in turn (plain vLLM, then the plugin over
-gRPC, then in process), --repeat times, interleaved, on identical arrivals;
-the machine's load average is recorded before and after each run, since a
+gRPC and in process, each with the planner call pipelined, its default, and
+synchronous), --repeat times, interleaved, on identical arrivals; the
+machine's load average is recorded before and after each run, since a
 shared machine moves every number."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import socket
 import statistics
 import sys
 import time
@@ -35,7 +37,18 @@ from planner.bench.tiny_llama import cached
 from planner.bench.vllm_server import VllmServer, VllmServerConfig
 
 SECTION = "vllm-plugin"
-CONFIGS = ("plain", "grpc", "in-process")
+# The plugin's configurations: where the planner runs, how each step's plan
+# is asked for (additional_config.planner.planning), and whether the swap
+# connector is on (off: every preemption, the planner's and vLLM's, is by
+# recompute, vLLM's own way; the planner's counters are then not on /metrics).
+PLUGIN_CONFIGS = {
+    "grpc": ("grpc", "pipelined", True),
+    "grpc-sync": ("grpc", "synchronous", True),
+    "in-process": ("in-process", "pipelined", True),
+    "in-process-sync": ("in-process", "synchronous", True),
+    "in-process-recompute": ("in-process", "pipelined", False),
+}
+CONFIGS = ("plain", *PLUGIN_CONFIGS)
 # vLLM's CPU backend reserves an extra core for any KV connector; this one
 # needs none (docs/adapters.md).
 ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
@@ -48,6 +61,9 @@ class LoadCase:
     num_gpu_blocks: int
     load: BurstyLoad
     what: str
+    # The TTFT SLO of this load (judged and sent to the planner); None:
+    # --slo-ttft-s.
+    slo_ttft_s: float | None = None
 
 
 LOADS = {
@@ -91,6 +107,10 @@ class RunResult:
     # (its bucket bound at the deadline).
     calls_over_deadline: float = 0.0
     call_mean_ms: float = math.nan
+    # What the engine's steps waited for the planner: the whole call when it
+    # is synchronous, what was left of it at the next step when pipelined.
+    wait_mean_ms: float = math.nan
+    waits_over_deadline: float = 0.0
     swap_outs: float = 0.0
     swap_ins: float = 0.0
     load_average_before: float = math.nan
@@ -140,6 +160,9 @@ def summarize(
     calls = _sum(m, "planner_adapter_calls_total")
     within = _sum(m, "planner_adapter_call_duration_seconds_bucket", le=f"{deadline_s}")
     latency_sum = _sum(m, "planner_adapter_call_duration_seconds_sum")
+    waits = _sum(m, "planner_adapter_step_wait_seconds_count")
+    waits_within = _sum(m, "planner_adapter_step_wait_seconds_bucket", le=f"{deadline_s}")
+    wait_sum = _sum(m, "planner_adapter_step_wait_seconds_sum")
     fallbacks: dict[str, float] = {}
     for name, labels, value in m:
         if name == "planner_adapter_fallbacks_total" and value:
@@ -166,6 +189,8 @@ def summarize(
         fallbacks=fallbacks,
         calls_over_deadline=calls - within if calls else 0.0,
         call_mean_ms=1e3 * latency_sum / calls if calls else math.nan,
+        wait_mean_ms=1e3 * wait_sum / waits if waits else math.nan,
+        waits_over_deadline=waits - waits_within if waits else 0.0,
         swap_outs=_sum(m, "planner_swap_outs_total"),
         swap_ins=_sum(m, "planner_swap_ins_total"),
     )
@@ -182,20 +207,26 @@ def run_one(
     args: argparse.Namespace,
     log_dir: Path,
 ) -> RunResult:
+    on = config != "plain"
     planner: dict[str, Any] = {
-        "slo_ttft_s": args.slo_ttft_s,
+        "slo_ttft_s": slo_ttft_s(case, args),
         "slo_tbt_s": args.slo_tpot_s,
         "deadline_ms": args.deadline_ms,
     }
-    if config == "grpc":
-        planner["target"] = planner_target
-    on = config != "plain"
+    swap = on
+    if on:
+        where, planning, swap = PLUGIN_CONFIGS[config]
+        planner["planning"] = planning
+        if where == "grpc":
+            planner["target"] = planner_target
+        if args.rotation is not None:
+            planner["rotation"] = args.rotation
     server_config = VllmServerConfig(
         model_dir=model_dir,
         port=port,
         num_gpu_blocks=case.num_gpu_blocks,
         scheduler=on,
-        connector=on,
+        connector=swap,
         planner=planner if on else {},
         env=ENV,
     )
@@ -214,7 +245,7 @@ def run_one(
         records=records,
         wall_s=wall_s,
         metrics_text=text,
-        slo_ttft_s=args.slo_ttft_s,
+        slo_ttft_s=slo_ttft_s(case, args),
         slo_tpot_s=args.slo_tpot_s,
         deadline_s=args.deadline_ms / 1e3,
     )
@@ -227,6 +258,18 @@ def run_one(
     return result
 
 
+def free_port() -> int:
+    """A port nothing listens on now (another vLLM on a fixed port would
+    answer this one's health check)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def slo_ttft_s(case: LoadCase, args: argparse.Namespace) -> float:
+    return case.slo_ttft_s if case.slo_ttft_s is not None else float(args.slo_ttft_s)
+
+
 def _median(results: list[RunResult], attr: str) -> float:
     values = [getattr(r, attr) for r in results]
     values = [v for v in values if not math.isnan(v)]
@@ -234,24 +277,34 @@ def _median(results: list[RunResult], attr: str) -> float:
 
 
 def markdown(results: list[RunResult], args: argparse.Namespace, machine: dict[str, Any]) -> str:
+    rotation = (
+        f" --rotation '{json.dumps(args.rotation, separators=(',', ':'))}'"
+        if args.rotation is not None
+        else ""
+    )
     lines = [
         "Command: `make bench-vllm` (`python -m planner.bench.vllm_compare "
         f"--repeat {args.repeat} --deadline-ms {args.deadline_ms:g} "
-        f"--slo-ttft-s {args.slo_ttft_s:g} --slo-tpot-s {args.slo_tpot_s:g}`), "
+        f"--slo-ttft-s {args.slo_ttft_s:g} --slo-tpot-s {args.slo_tpot_s:g}{rotation}`), "
         f"medians of {args.repeat} interleaved run(s). Machine: {describe(machine)}; "
         f"{describe_commit(machine)}. The 1-minute load average before and after each run "
-        "is in the last column: on a shared machine every number moves with it.",
+        "is in the last column: on a shared machine every number moves with it. "
+        f"Over {args.deadline_ms:g} ms: calls whose latency (sent to answered) passed "
+        "the deadline; late: steps that ran vLLM's own policy because the answer was not "
+        "there in time (a `deadline` fallback); stale: pipelined plans that no longer fit "
+        "when they arrived; wait: what each step waited for the planner.",
         "",
     ]
     for name in dict.fromkeys(r.load for r in results):
         case = LOADS[name]
         lines += [
-            f"**{name}**: {case.what}.",
+            f"**{name}**: {case.what}; TTFT SLO {slo_ttft_s(case, args):g} s.",
             "",
             "| configuration | done | wall s | out tok/s | both met | TTFT met | TPOT met "
-            "| TTFT p50 / p99 s | TPOT p50 s | TBT p99 s | preemptions | planner calls "
-            "| over deadline | mean call ms | swaps out/in | load avg |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| TTFT p50 / p99 s | TPOT p50 s | TBT p99 s | preemptions | swaps out/in "
+            f"| planner calls | over {args.deadline_ms:g} ms | late | stale | mean call ms "
+            "| mean wait ms | load avg |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for config in dict.fromkeys(r.config for r in results if r.load == name):
             rs = [r for r in results if r.load == name and r.config == config]
@@ -259,8 +312,19 @@ def markdown(results: list[RunResult], args: argparse.Namespace, machine: dict[s
             def med(attr: str, rs: list[RunResult] = rs) -> float:
                 return _median(rs, attr)
 
+            def fallbacks(reason: str, rs: list[RunResult] = rs) -> float:
+                return statistics.median(r.fallbacks.get(reason, 0.0) for r in rs)
+
             calls = med("planner_calls")
-            over = med("calls_over_deadline")
+            planner = (
+                f"| {med('swap_outs'):.0f}/{med('swap_ins'):.0f} | {calls:.0f} "
+                f"| {_share(med('calls_over_deadline'), calls)} "
+                f"| {_share(fallbacks('deadline'), calls)} "
+                f"| {_share(fallbacks('stale-plan'), calls)} "
+                f"| {med('call_mean_ms'):.2f} | {med('wait_mean_ms'):.2f} "
+                if calls
+                else "| - | - | - | - | - | - | - "
+            )
             lines.append(
                 f"| {config} | {med('completed'):.0f}/{med('requests'):.0f} "
                 f"| {med('wall_s'):.1f} | {med('output_tok_s'):.0f} "
@@ -268,16 +332,15 @@ def markdown(results: list[RunResult], args: argparse.Namespace, machine: dict[s
                 f"| {100 * med('tpot_attainment'):.1f} % "
                 f"| {med('ttft_p50_s'):.2f} / {med('ttft_p99_s'):.2f} "
                 f"| {med('tpot_p50_s'):.3f} | {med('tbt_p99_s'):.3f} | {med('preemptions'):.0f} "
-                + (
-                    f"| {calls:.0f} | {over:.0f} ({100 * over / calls:.2f} %) "
-                    f"| {med('call_mean_ms'):.2f} | {med('swap_outs'):.0f}/{med('swap_ins'):.0f} "
-                    if calls
-                    else "| - | - | - | - "
-                )
+                + planner
                 + f"| {med('load_average_before'):.1f} to {med('load_average_after'):.1f} |"
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def _share(count: float, calls: float) -> str:
+    return f"{count:.0f} ({100 * count / calls:.1f} %)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,7 +355,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-ms", type=float, default=5.0)
     parser.add_argument("--slo-ttft-s", type=float, default=2.0)
     parser.add_argument("--slo-tpot-s", type=float, default=0.1)
-    parser.add_argument("--port", type=int, default=8123)
+    parser.add_argument(
+        "--rotation",
+        type=json.loads,
+        help="the adapter's rotation setting, JSON (e.g. '{\"preempt_slack_tbts\": 20}')",
+    )
+    parser.add_argument(
+        "--port", type=int, help="vLLM's port (default: a free one for each server)"
+    )
     parser.add_argument("--python", default=sys.executable, help="the engine environment's")
     parser.add_argument("--markdown", type=Path, help="write the table into this file's section")
     args = parser.parse_args(argv)
@@ -313,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
                         config=config,
                         repeat=repeat,
                         model_dir=model_dir,
-                        port=args.port,
+                        port=args.port or free_port(),
                         planner_target=planner.address,
                         args=args,
                         log_dir=args.out,

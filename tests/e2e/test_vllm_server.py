@@ -3,7 +3,8 @@ real `planner serve`, and a bursty load of streamed /v1/completions under KV
 pressure, with the plugin off and on. Every request completes with all its
 tokens, greedy outputs are the same in every configuration, and killing the
 planner with kill -9 mid-run and starting it again changes nothing but the
-adapter's counters on vLLM's /metrics."""
+adapter's counters on vLLM's /metrics. The planner call is pipelined over
+gRPC (the default) and synchronous in process (the other mode)."""
 
 from __future__ import annotations
 
@@ -97,7 +98,9 @@ def test_plugin_over_grpc_survives_the_planner_dying(
     try:
         config = _config(tiny_model, {"target": f"127.0.0.1:{planner_port}", "deadline_ms": 5})
         with VllmServer(config, log_path=tmp_path / "vllm.log") as server:
-            assert "planner adapter on: PlannerSyncScheduler" in server.log_text()
+            log = server.log_text()
+            assert "planner adapter on: PlannerSyncScheduler" in log
+            assert "(deadline 5.0 ms, pipelined)" in log
             records: list[RequestRecord] = []
             load = threading.Thread(target=lambda: records.extend(_run(server, tiny_model)))
             load.start()
@@ -128,12 +131,13 @@ def test_plugin_over_grpc_survives_the_planner_dying(
     assert final_answers + all_fallbacks >= calls
 
 
-def test_plugin_in_process_gives_the_same_outputs(
+def test_plugin_in_process_synchronous_gives_the_same_outputs(
     tiny_model: Path, plain_outputs: dict[str, str], tmp_path: Path
 ) -> None:
-    config = _config(tiny_model, {"deadline_ms": 5})
+    # The other planning mode: each step asks and waits.
+    config = _config(tiny_model, {"deadline_ms": 5, "planning": "synchronous"})
     with VllmServer(config, log_path=tmp_path / "vllm.log") as server:
-        assert "planner in process" in server.log_text()
+        assert "planner in process (deadline 5.0 ms, synchronous)" in server.log_text()
         records = _run(server, tiny_model)
         calls = _metric(server, "planner_adapter_calls_total")
         swap_outs = _metric(server, "planner_swap_outs_total")

@@ -117,9 +117,11 @@ def test_rotation_settings_become_the_params_sent_with_each_snapshot():
     assert PlannerSettings.from_additional_config({}).rotation is None
 
 
-def test_settings_default_to_in_process_with_a_5_ms_deadline():
+def test_settings_default_to_in_process_pipelined_with_a_5_ms_deadline():
     settings = PlannerSettings.from_additional_config({})
-    assert (settings.target, settings.deadline_s) == (None, 0.005)
+    assert (settings.target, settings.deadline_s, settings.planning) == (None, 0.005, "pipelined")
+    synchronous = PlannerSettings.from_additional_config({"planner": {"planning": "synchronous"}})
+    assert synchronous.planning == "synchronous"
     settings = PlannerSettings.from_additional_config(
         {"planner": {"target": "10.0.0.1:50051", "deadline_ms": 2, "slo_tbt_s": 0.05}}
     )
@@ -142,6 +144,7 @@ def test_settings_default_to_in_process_with_a_5_ms_deadline():
         ({"rotation": {"preempt_slack_tbts": "a lot"}}, "rotation.preempt_slack_tbts"),
         ({"rotation": {"slack": 1}}, "rotation.slack"),
         ({"rotation": []}, "rotation"),
+        ({"planning": "async"}, "planning"),
     ],
 )
 def test_bad_settings_name_their_field(planner, field):

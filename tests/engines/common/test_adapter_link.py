@@ -10,7 +10,7 @@ import threading
 import pytest
 from planner.adapters.common.channel import CALL_SWITCH_INTERVAL_S, short_gil_switch_interval
 from planner.adapters.common.counters import FallbackCounters, FallbackReason
-from planner.adapters.common.link import PlannerLink
+from planner.adapters.common.link import PlannerLink, PlanPipeline
 from planner.adapters.common.snapshot import build_rotation_request
 from prometheus_client import CollectorRegistry
 
@@ -109,9 +109,12 @@ def test_counters_export_prometheus_metrics(views, pools):
 def stuck_in_process(monkeypatch):
     """In-process mode whose handler blocks until the test releases it."""
     release = threading.Event()
+    # Set once a call is inside the handler.
+    release.entered = threading.Event()
     real = in_process_service.handle
 
     def handle(rpc, request, ctx):
+        release.entered.set()
         release.wait()
         return real(rpc, request, ctx)
 
@@ -158,3 +161,149 @@ def test_gil_switch_interval_is_short_only_during_a_call(views, pools):
     # Already shorter: left alone.
     with short_gil_switch_interval(1.0):
         assert sys.getswitchinterval() == previous
+
+
+# ---- pipelined: sent after one step, taken at the next --------------------
+
+
+def _answered(pipeline: PlanPipeline) -> None:
+    """Waits until the call in flight has ended (the test's stand-in for a
+    forward pass that lasts longer than the call)."""
+    pipeline._in_flight.call._future.exception(timeout=ROUND_TRIP_DEADLINE_S)
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["in-process", "grpc"])
+def test_pipelined_call_gives_the_plan_a_waited_call_gives(views, pools, planner_server, remote):
+    request = build_rotation_request(views, pools, NOW_S)
+    target = planner_server.address if remote else None
+    with PlannerLink(target, deadline_s=ROUND_TRIP_DEADLINE_S) as link:
+        waited = link.plan_rotation(request)
+        pipeline = PlanPipeline(link)
+        assert pipeline.send(request, "snapshot 1")
+        answer = pipeline.take()
+        snap = link.counters.snapshot()
+    assert waited is not None
+    assert answer == (waited, "snapshot 1")
+    assert not pipeline.in_flight
+    assert (snap.calls, snap.ok, snap.total_fallbacks) == (2, 2, 0)
+    assert snap.wait.count == snap.latency.count == 2
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["in-process", "grpc"])
+def test_pipelined_answer_already_there_costs_the_step_nothing(
+    views, pools, planner_server, remote
+):
+    target = planner_server.address if remote else None
+    # A deadline no real call meets: the step may not wait at all.
+    with PlannerLink(target, deadline_s=1e-9) as link:
+        pipeline = PlanPipeline(link)
+        pipeline.send(build_rotation_request(views, pools, NOW_S), None)
+        _answered(pipeline)
+        answer = pipeline.take()
+        snap = link.counters.snapshot()
+    assert answer is not None
+    assert _ids(answer[0].plan.prioritized) == ["w-late"]
+    assert (snap.calls, snap.ok, snap.total_fallbacks) == (1, 1, 0)
+    # The call took longer than the deadline; the step did not wait for it.
+    assert snap.latency.max_s > 1e-9
+    assert snap.wait.count == 1
+
+
+def test_pipelined_late_answer_is_taken_at_a_later_step(views, pools, stuck_in_process):
+    request = build_rotation_request(views, pools, NOW_S)
+    with PlannerLink(None, deadline_s=0.005) as link:
+        assert link._local.wait_idle(ROUND_TRIP_DEADLINE_S)
+        pipeline = PlanPipeline(link, max_age_s=ROUND_TRIP_DEADLINE_S)
+        assert pipeline.send(request, "first")
+        # The planner is still on it: this step falls back, the call stays.
+        assert pipeline.take() is None
+        assert pipeline.in_flight
+        assert not pipeline.send(request, "second")
+        snap = link.counters.snapshot()
+        assert (snap.calls, snap.fallbacks[FallbackReason.DEADLINE]) == (0, 1)
+        stuck_in_process.set()
+        _answered(pipeline)
+        answer = pipeline.take()
+        snap = link.counters.snapshot()
+    assert answer is not None
+    assert answer[1] == "first"
+    # One step fell back, the next used the answer; one call.
+    assert (snap.calls, snap.ok, snap.total_fallbacks) == (1, 1, 1)
+
+
+def test_pipelined_call_to_a_stuck_planner_is_dropped_when_too_old(views, pools, stuck_server):
+    request = build_rotation_request(views, pools, NOW_S)
+    with PlannerLink(stuck_server, deadline_s=0.005) as link:
+        pipeline = PlanPipeline(link, max_age_s=ROUND_TRIP_DEADLINE_S)
+        pipeline.send(request, None)
+        assert pipeline.take() is None
+        assert pipeline.in_flight
+        pipeline.max_age_s = 0.0
+        assert pipeline.take() is None
+        assert not pipeline.in_flight
+        snap = link.counters.snapshot()
+    assert snap.calls == 1
+    assert snap.fallbacks[FallbackReason.DEADLINE] == snap.total_fallbacks == 2
+    assert snap.ok == 0
+
+
+def test_pipelined_call_to_a_dead_planner_is_a_counted_fallback(views, pools, dead_target):
+    with PlannerLink(dead_target, deadline_s=1.0) as link:
+        pipeline = PlanPipeline(link)
+        pipeline.send(build_rotation_request(views, pools, NOW_S), None)
+        assert pipeline.take() is None
+        snap = link.counters.snapshot()
+    # Refused at once, or (while the channel backs off) not there in time.
+    refused = snap.fallbacks[FallbackReason.UNAVAILABLE] + snap.fallbacks[FallbackReason.DEADLINE]
+    assert refused == snap.total_fallbacks == 1
+    assert snap.ok == 0
+
+
+def test_pipelined_send_while_the_planner_thread_is_busy(views, pools, stuck_in_process):
+    request = build_rotation_request(views, pools, NOW_S)
+    with PlannerLink(None, deadline_s=0.005) as link:
+        planner = link._local
+        assert planner.wait_idle(ROUND_TRIP_DEADLINE_S)
+        pipeline = PlanPipeline(link, max_age_s=0.0)
+        pipeline.send(request, None)
+        assert stuck_in_process.entered.wait(ROUND_TRIP_DEADLINE_S)
+        # Too old at once: dropped, but the planner thread is still on it.
+        assert pipeline.take() is None
+        assert planner.busy
+        # Nothing can be sent to a busy thread: that step falls back at once.
+        pipeline.send(request, None)
+        assert pipeline.take() is None
+        snap = link.counters.snapshot()
+        assert (snap.calls, snap.fallbacks[FallbackReason.DEADLINE]) == (2, 2)
+        stuck_in_process.set()
+        assert planner.wait_idle(ROUND_TRIP_DEADLINE_S)
+        link.deadline_s = pipeline.max_age_s = ROUND_TRIP_DEADLINE_S
+        pipeline.send(request, None)
+        assert pipeline.take() is not None
+
+
+def test_a_pending_call_is_taken_once(views, pools):
+    with PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S) as link:
+        call = link.send_rotation(build_rotation_request(views, pools, NOW_S))
+        assert call.wait(link.counters)
+        assert link.take_rotation(call) is not None
+        with pytest.raises(RuntimeError, match="once"):
+            link.take_rotation(call)
+
+
+def test_gil_switch_interval_is_short_while_a_pipelined_call_is_in_flight(
+    views, pools, stuck_in_process
+):
+    previous = sys.getswitchinterval()
+    with PlannerLink(None, deadline_s=0.005) as link:
+        assert link._local.wait_idle(ROUND_TRIP_DEADLINE_S)
+        pipeline = PlanPipeline(link, max_age_s=ROUND_TRIP_DEADLINE_S)
+        pipeline.send(build_rotation_request(views, pools, NOW_S), None)
+        assert stuck_in_process.entered.wait(ROUND_TRIP_DEADLINE_S)
+        # Between steps, with no one waiting on the call: still short.
+        assert pipeline.take() is None
+        assert sys.getswitchinterval() == pytest.approx(CALL_SWITCH_INTERVAL_S)
+        stuck_in_process.set()
+        _answered(pipeline)
+        assert pipeline.take() is not None
+    assert sys.getswitchinterval() == previous

@@ -6,7 +6,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from planner.adapters.common.apply import InvalidPlanError, accept_plan, plan_actions
+from planner.adapters.common.apply import (
+    InvalidPlanError,
+    accept_plan,
+    plan_actions,
+    recheck_plan,
+)
 from planner.adapters.common.counters import FallbackCounters, FallbackReason
 from planner.adapters.common.snapshot import (
     EngineRequestView,
@@ -115,3 +120,38 @@ def test_accept_plan_counts_invalid_plans(views, pools):
 def test_pools_free_cpu_unset_leaves_the_field_unset(views):
     request = build_rotation_request(views, PoolSizes(4, 16), 100.0)
     assert not request.snapshot.HasField("free_cpu_blocks")
+
+
+def test_recheck_leaves_out_a_preempted_request_that_has_finished(views, pools):
+    # A step later r-old has finished (its 8 blocks are free): the plan still
+    # admits w-late, and preempts nothing.
+    response = rotation_pb2.PlanRotationResponse(plan=_plan(["w-late"], ["r-old"]))
+    now = [v for v in views if v.request_id == "w-late"]
+    counters = FallbackCounters()
+    actions = recheck_plan(response, now, PoolSizes(12, 16, 1000), counters)
+    assert actions is not None
+    assert (actions.resume, actions.preempt) == (("w-late",), ())
+    assert counters.snapshot().total_fallbacks == 0
+    # The response itself is left as it came.
+    assert [d.id for d in response.plan.preempted] == ["r-old"]
+
+
+@pytest.mark.parametrize(
+    ("now_ids", "free_gpu_blocks"),
+    [
+        # w-late was aborted since the snapshot.
+        (["r-old"], 4),
+        # r-old has left, and w-late's 5 blocks do not fit in the 4 free:
+        # what the plan resumes no longer fits.
+        (["w-late"], 4),
+    ],
+    ids=["resumed-request-gone", "no-room-any-more"],
+)
+def test_recheck_counts_a_plan_that_no_longer_fits_as_stale(views, pools, now_ids, free_gpu_blocks):
+    response = rotation_pb2.PlanRotationResponse(plan=_plan(["w-late"], ["r-old"]))
+    now = [v for v in views if v.request_id in now_ids]
+    counters = FallbackCounters()
+    assert recheck_plan(response, now, PoolSizes(free_gpu_blocks, 16, 1000), counters) is None
+    snap = counters.snapshot()
+    assert snap.fallbacks[FallbackReason.STALE_PLAN] == 1
+    assert snap.total_fallbacks == 1

@@ -14,6 +14,7 @@ from . import SKIP_REASON
 pytest.importorskip("vllm", reason=SKIP_REASON)
 
 from planner.adapters.common.counters import FallbackReason
+from vllm.v1.request import RequestStatus
 
 pytestmark = pytest.mark.engines
 
@@ -37,10 +38,18 @@ def _assert_all_finished_once(run) -> None:
     assert connector.ledger.free_cpu_blocks == connector.num_cpu_blocks
 
 
-def test_planner_rotates_requests_and_swaps_kv(engine):
+@pytest.mark.parametrize("planning", ["pipelined", "synchronous"])
+def test_planner_rotates_requests_and_swaps_kv(engine, planning):
     # The paper's Algorithm 1 rotates whatever the requests' TPOT slack, so
     # these short requests rotate (the bounded LVF would leave them be).
-    run = engine({"deadline_ms": 10_000, "rotation": {"variant": "lvf-paper"}, **SLO})
+    run = engine(
+        {
+            "deadline_ms": 10_000,
+            "planning": planning,
+            "rotation": {"variant": "lvf-paper"},
+            **SLO,
+        }
+    )
     _load(run)
     planned_preemptions = 0
     planned_first_runs = 0
@@ -90,15 +99,24 @@ def test_dead_planner_falls_back_to_vllm_without_losing_a_request(engine, dead_t
     assert run.scheduler.connector.ledger.swap_ins >= 1
 
 
-def test_stuck_planner_falls_back_at_the_deadline(engine, stuck_server):
-    run = engine({"target": stuck_server, "deadline_ms": 5, **SLO})
+@pytest.mark.parametrize("planning", ["pipelined", "synchronous"])
+def test_stuck_planner_falls_back_at_the_deadline(engine, stuck_server, planning):
+    run = engine({"target": stuck_server, "deadline_ms": 5, "planning": planning, **SLO})
     _load(run)
     run.run()
     _assert_all_finished_once(run)
     counters = run.scheduler.planner_counters.snapshot()
     assert counters.calls > 0
-    assert counters.fallbacks[FallbackReason.DEADLINE] == counters.calls
     assert counters.ok == 0
+    late = counters.fallbacks[FallbackReason.DEADLINE]
+    assert late == counters.total_fallbacks
+    if planning == "synchronous":
+        # Each step waited for its own call.
+        assert late == counters.calls
+    else:
+        # A call stays in flight over the steps it is late for, until it is
+        # too old: each of those steps is a fallback, the call counted once.
+        assert late > counters.calls
 
 
 def test_without_the_connector_the_planner_rotates_by_recompute(engine):
@@ -111,3 +129,57 @@ def test_without_the_connector_the_planner_rotates_by_recompute(engine):
     counters = run.scheduler.planner_counters.snapshot()
     assert counters.ok == counters.calls > 0
     assert run.preempted
+
+
+def test_pipelined_plan_applies_at_the_next_step_unless_stale(engine):
+    """The plan sent after one step is what the next step carries out; when
+    a request it admits has gone meanwhile (aborted here), that step is
+    vLLM's own, counted as stale-plan, and nothing else is lost."""
+    run = engine({"deadline_ms": 10_000, "rotation": {"variant": "lvf-paper"}, **SLO})
+    _load(run)
+    aborted = None
+    applied = 0
+    for _ in range(2000):
+        if not run.scheduler.has_requests():
+            break
+        run.step()
+        in_flight = run.scheduler.pipeline._in_flight
+        if in_flight is None:
+            continue
+        # The answer, as it arrives while the model runs.
+        plan = in_flight.call._future.result(timeout=10).plan
+        if plan.fcfs_fallback or not plan.prioritized:
+            continue
+        if applied and aborted is None:
+            aborted = plan.prioritized[0].id
+            run.scheduler.finish_requests(aborted, RequestStatus.FINISHED_ABORTED)
+            run.step()
+            assert run.scheduler.last_actions is None
+            counters = run.scheduler.planner_counters.snapshot()
+            assert counters.fallbacks[FallbackReason.STALE_PLAN] == 1
+            continue
+        run.step()
+        actions = run.scheduler.last_actions
+        assert actions is not None
+        assert actions.resume == tuple(d.id for d in plan.prioritized)
+        applied += 1
+    assert aborted is not None
+    assert applied >= 1
+    rest = {f"r{i}" for i in range(NUM_REQUESTS)} - {aborted}
+    assert set(run.finished) == rest
+    assert all(run.tokens[rid] == MAX_TOKENS for rid in rest)
+    counters = run.scheduler.planner_counters.snapshot()
+    assert counters.ok == counters.calls
+    assert counters.total_fallbacks == counters.fallbacks[FallbackReason.STALE_PLAN] >= 1
+
+
+def test_plan_order_is_the_waiting_queue_order(engine):
+    # The plan's prioritized requests start in the plan's order, ahead of
+    # the rest (vLLM's own prepend_requests would reverse them).
+    run = engine({"deadline_ms": 10_000, **SLO})
+    _load(run)
+    scheduler = run.scheduler
+    first = [scheduler.requests[rid] for rid in ("r4", "r1", "r3")]
+    scheduler.waiting.remove_requests(first)
+    scheduler.put_first(first)
+    assert [r.request_id for r in scheduler.waiting] == ["r4", "r1", "r3", "r0", "r2", "r5"]

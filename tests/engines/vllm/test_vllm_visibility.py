@@ -85,7 +85,7 @@ def test_one_info_line_with_the_settings(vllm_config, caplog):
     line = lines[0]
     # vLLM's CPU platform turns async scheduling off.
     assert "planner adapter on: PlannerSyncScheduler" in line
-    assert "in process (deadline 7.0 ms)" in line
+    assert "in process (deadline 7.0 ms, pipelined)" in line
     assert "SLO TTFT 0.2 s TBT 0.1 s" in line
     assert "swap (64 CPU blocks)" in line
     assert "256 tokens / 8 requests per step" in line
