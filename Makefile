@@ -116,20 +116,32 @@ $(ENGINES_STAMP): $(ENGINES_BASE)/.installed pyproject.toml
 	$(ENGINES_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	touch $(ENGINES_STAMP)
 
+# The engines' environment has its own numba (vLLM pins it), so its compiled
+# layer-offload search gets its own cache: the two versions would overwrite
+# each other's files beside the source. The search is compiled (about 20 s
+# on 2 cores) before the tests, as `planner serve` does at its start, not
+# inside the first planner call an engine makes under its deadline.
+ENGINES_RUN := HF_HUB_OFFLINE=1 NUMBA_CACHE_DIR=$(CURDIR)/$(ENGINES_VENV)/numba-cache
+ENGINES_WARM := $(ENGINES_RUN) $(ENGINES_VENV)/bin/python -c \
+	'from planner.policies.offload.search import warm_up; warm_up()'
+
 .PHONY: test-engines test-e2e bench-vllm bench-calibration
 test-engines: $(ENGINES_STAMP)
-	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m pytest -q -m engines tests/engines
+	$(ENGINES_WARM)
+	$(ENGINES_RUN) $(ENGINES_VENV)/bin/python -m pytest -q -m engines tests/engines
 
 # A real vLLM server on CPU with a tiny model built offline, a real planner
 # serve, plugin on and off (docs/adapters.md).
 test-e2e: $(ENGINES_STAMP)
-	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m pytest -q -m e2e tests/e2e
+	$(ENGINES_WARM)
+	$(ENGINES_RUN) $(ENGINES_VENV)/bin/python -m pytest -q -m e2e tests/e2e
 
 # Plugin on and off back to back on the same load (docs/adapters.md); the
 # table goes to $(BENCH_VLLM_OUT).
 BENCH_VLLM_OUT ?= out/bench-vllm
 bench-vllm: $(ENGINES_STAMP)
-	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m planner.bench.vllm_compare --out $(BENCH_VLLM_OUT)
+	$(ENGINES_WARM)
+	$(ENGINES_RUN) $(ENGINES_VENV)/bin/python -m planner.bench.vllm_compare --out $(BENCH_VLLM_OUT)
 
 # How far a replay predicts a real engine (docs/replay.md, "How far to trust
 # a replay"): a real vLLM server (CPU build, the tiny model) and `planner
@@ -140,7 +152,8 @@ bench-vllm: $(ENGINES_STAMP)
 CALIBRATION_OUT ?= out/calibration
 CALIBRATION_REPEAT ?= 3
 bench-calibration: $(ENGINES_STAMP)
-	HF_HUB_OFFLINE=1 $(ENGINES_VENV)/bin/python -m planner.cli bench calibration \
+	$(ENGINES_WARM)
+	$(ENGINES_RUN) $(ENGINES_VENV)/bin/python -m planner.cli bench calibration \
 		--repeat $(CALIBRATION_REPEAT) --out $(CALIBRATION_OUT) --markdown docs/replay.md
 
 serve: $(STAMP)
