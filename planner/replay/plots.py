@@ -233,7 +233,7 @@ def _timeline_panel(
 def _top_legend(fig: Figure, ax: Axes) -> None:
     """One legend row above the plots, clear of the curves."""
     handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside upper center", ncols=min(len(labels), 5))
+    fig.legend(handles, labels, loc="outside upper center", ncols=min(len(labels), 4))
 
 
 def _binned_note(fig: Figure, binned: bool) -> None:
