@@ -649,7 +649,7 @@ def _replay(args: argparse.Namespace) -> int:
         paths = write_report(
             args.report_dir, main_results, metrics, sweep=sweep if len(scales) > 1 else None
         )
-        print(f"wrote {len(paths)} plots to {args.report_dir}")
+        _wrote_plots(args.report_dir, paths)
     return 0
 
 
@@ -663,6 +663,11 @@ def _collect(args: argparse.Namespace, result: ReplayResult, summary: dict[str, 
 def _wrote(path: Path) -> None:
     if not is_stdout(path):
         print(f"wrote {path}")
+
+
+def _wrote_plots(directory: Path, paths: list[Path]) -> None:
+    names = ", ".join(p.name for p in paths)
+    print(f"wrote {len(paths)} plots to {directory}: {names}")
 
 
 def _write_requests(args: argparse.Namespace, results: list[ReplayResult]) -> None:
@@ -736,8 +741,6 @@ def _run_long_context(
     scales: list[float],
 ) -> int:
     """The long-context offload topology (planner.replay.longctx_engine)."""
-    if args.report_dir is not None:
-        return _fail(f"--report-dir is not available with --topology {LONG_CONTEXT} yet")
     params = REPLAY_OFFLOAD_PARAMS
     if args.offload_time_limit is not None:
         params = replace(params, time_limit_s=args.offload_time_limit)
@@ -760,6 +763,7 @@ def _run_long_context(
     design = design_tokens(trace)
     first: tuple[list[LongctxRun], list[LongctxMetrics]] | None = None
     every_run: list[LongctxRun] = []
+    sweep: dict[float, list[PolicyMetrics]] = {}
     for scale in scales:
         scaled = scale_rate(trace, scale)
         runs: list[LongctxRun] = []
@@ -796,6 +800,7 @@ def _run_long_context(
             runs.append(run)
             every_run.append(run)
         metrics = [summarize_longctx(r) for r in runs]
+        sweep[scale] = [m.metrics for m in metrics]
         for run, m in zip(runs, metrics, strict=True):
             _collect(args, run.result, {**m.metrics.to_json(), "offload": m.offload_json()})
         gpu_gb = config.gpu_block_budget * config.layer_block_bytes / 1e9
@@ -812,6 +817,17 @@ def _run_long_context(
     if args.json_out is not None and first is not None:
         write_json_document(args.json_out, longctx_json(*first), args.stdout)
         _wrote(args.json_out)
+    if args.report_dir is not None and first is not None:
+        paths = write_report(
+            args.report_dir,
+            [run.result for run in first[0]],
+            [m.metrics for m in first[1]],
+            sweep=sweep if len(scales) > 1 else None,
+            kv_unit="layer blocks",
+            rotary=False,
+            stall=True,
+        )
+        _wrote_plots(args.report_dir, paths)
     _write_requests(args, [run.result for run in every_run])
     return 0
 
@@ -824,10 +840,6 @@ def _run_cluster(
     scales: list[float],
 ) -> int:
     """The cluster topology (planner.replay.cluster_engine)."""
-    if args.report_dir is not None:
-        return _fail(f"--report-dir is not available with --topology {CLUSTER} yet")
-    if args.compute_jitter:
-        return _fail(f"--compute-jitter is not available with --topology {CLUSTER} yet")
     defaults = ClusterKnobs()
     restore = defaults.restore
     if args.restore_hold is not None:
@@ -843,6 +855,8 @@ def _run_cluster(
             else min(defaults.static_group_size, args.instances or defaults.instances)
         ),
         restore=restore,
+        jitter_cv=args.compute_jitter,
+        seed=args.seed,
     )
     try:
         config = cluster_config(setup, knobs)
@@ -850,6 +864,7 @@ def _run_cluster(
         return _fail(str(exc))
     first: tuple[list[ClusterRun], list[ClusterMetrics]] | None = None
     every_run: list[ClusterRun] = []
+    sweep: dict[float, list[PolicyMetrics]] = {}
     for scale in scales:
         scaled = scale_rate(trace, scale)
         runs: list[ClusterRun] = []
@@ -866,6 +881,8 @@ def _run_cluster(
                     "topology": CLUSTER,
                     "policy": name,
                     "rate_scale": scale,
+                    "compute_jitter_cv": config.jitter_cv,
+                    "seed": config.seed,
                     "instances": config.instances,
                     "kv_blocks_per_instance": config.kv_blocks_per_instance,
                     "param_bytes": config.param_bytes,
@@ -882,6 +899,7 @@ def _run_cluster(
             runs.append(run)
             every_run.append(run)
         metrics = [summarize_cluster(r) for r in runs]
+        sweep[scale] = [m.metrics for m in metrics]
         for run, m in zip(runs, metrics, strict=True):
             _collect(args, run.result, {**m.metrics.to_json(), "cluster": m.cluster_json()})
         kv_gb = config.kv_blocks_per_instance * config.block_bytes / 1e9
@@ -898,6 +916,16 @@ def _run_cluster(
     if args.json_out is not None and first is not None:
         write_json_document(args.json_out, cluster_json(*first), args.stdout)
         _wrote(args.json_out)
+    if args.report_dir is not None and first is not None:
+        paths = write_report(
+            args.report_dir,
+            [run.result for run in first[0]],
+            [m.metrics for m in first[1]],
+            sweep=sweep if len(scales) > 1 else None,
+            kv_unit="blocks, all instances",
+            rotary=False,
+        )
+        _wrote_plots(args.report_dir, paths)
     _write_requests(args, [run.result for run in every_run])
     return 0
 
@@ -990,6 +1018,6 @@ def _run_serverless(
         _wrote(args.json_out)
     if args.report_dir is not None and first is not None:
         paths = write_serverless_report(args.report_dir, *first, sweep=sweep)
-        print(f"wrote {len(paths)} plots to {args.report_dir}")
+        _wrote_plots(args.report_dir, paths)
     _write_requests(args, [run.result for run in every_run])
     return 0

@@ -1,7 +1,7 @@
 """The cluster replay topology: N instances of one model behind a
 least-loaded dispatcher (DESIGN.md §3.3, §4; KunServe and its baselines).
 
-Model (simulated time; deterministic, no randomness):
+Model (simulated time; deterministic, and random only through seeded noise):
 
 - **Instance**: an iteration-level continuous batcher with chunked prefill
   (``max_batched_tokens`` per iteration), at most ``max_running`` requests,
@@ -64,6 +64,11 @@ Model (simulated time; deterministic, no randomness):
   meanwhile); ``static-pp`` (fixed groups of ``static_group_size`` from the
   start, never restored).
 
+- **Noise** (``jitter_cv``, ``seed``): every iteration time the cost model
+  gives (each micro-batch's in a group) is multiplied by the next factor of
+  planner.replay.noise's seeded lognormal stream, one stream per run;
+  KunServe's throughput profile stays the model's.
+
 Memory is checked after every change (``over_capacity`` counts violations,
 which would be a bug). Requests whose prompt + output tokens cannot fit one
 instance's region are rejected on arrival (every policy alike).
@@ -77,7 +82,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from planner.domain.cluster import ClusterInputs, Instance, Strategy, ThroughputProfile
 from planner.domain.requests import Slo
@@ -89,6 +93,8 @@ from planner.policies.buddy import (
     exchange_chunk_bytes,
     plan_buddy_groups,
 )
+from planner.replay.models import AttentionPairsCost
+from planner.replay.noise import JitteredAttentionPairsCost
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
 from planner.trace.records import TraceRequest
 
@@ -103,18 +109,6 @@ NO_PROGRESS_S = 1e6
 # kv-migration moves a request only to an instance this much less loaded
 # (KV demand / capacity).
 MIGRATION_MARGIN = 0.1
-
-
-class CostModel(Protocol):
-    """What the engine needs of planner.profiles.IterationCostModel."""
-
-    def iteration_time_s(
-        self,
-        prefill_tokens: int,
-        decode_tokens: int,
-        attended_context_tokens: int,
-        prefill_attention_pairs: int = 0,
-    ) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +130,10 @@ class ClusterConfig:
     monitor_interval_s: float = 0.1
     trigger: TriggerConfig = field(default_factory=TriggerConfig)
     restore: RestoreConfig = field(default_factory=RestoreConfig)
+    # Every instance's iteration times times seeded lognormal noise with
+    # mean 1 and this coefficient of variation (planner.replay.noise).
+    jitter_cv: float = 0.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
         for name in (
@@ -154,6 +152,8 @@ class ClusterConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.param_bytes < 0:
             raise ValueError(f"param_bytes must be >= 0, got {self.param_bytes}")
+        if not (math.isfinite(self.jitter_cv) and self.jitter_cv >= 0):
+            raise ValueError(f"jitter_cv must be a finite number >= 0, got {self.jitter_cv}")
         for name in ("link_gbps", "reload_gbps", "monitor_interval_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
@@ -253,7 +253,9 @@ class _Unit:
         return self.used + self.reserved + self.queued_blocks(block_size)
 
 
-def throughput_profile(cost: CostModel, config: ClusterConfig, max_g: int) -> ThroughputProfile:
+def throughput_profile(
+    cost: AttentionPairsCost, config: ClusterConfig, max_g: int
+) -> ThroughputProfile:
     """Thpt_g(g) of this model's pipeline: decode tokens per second of a
     group of g serving g x 32 requests of 1,024 context tokens (one
     instance: 32)."""
@@ -268,7 +270,7 @@ def throughput_profile(cost: CostModel, config: ClusterConfig, max_g: int) -> Th
 
 
 def _round_time(
-    cost: CostModel,
+    cost: AttentionPairsCost,
     config: ClusterConfig,
     g: int,
     micro: Sequence[tuple[int, int, int, int, int]],
@@ -296,14 +298,20 @@ class ClusterEngine:
         self,
         config: ClusterConfig,
         policy: str,
-        cost: CostModel,
+        cost: AttentionPairsCost,
         trace: Sequence[TraceRequest],
     ) -> None:
         if policy not in CLUSTER_POLICY_NAMES:
             raise ValueError(f"unknown cluster policy {policy!r}")
         self.c = config
         self.policy = policy
-        self.cost = cost
+        # One noise sequence per run, seeded alike for every policy; the
+        # throughput profile KunServe plans with stays the model's.
+        self.cost: AttentionPairsCost = (
+            JitteredAttentionPairsCost(cost, config.jitter_cv, config.seed)
+            if config.jitter_cv > 0
+            else cost
+        )
         self.trace = sorted(trace, key=lambda t: t.arrival_s)
         self.stats = ClusterStats()
         self.units: list[_Unit] = []

@@ -21,7 +21,7 @@ from rich.text import Text
 from planner.replay.cluster_engine import ClusterRun, ClusterStats
 from planner.replay.console import print_table
 from planner.replay.metrics import PolicyMetrics, summarize
-from planner.replay.report import DASH, fmt_pct, fmt_rate, fmt_seconds, to_json
+from planner.replay.report import DASH, fmt_pct, fmt_seconds, goodput_rows, to_json
 
 TOPOLOGY = "cluster"
 
@@ -69,7 +69,9 @@ def _m(
 
 def rows() -> list[Row]:
     m = _m
+    goodput = [(row.label, m(row.get), row.fmt) for row in goodput_rows()]
     return [
+        *goodput,
         ("TTFT p50", m(lambda p: p.ttft_s.p50), fmt_seconds),
         ("TTFT p99", m(lambda p: p.ttft_s.p99), fmt_seconds),
         ("TBT p50 (token gaps)", m(lambda p: p.tbt_s.p50), fmt_seconds),
@@ -79,7 +81,6 @@ def rows() -> list[Row]:
         ("TTFT attainment", m(lambda p: p.ttft_attainment), fmt_pct),
         ("TPOT attainment", m(lambda p: p.tpot_attainment), fmt_pct),
         ("SLO violations", lambda x: x.slo_violations, fmt_pct),
-        ("Output tokens/s", m(lambda p: p.throughput_tok_s), lambda v: fmt_rate(v, "")),
         ("Finished", m(lambda p: p.finished), _int),
         ("Rejected (never fits)", lambda x: x.stats.rejected, _int),
         ("Drops (groups formed)", lambda x: x.stats.groups_formed, _int),

@@ -27,6 +27,8 @@ class ClusterKnobs:
     # rate): newest estimate weighted 0.2 at one tick per 0.1 s.
     trigger: TriggerConfig = field(default_factory=lambda: TriggerConfig(ewma_weight=0.2))
     restore: RestoreConfig = field(default_factory=RestoreConfig)
+    jitter_cv: float = 0.0
+    seed: int = 0
 
 
 def cluster_config(setup: ReplaySetup, knobs: ClusterKnobs) -> ClusterConfig:
@@ -56,4 +58,6 @@ def cluster_config(setup: ReplaySetup, knobs: ClusterKnobs) -> ClusterConfig:
         monitor_interval_s=knobs.monitor_interval_s,
         trigger=knobs.trigger,
         restore=knobs.restore,
+        jitter_cv=knobs.jitter_cv,
+        seed=knobs.seed,
     )

@@ -24,9 +24,9 @@ from rich.table import Table
 
 from planner.replay.console import print_table
 from planner.replay.longctx_engine import LongctxRun, LongctxStats
-from planner.replay.metric_table import MetricRow, add_sections
+from planner.replay.metric_table import MetricRow, add_sections, lift_rows
 from planner.replay.metrics import PolicyMetrics, latency_samples, summarize
-from planner.replay.report import DASH, fmt_pct, fmt_rate, fmt_seconds, to_json
+from planner.replay.report import DASH, fmt_pct, fmt_seconds, goodput_rows, to_json
 
 TOPOLOGY = "long-context"
 
@@ -72,12 +72,16 @@ def _int(value: float | None) -> str:
 _Row = MetricRow[LongctxMetrics]
 
 
+def _plain(m: LongctxMetrics) -> PolicyMetrics:
+    return m.metrics
+
+
 def _rows() -> list[tuple[str, list[_Row]]]:
     return [
+        ("Goodput", lift_rows(goodput_rows(), _plain)),
         (
             "SLO attainment",
             [
-                _Row("TBT (token-level)", lambda m: m.metrics.tbt_attainment, fmt_pct, 1),
                 _Row("TPOT (request-level)", lambda m: m.metrics.tpot_attainment, fmt_pct, 1),
                 _Row("TTFT", lambda m: m.metrics.ttft_attainment, fmt_pct, 1),
             ],
@@ -98,12 +102,6 @@ def _rows() -> list[tuple[str, list[_Row]]]:
         (
             "Throughput",
             [
-                _Row(
-                    "Output tokens/s",
-                    lambda m: m.metrics.throughput_tok_s,
-                    lambda v: fmt_rate(v, ""),
-                    1,
-                ),
                 _Row("Finished", lambda m: m.metrics.finished, _int, 1),
                 _Row("Unfinished", lambda m: m.metrics.unfinished, _int, -1),
                 _Row("Rejected (never fits)", lambda m: m.stats.rejected, _int),

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 M = TypeVar("M")
+N = TypeVar("N")
 
 
 # Not slots: a frozen slotted dataclass cannot be built through its
@@ -23,6 +24,19 @@ class MetricRow(Generic[M]):
     fmt: Callable[[float | None], str]
     # Which way is better: +1 higher, -1 lower, 0 not ranked.
     better: int = 0
+
+
+def lift_rows(rows: Sequence[MetricRow[M]], part: Callable[[N], M]) -> list[MetricRow[N]]:
+    """`rows` read from the `part` of a topology's metrics (its
+    PolicyMetrics, say)."""
+
+    def lift(row: MetricRow[M]) -> MetricRow[N]:
+        def get(m: N) -> float | None:
+            return row.get(part(m))
+
+        return MetricRow[N](row.label, get, row.fmt, row.better)
+
+    return [lift(row) for row in rows]
 
 
 def best_of(values: Sequence[float | None], better: int) -> set[int]:

@@ -15,6 +15,19 @@ class IterationCost(Protocol):
         ...
 
 
+class AttentionPairsCost(Protocol):
+    """An iteration cost that also charges the prefill's causal attention
+    pairs (planner.profiles.IterationCostModel; the cluster topology)."""
+
+    def iteration_time_s(
+        self,
+        prefill_tokens: int,
+        decode_tokens: int,
+        attended_context_tokens: int,
+        prefill_attention_pairs: int = 0,
+    ) -> float: ...
+
+
 class TransferCost(Protocol):
     def transfer_time_s(self, d2h_bytes: int, h2d_bytes: int, segment_bytes: int) -> float:
         """Seconds to move d2h_bytes GPU->CPU and h2d_bytes CPU->GPU, issued

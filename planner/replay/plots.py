@@ -9,7 +9,10 @@ figure.
 - tbt_cdf.png: CDF of the gaps between tokens (ms), the TBT SLO dashed.
 - kv_occupancy.png: GPU KV blocks in use over simulated time per policy with
   the pool's capacity (and CPU KV blocks below, when any were used).
-- queue_length.png: waiting and rotary (swapped out) requests over time.
+- queue_length.png: waiting and, where the topology swaps requests out,
+  rotary (swapped out) requests over time.
+- kv_stall.png (topologies whose iterations wait for KV, asked for by
+  `stall=True`): the iterations' cumulative wait for KV transfers over time.
 - attainment_vs_load.png (given a `--rate-scale` sweep): TTFT and token-level
   TBT attainment against the rate scale, one line per policy.
 
@@ -230,7 +233,7 @@ def _timeline_panel(
 def _top_legend(fig: Figure, ax: Axes) -> None:
     """One legend row above the plots, clear of the curves."""
     handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside upper center", ncols=min(len(labels), 5))
+    fig.legend(handles, labels, loc="outside upper center", ncols=min(len(labels), 4))
 
 
 def _binned_note(fig: Figure, binned: bool) -> None:
@@ -246,7 +249,8 @@ def _binned_note(fig: Figure, binned: bool) -> None:
         )
 
 
-def plot_kv_occupancy(path: Path, results: Sequence[ReplayResult]) -> Path:
+def plot_kv_occupancy(path: Path, results: Sequence[ReplayResult], unit: str = "blocks") -> Path:
+    """`unit`: what the timeline's and totals' GPU KV blocks count."""
     colors = policy_colors([r.policy for r in results])
     with_cpu = any(s.cpu_kv_blocks_used for r in results for s in r.timeline)
     fig = _figure(8.0, 6.5 if with_cpu else 5.0)
@@ -260,11 +264,11 @@ def plot_kv_occupancy(path: Path, results: Sequence[ReplayResult]) -> Path:
             color="black",
             linestyle="--",
             linewidth=1.0,
-            label=f"capacity ({capacity:,} blocks)" if i < MAX_SLO_LINES else None,
+            label=f"capacity ({capacity:,} {unit})" if i < MAX_SLO_LINES else None,
         )
     if capacities:
         gpu.set_ylim(0, max([*capacities, gpu.get_ylim()[1]]) * 1.04)
-    gpu.set_ylabel("GPU KV blocks in use")
+    gpu.set_ylabel(f"GPU KV {unit} in use")
     gpu.set_title("GPU KV cache occupancy over time")
     _top_legend(fig, gpu)
     if with_cpu:
@@ -277,17 +281,47 @@ def plot_kv_occupancy(path: Path, results: Sequence[ReplayResult]) -> Path:
     return _save(fig, path)
 
 
-def plot_queue_length(path: Path, results: Sequence[ReplayResult]) -> Path:
+def plot_queue_length(path: Path, results: Sequence[ReplayResult], rotary: bool = True) -> Path:
+    """`rotary`: a second panel of the rotary (swapped out) requests."""
     colors = policy_colors([r.policy for r in results])
-    fig = _figure(8.0, 6.0)
-    waiting, rotary = fig.subplots(2, 1, sharex=True)
+    fig = _figure(8.0, 6.0 if rotary else 4.5)
+    axes = fig.subplots(2 if rotary else 1, 1, sharex=True, squeeze=False)[:, 0]
+    waiting = axes[0]
     binned = _timeline_panel(waiting, results, "waiting", colors)
-    binned |= _timeline_panel(rotary, results, "rotary", colors)
     waiting.set_ylabel("Waiting requests")
     waiting.set_title("Queue length over time")
     _top_legend(fig, waiting)
-    rotary.set_ylabel("Rotary requests\n(KV swapped out)")
-    rotary.set_xlabel("Simulated time (s)")
+    if rotary:
+        binned |= _timeline_panel(axes[1], results, "rotary", colors)
+        axes[1].set_ylabel("Rotary requests\n(KV swapped out)")
+    axes[-1].set_xlabel("Simulated time (s)")
+    _binned_note(fig, binned)
+    return _save(fig, path)
+
+
+def plot_kv_stall(path: Path, results: Sequence[ReplayResult]) -> Path:
+    """Cumulative seconds the iterations waited for KV transfers."""
+    colors = policy_colors([r.policy for r in results])
+    fig = _figure()
+    ax = fig.add_subplot()
+    binned = False
+    for result in results:
+        t, stall = _series(result, "stall_s")
+        t, total, b = _envelope(t, np.cumsum(stall))
+        binned |= b
+        ax.plot(
+            t,
+            total,
+            color=colors[result.policy],
+            linewidth=1.5,
+            label=f"{result.policy}: {result.totals.stall_s:.3g} s in all",
+        )
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_xlabel("Simulated time (s)")
+    ax.set_ylabel("Cumulative stall (s)")
+    ax.set_title("Iterations' wait for KV transfers (not hidden by compute)")
+    ax.legend(loc="best", fontsize="small")
     _binned_note(fig, binned)
     return _save(fig, path)
 
@@ -344,9 +378,16 @@ def write_report(
     results: Sequence[ReplayResult],
     metrics: Sequence[PolicyMetrics],
     sweep: Sweep | None = None,
+    *,
+    kv_unit: str = "blocks",
+    rotary: bool = True,
+    stall: bool = False,
 ) -> list[Path]:
     """Every figure into `directory` (created); the paths written.
-    `results` and `metrics` pair up by position, as from `compare`."""
+    `results` and `metrics` pair up by position, as from `compare`. What
+    the topology's timeline holds: `kv_unit`, what its GPU KV blocks count;
+    `rotary`, whether it swaps requests out; `stall`, whether its
+    iterations wait for KV transfers (kv_stall.png)."""
     if len(results) != len(metrics):
         raise ValueError(f"{len(results)} results but {len(metrics)} metrics")
     out = Path(directory)
@@ -354,9 +395,11 @@ def write_report(
     written = [
         plot_ttft_cdf(out / "ttft_cdf.png", results, metrics),
         plot_tbt_cdf(out / "tbt_cdf.png", results, metrics),
-        plot_kv_occupancy(out / "kv_occupancy.png", results),
-        plot_queue_length(out / "queue_length.png", results),
+        plot_kv_occupancy(out / "kv_occupancy.png", results, kv_unit),
+        plot_queue_length(out / "queue_length.png", results, rotary),
     ]
+    if stall:
+        written.append(plot_kv_stall(out / "kv_stall.png", results))
     if sweep:
         written.append(plot_attainment_vs_load(out / "attainment_vs_load.png", sweep))
     return written

@@ -88,16 +88,18 @@ def _int(value: float | None) -> str:
     return DASH if value is None else f"{value:,.0f}"
 
 
+def goodput_rows() -> list[_Row]:
+    """The first section of every topology's table."""
+    return [
+        _Row("TTFT and TPOT met", lambda m: m.both_attainment, fmt_pct, +1),
+        _Row("Output tokens/s", lambda m: m.throughput_tok_s, lambda v: fmt_rate(v, ""), 1),
+        _Row("TBT met (token-level)", lambda m: m.tbt_attainment, fmt_pct, +1),
+    ]
+
+
 def _sections() -> list[tuple[str, list[_Row]]]:
     return [
-        (
-            "Goodput",
-            [
-                _Row("TTFT and TPOT met", lambda m: m.both_attainment, fmt_pct, +1),
-                _Row("Output tokens/s", lambda m: m.throughput_tok_s, lambda v: fmt_rate(v, ""), 1),
-                _Row("TBT met (token-level)", lambda m: m.tbt_attainment, fmt_pct, +1),
-            ],
-        ),
+        ("Goodput", goodput_rows()),
         (
             "SLO attainment",
             [

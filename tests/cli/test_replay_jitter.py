@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from planner.cli import main
-from planner.replay.noise import JitteredCost
+from planner.replay.noise import JitteredAttentionPairsCost, JitteredCost
 
 TRACE = [
     {"arrival_s": 0.02 * i, "prompt_tokens": 300 + 37 * i, "output_tokens": 40, "id": f"q{i}"}
@@ -23,6 +23,15 @@ TRACE = [
 class Flat:
     def iteration_time_s(self, prefill: int, decode: int, context: int) -> float:
         return 0.0 if prefill == 0 and decode == 0 else 0.02
+
+
+class Pairs:
+    """Charges the prefill's attention pairs, as IterationCostModel does."""
+
+    def iteration_time_s(
+        self, prefill: int, decode: int, context: int, prefill_attention_pairs: int = 0
+    ) -> float:
+        return 0.01 * (prefill + decode) + 1e-6 * prefill_attention_pairs
 
 
 def _run(tmp_path: Path, name: str, *args: str) -> dict[str, object]:
@@ -68,3 +77,16 @@ def test_noise_has_mean_one_and_the_cv_asked_for() -> None:
     # An idle iteration stays free.
     assert cost.iteration_time_s(0, 0, 0) == 0.0
     assert math.isclose(JitteredCost(Flat(), 0.0, 1).iteration_time_s(1, 0, 1), 0.02)
+
+
+def test_the_attention_pairs_cost_draws_the_same_factors_and_passes_the_pairs() -> None:
+    plain = JitteredCost(Flat(), cv=0.2, seed=7)
+    paired = JitteredAttentionPairsCost(Pairs(), cv=0.2, seed=7)
+    for _ in range(5000):
+        factor = plain.iteration_time_s(0, 1, 1) / 0.02
+        assert paired.iteration_time_s(2, 0, 2, 4000) == pytest.approx(0.024 * factor)
+    # An idle iteration draws nothing and stays free.
+    assert paired.iteration_time_s(0, 0, 0, 0) == 0.0
+    assert JitteredAttentionPairsCost(Pairs(), 0.0, 7).iteration_time_s(2, 0, 2, 4000) == 0.024
+    with pytest.raises(ValueError, match="jitter cv"):
+        JitteredAttentionPairsCost(Pairs(), -1.0, 7)

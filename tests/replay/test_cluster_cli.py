@@ -95,7 +95,7 @@ def test_one_policy_and_knobs(trace: Path, capsys: pytest.CaptureFixture[str]) -
         (["--gpu-kv-gb", "0"], "--gpu-kv-gb"),
         (["--gpu-kv-gb", "0.0001"], "no block"),
         (["--offload-backend", "bnb"], "--offload-backend"),
-        (["--compute-jitter", "0.1"], "--compute-jitter"),
+        (["--compute-jitter", "-0.1"], "--compute-jitter"),
     ],
 )
 def test_bad_input_exits_2(

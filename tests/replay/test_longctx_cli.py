@@ -176,14 +176,6 @@ def test_bad_input_exits_2_with_one_line(
     assert message in one_line(err)
 
 
-def test_report_dir_not_available_yet(
-    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, out, err = replay(capsys, str(trace), *TIGHT, "--report-dir", str(tmp_path / "r"))
-    assert code == 2 and out == ""
-    assert "--report-dir" in one_line(err)
-
-
 def test_unknown_topology_is_an_argparse_error(
     trace: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
