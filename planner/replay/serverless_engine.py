@@ -74,12 +74,14 @@ from planner.policies.serverless import (
     eviction_order,
     next_turn,
     plan_placement,
+    resident_split,
     schedule_waiting,
     service_order,
     starvation_bound_s,
 )
 from planner.policies.serverless.placement import fits
 from planner.profiles.c2c_cost import (
+    DEFAULT_MEMORY_UTILIZATION,
     RUNTIME_RESERVE_BYTES,
     GemmTiles,
     best_static_rho,
@@ -97,6 +99,7 @@ from planner.replay.serverless_policies import (
     C2CSERVE,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_STREAM,
     DEDICATED,
     RANDOM,
     RANDOM_PLACEMENT,
@@ -116,6 +119,7 @@ __all__ = [
     "C2CSERVE",
     "C2CSERVE_EXCLUSIVE",
     "C2CSERVE_INACTIVE",
+    "C2CSERVE_STREAM",
     "DEDICATED",
     "DEFAULT_MODEL",
     "RANDOM",
@@ -159,6 +163,9 @@ class ServerlessConfig:
     # Models resident on one slice at once, taking turns (policies that
     # share; the HBM-resident baselines hold one).
     max_models_per_slice: int = 2
+    # Policies that keep weights resident: KV tokens each model on a slice
+    # keeps room for before weights take the rest of the HBM.
+    kv_reserve_tokens: int = 16384
     static_chunk: int = 2048
     max_running: int = 64
     replan_s: float = 10.0
@@ -178,10 +185,14 @@ class ServerlessConfig:
             raise ValueError(f"load_link must be one of {', '.join(LOAD_LINKS)}")
         if self.static_chunk <= 0 or self.max_running <= 0 or self.max_models_per_slice <= 0:
             raise ValueError("static_chunk, max_running and max_models_per_slice must be > 0")
+        if self.kv_reserve_tokens < 0:
+            raise ValueError(f"kv_reserve_tokens must be >= 0, got {self.kv_reserve_tokens}")
         if self.model.param_bytes <= 0:
             raise ValueError(f"model {self.model.name} has no parameter bytes")
 
     def load_link_of(self, policy: ServerlessPolicy) -> str:
+        if policy.streams:
+            return "c2c"
         return self.load_link if self.load_link is not None else policy.default_load_link
 
     def load_gbps_of(self, policy: ServerlessPolicy) -> float:
@@ -196,7 +207,8 @@ class SwitchRecord:
     to_model: str
     # From the switch decision until the slice can run the new model.
     latency_s: float
-    # Weight bytes loaded (HBM-resident baselines) or 0.
+    # Weight bytes loaded into HBM (the HBM-resident baselines: all; the
+    # policies that keep weights resident: the part kept) or 0.
     load_bytes: float
     # KV bytes of the evicted model's requests moved to host memory.
     kv_out_bytes: float = 0.0
@@ -314,6 +326,8 @@ class _Resident:
     tuner: RhoTuner | None = None
     # The switch record its weight load completes.
     loading: int | None = None
+    # Its weight bytes in the slice's HBM (the rest streams).
+    resident_bytes: float = 0.0
     # Draining for this resident (set up once this one's requests are done)
     # since then.
     successor: _Resident | None = None
@@ -342,10 +356,16 @@ class _Slice:
     busy: bool = False
     iter_end_s: float = 0.0
     rate_gbps: float = 0.0
+    # HBM for weights and KV (less the runtime reserve).
+    free_bytes: float = 0.0
 
     @property
     def in_flight(self) -> int:
         return sum(r.in_flight for r in self.residents)
+
+    @property
+    def resident_bytes(self) -> float:
+        return sum(r.resident_bytes for r in self.residents)
 
     def resident(self, model: str) -> _Resident | None:
         """Its resident ``model`` that takes requests (not draining)."""
@@ -372,6 +392,7 @@ class ServerlessEngine:
                 f"mig{i}",
                 p,
                 kv_capacity_tokens(config.model, p, weights_in_hbm=not self._p.streams),
+                free_bytes=p.hbm_bytes * DEFAULT_MEMORY_UTILIZATION - RUNTIME_RESERVE_BYTES,
             )
             for i, p in enumerate(config.slices)
         ]
@@ -379,6 +400,7 @@ class ServerlessEngine:
         self._weight_bytes = float(config.model.param_bytes)
         self._kv_token_bytes = float(config.model.kv_bytes_per_token())
         self._tpot = config.slo.tbt_s
+        self._streamed_bytes = self._weight_bytes - self._planned_resident_bytes()
         self._cache_chunk: dict[tuple[str, int], int] = {}
         self._cache_tiles: dict[tuple[str, bool], GemmTiles] = {}
         self._cache_rho: dict[tuple[str, bool], float] = {}
@@ -393,7 +415,11 @@ class ServerlessEngine:
         self._load_version = 0
         self._loads: dict[int, _Resident] = {}
         self._init_s = (
-            self._p.switch_profile.engine_init_s() if self._p.switch_profile is not None else 0.0
+            self._p.switch_profile.engine_init_s()
+            if self._p.switch_profile is not None
+            else config.switch_setup_s
+            if self._p.streams
+            else 0.0
         )
         self._events: list[tuple[float, int, int, int]] = []
         self._seq = 0
@@ -418,11 +444,28 @@ class ServerlessEngine:
         self._last = 0.0
 
     # -- what the policy sees ---------------------------------------------
+    def _planned_resident_bytes(self) -> float:
+        """What a model keeps resident in the least room placement may give
+        it: on the smallest slice, next to as many models as may share it
+        (what routing reckons its C2C demand from)."""
+        if not self._p.keeps_resident:
+            return 0.0
+        k = self._per_slice
+        free = min(s.free_bytes for s in self._slices)
+        kv = self.config.kv_reserve_tokens * k * self._kv_token_bytes
+        return float(resident_split([self._weight_bytes] * k, free, kv)[0])
+
     def _serverless_model(self, name: str, weight: float = 1.0) -> ServerlessModel:
         hbm = RUNTIME_RESERVE_BYTES + (0.0 if self._p.streams else self._weight_bytes)
         return ServerlessModel(
-            name, int(self._weight_bytes), self._tpot, hbm_bytes=int(hbm), weight=weight
+            name, int(self._streamed_bytes), self._tpot, hbm_bytes=int(hbm), weight=weight
         )
+
+    def _demand(self, r: _Resident) -> float:
+        """The C2C bandwidth its decode needs: what it streams per TPOT."""
+        if not self._p.streams:
+            return 0.0
+        return max(0.0, self._weight_bytes - r.resident_bytes) / self._tpot / GB
 
     @staticmethod
     def _priority(r: _Resident) -> float:
@@ -430,7 +473,6 @@ class ServerlessEngine:
 
     def _states(self, now: float) -> list[SliceState]:
         """One entry per resident model, one empty entry per idle slice."""
-        demand = self._serverless_model("x").c2c_gbps if self._p.streams else 0.0
         out: list[SliceState] = []
         for s in self._slices:
             if not s.residents:
@@ -444,7 +486,7 @@ class ServerlessEngine:
                         s.id,
                         s.profile,
                         model=r.model,
-                        model_c2c_gbps=demand,
+                        model_c2c_gbps=self._demand(r),
                         model_priority=self._priority(r),
                         in_flight=len(on),
                         last_used_s=r.last_used_s,
@@ -656,6 +698,7 @@ class ServerlessEngine:
             self._preemptions += 1
             self._pending_changed()
         s.residents.remove(r)
+        self._refresh_kv_capacity(s)
         if self._loads.get(s.index) is r:
             # Its weights were still loading: the others get the link.
             del self._loads[s.index]
@@ -750,7 +793,11 @@ class ServerlessEngine:
             last_used_s=now,
         )
         r.tuner = RhoTuner() if self._p.rho == TUNER else None
+        r.resident_bytes = self._weight_bytes if not self._p.streams else 0.0
+        if self._p.keeps_resident:
+            self._assign_residency(s, r)
         s.residents.append(r)
+        self._refresh_kv_capacity(s)
         record = SwitchRecord(
             now,
             s.id,
@@ -761,13 +808,35 @@ class ServerlessEngine:
             kv_out_bytes=kv_out,
             preempted=kv_out > 0,
         )
-        if self._p.streams:
+        if r.resident_bytes <= 0:
             r.ready_s = r.active_since_s = free_at + self.config.switch_setup_s
             self._switches.append(dataclasses.replace(record, latency_s=r.ready_s - now))
             return
         r.loading = len(self._switches)
-        self._switches.append(dataclasses.replace(record, load_bytes=self._weight_bytes))
+        self._switches.append(dataclasses.replace(record, load_bytes=r.resident_bytes))
         self._push(free_at, _LOAD_START, s.index)
+
+    def _assign_residency(self, s: _Slice, r: _Resident) -> None:
+        """Split ``s``'s HBM among its residents and ``r`` joining them
+        (``resident_split``): the KV kept is what is on the slice now, at
+        least ``kv_reserve_tokens`` per model; residents only shrink (growing
+        would need a copy), ``r`` gets the rest up to its weights."""
+        others = list(s.residents)
+        kv_keep = (
+            max(self._kv_used(s), self.config.kv_reserve_tokens * (len(others) + 1))
+            * self._kv_token_bytes
+        )
+        split = resident_split(
+            [o.resident_bytes for o in others] + [self._weight_bytes], s.free_bytes, kv_keep
+        )
+        for o, kept in zip(others, split, strict=False):
+            o.resident_bytes = float(kept)
+        r.resident_bytes = float(split[-1])
+
+    def _refresh_kv_capacity(self, s: _Slice) -> None:
+        if self._p.keeps_resident:
+            room = max(0.0, s.free_bytes - s.resident_bytes)
+            s.kv_capacity = int(room // self._kv_token_bytes)
 
     def _load_start(self, s: _Slice, now: float) -> None:
         if s.index in self._loads:
@@ -776,10 +845,10 @@ class ServerlessEngine:
         if r is None:
             return  # evicted before its load began
         self._loads[s.index] = r
-        self._load_link.start(s.index, self._weight_bytes, now)
-        self._load_bytes += self._weight_bytes
+        self._load_link.start(s.index, r.resident_bytes, now)
+        self._load_bytes += r.resident_bytes
         if self.config.load_link_of(self._p) == "c2c":
-            self._c2c_bytes += self._weight_bytes
+            self._c2c_bytes += r.resident_bytes
         self._next_load_event()
 
     def _next_load_event(self) -> None:
@@ -972,6 +1041,7 @@ class ServerlessEngine:
             attended_pairs=pairs,
             kv_read_tokens=float(context + start),
             tiles=self._tiles(s, tokens),
+            resident_fraction=r.resident_bytes / self._weight_bytes if self._p.streams else 0.0,
         )
         dt = cost.time_s
         if self._p.streams:
@@ -1028,12 +1098,14 @@ class ServerlessEngine:
         self._replans += 1
         by_id = {s.id: s for s in self._slices}
         active = {r.model for s in self._slices for r in s.residents}
-        demand = self._serverless_model("x").c2c_gbps
+        demand = sum(self._demand(r) for s in self._slices for r in s.residents)
+        full = self._serverless_model("x").c2c_gbps
         for a in plan.assignments:
             s = by_id[a.slice_id]
             if a.model in active or s.residents or s.busy:
                 continue
-            if (len(active) + 1) * demand <= self._budget * (1 + 1e-9):
+            if demand + full <= self._budget * (1 + 1e-9):
+                demand += full
                 self._set_up(s, a.model, now, replacing="")
                 active.add(a.model)
 

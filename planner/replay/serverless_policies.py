@@ -2,7 +2,11 @@
 how it places models on slices, how it chunks prefills and sets rho, and
 what a model switch costs it.
 
-- ``c2cserve``: weights stream from host memory over C2C; the queue-aware
+- ``c2cserve``: each model keeps in its slice's HBM as much of its weights
+  as fits next to the KV the slice keeps (all of them alone on a slice that
+  holds them; an equal part each when models share a slice:
+  ``resident_split``), copied over C2C when it is placed; the rest streams
+  from host memory over C2C on every pass; the queue-aware
   scheduler (``schedule_waiting``): a model's requests go where it is
   resident; else to an idle slice within the link budget; else it takes the
   place of an inactive model; else it shares a busy slice (up to
@@ -13,6 +17,8 @@ what a model switch costs it.
   slices prewarmed by ``plan_placement``; ``choose_chunk``; one
   ``RhoTuner`` per resident model; a switch costs engine set-up (the
   paper's 50 ms).
+- ``c2cserve-stream``: c2cserve streaming every weight on every pass,
+  nothing resident (the paper's design).
 - ``c2cserve-exclusive``: c2cserve with one model per slice (no sharing).
 - ``c2cserve-inactive``: one model per slice and it evicts inactive models
   only (no preemption, no sharing): the routing before the queue-aware
@@ -67,8 +73,11 @@ class ServerlessPolicy:
     # Engine work on a switch, from the paper's switch latency (None: none).
     switch_profile: SwitchProfile | None = None
     # The link weights load over when --load-link does not say ("pcie" or
-    # "c2c"; streaming policies load nothing).
+    # "c2c"; streaming policies copy their resident part over C2C).
     default_load_link: str = "c2c"
+    # Streaming policies: keep what fits of the weights in the slice's HBM
+    # (copied over C2C on placement) and stream the rest.
+    keeps_resident: bool = False
 
     @property
     def respects_link_budget(self) -> bool:
@@ -76,6 +85,7 @@ class ServerlessPolicy:
 
 
 C2CSERVE = "c2cserve"
+C2CSERVE_STREAM = "c2cserve-stream"
 C2CSERVE_EXCLUSIVE = "c2cserve-exclusive"
 C2CSERVE_INACTIVE = "c2cserve-inactive"
 DEDICATED = "dedicated"
@@ -88,9 +98,16 @@ AEGAEON = "aegaeon"
 SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
     p.name: p
     for p in (
-        ServerlessPolicy(C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True),
-        ServerlessPolicy(C2CSERVE_EXCLUSIVE, streams=True, preempts=True, prewarm=True),
-        ServerlessPolicy(C2CSERVE_INACTIVE, streams=True, preempts=False, prewarm=True),
+        ServerlessPolicy(
+            C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True, keeps_resident=True
+        ),
+        ServerlessPolicy(C2CSERVE_STREAM, streams=True, preempts=True, shares=True, prewarm=True),
+        ServerlessPolicy(
+            C2CSERVE_EXCLUSIVE, streams=True, preempts=True, prewarm=True, keeps_resident=True
+        ),
+        ServerlessPolicy(
+            C2CSERVE_INACTIVE, streams=True, preempts=False, prewarm=True, keeps_resident=True
+        ),
         ServerlessPolicy(
             DEDICATED,
             streams=False,
@@ -99,12 +116,30 @@ SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
             rho=NO_RHO,
             default_load_link="pcie",
         ),
-        ServerlessPolicy(RANDOM, streams=True, preempts=True, placement=RANDOM_PLACEMENT),
         ServerlessPolicy(
-            STATIC_CHUNK, streams=True, preempts=True, shares=True, prewarm=True, chunk=STATIC
+            RANDOM,
+            streams=True,
+            preempts=True,
+            placement=RANDOM_PLACEMENT,
+            keeps_resident=True,
         ),
         ServerlessPolicy(
-            STATIC_RHO, streams=True, preempts=True, shares=True, prewarm=True, rho=BEST_STATIC
+            STATIC_CHUNK,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            chunk=STATIC,
+            keeps_resident=True,
+        ),
+        ServerlessPolicy(
+            STATIC_RHO,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            rho=BEST_STATIC,
+            keeps_resident=True,
         ),
         ServerlessPolicy(
             SLLM,
