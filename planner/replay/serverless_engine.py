@@ -822,8 +822,10 @@ class ServerlessEngine:
         least ``kv_reserve_tokens`` per model; residents only shrink (growing
         would need a copy), ``r`` gets the rest up to its weights."""
         others = list(s.residents)
+        # The iteration in progress adds a token per decode and its chunk.
+        growing = sum(len(o.running) + (o.queue[0].chunk if o.queue else 0) for o in others)
         kv_keep = (
-            max(self._kv_used(s), self.config.kv_reserve_tokens * (len(others) + 1))
+            max(self._kv_used(s) + growing, self.config.kv_reserve_tokens * (len(others) + 1))
             * self._kv_token_bytes
         )
         split = resident_split(
@@ -832,6 +834,19 @@ class ServerlessEngine:
         for o, kept in zip(others, split, strict=False):
             o.resident_bytes = float(kept)
         r.resident_bytes = float(split[-1])
+
+    def _make_room(self, s: _Slice, tokens: int) -> bool:
+        """Drop resident weights of ``s`` (no copy: they stream instead)
+        until its KV holds ``tokens``; whether it does."""
+        if not self._p.keeps_resident or tokens * self._kv_token_bytes > s.free_bytes:
+            return False
+        split = resident_split(
+            [r.resident_bytes for r in s.residents], s.free_bytes, tokens * self._kv_token_bytes
+        )
+        for r, kept in zip(s.residents, split, strict=True):
+            r.resident_bytes = float(kept)
+        self._refresh_kv_capacity(s)
+        return s.kv_capacity >= tokens
 
     def _refresh_kv_capacity(self, s: _Slice) -> None:
         if self._p.keeps_resident:
@@ -914,7 +929,12 @@ class ServerlessEngine:
         while r.queue:
             head = r.queue[0]
             if head.kv_in_host:
-                if used + head.kv_tokens + 1 > cap or len(r.running) >= self.config.max_running:
+                # Its KV, then a token for it and for every decode.
+                need = used + head.kv_tokens + 1 + len(r.running)
+                if need > cap or len(r.running) >= self.config.max_running:
+                    if used == 0 and self._make_room(s, head.kv_tokens + 1):
+                        cap = s.kv_capacity
+                        continue
                     if used == 0:
                         # Alone on the slice and still too big: it never fits.
                         r.queue.popleft()
@@ -942,6 +962,8 @@ class ServerlessEngine:
             head.chunk = self._chunk(s, head.out.prompt_tokens)
         chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
         if used + chunk + len(r.running) > cap:
+            if used == head.kv_tokens and self._make_room(s, used + chunk + len(r.running)):
+                return head
             if used == head.kv_tokens:
                 # Alone on the slice and still too big: it never fits.
                 r.queue.popleft()
@@ -1116,7 +1138,7 @@ class ServerlessEngine:
         model = self._serverless_model("x")
         fitting = sum(1 for s in self._slices if fits(model, MigSlice(s.id, s.profile)))
         places = fitting * self._per_slice
-        if math.isfinite(self._budget):
+        if math.isfinite(self._budget) and model.c2c_gbps > 0:
             places = min(places, int(self._budget * (1 + 1e-9) // model.c2c_gbps))
         if places <= 0:
             return None

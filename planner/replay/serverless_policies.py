@@ -18,17 +18,19 @@ what a model switch costs it.
   ``RhoTuner`` per resident model; a switch costs engine set-up (the
   paper's 50 ms).
 - ``c2cserve-stream``: c2cserve streaming every weight on every pass,
-  nothing resident (the paper's design).
-- ``c2cserve-exclusive``: c2cserve with one model per slice (no sharing).
+  nothing resident (the paper's design). The paper's ablations (§9.4)
+  below are variants of it, streaming every weight:
+- ``c2cserve-exclusive``: c2cserve-stream with one model per slice (no
+  sharing).
 - ``c2cserve-inactive``: one model per slice and it evicts inactive models
   only (no preemption, no sharing): the routing before the queue-aware
   scheduler.
-- ``random``: c2cserve's streaming, preemption, chunk and tuner, one model
+- ``random``: c2cserve-stream's streaming, preemption, chunk and tuner, one model
   per slice, but a waiting model goes to a slice drawn (seeded) among the
   idle and evictable ones, ignoring the link budget (the paper's §9.4.2
   ablation).
-- ``static-chunk``: c2cserve with every chunk the engine's token budget.
-- ``static-rho``: c2cserve with rho fixed at the cost model's best static
+- ``static-chunk``: c2cserve-stream with every chunk the engine's token budget.
+- ``static-rho``: c2cserve-stream with rho fixed at the cost model's best static
   rho on an uncontended link, no tuner.
 - ``dedicated``: weights loaded into the slice's HBM on a switch over the
   load link (PCIe unless ``--load-link c2c``), no engine work; evicts
@@ -102,12 +104,8 @@ SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
             C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True, keeps_resident=True
         ),
         ServerlessPolicy(C2CSERVE_STREAM, streams=True, preempts=True, shares=True, prewarm=True),
-        ServerlessPolicy(
-            C2CSERVE_EXCLUSIVE, streams=True, preempts=True, prewarm=True, keeps_resident=True
-        ),
-        ServerlessPolicy(
-            C2CSERVE_INACTIVE, streams=True, preempts=False, prewarm=True, keeps_resident=True
-        ),
+        ServerlessPolicy(C2CSERVE_EXCLUSIVE, streams=True, preempts=True, prewarm=True),
+        ServerlessPolicy(C2CSERVE_INACTIVE, streams=True, preempts=False, prewarm=True),
         ServerlessPolicy(
             DEDICATED,
             streams=False,
@@ -121,7 +119,6 @@ SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
             streams=True,
             preempts=True,
             placement=RANDOM_PLACEMENT,
-            keeps_resident=True,
         ),
         ServerlessPolicy(
             STATIC_CHUNK,
@@ -130,7 +127,6 @@ SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
             shares=True,
             prewarm=True,
             chunk=STATIC,
-            keeps_resident=True,
         ),
         ServerlessPolicy(
             STATIC_RHO,
@@ -139,7 +135,6 @@ SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
             shares=True,
             prewarm=True,
             rho=BEST_STATIC,
-            keeps_resident=True,
         ),
         ServerlessPolicy(
             SLLM,
