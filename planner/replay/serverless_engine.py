@@ -140,6 +140,8 @@ LOAD_LINKS = ("pcie", "c2c")
 DEFAULT_PREEMPTION = PreemptionParams(
     min_hold_s=2.5, urgent_slack_s=2.5, victim_slack_s=40.0, starve_after_s=60.0
 )
+# The least copy that tops a model's resident weights up.
+MIN_TOP_UP_BYTES = 1e9
 # Event kinds, in the order they run at one instant.
 _ARRIVAL, _ITERATION, _LOAD_START, _LOAD_DONE, _DRAIN_LIMIT = range(5)
 
@@ -326,8 +328,10 @@ class _Resident:
     tuner: RhoTuner | None = None
     # The switch record its weight load completes.
     loading: int | None = None
-    # Its weight bytes in the slice's HBM (the rest streams).
+    # Its weight bytes in the slice's HBM (the rest streams), and those
+    # being copied in while it runs (HBM already taken).
     resident_bytes: float = 0.0
+    copying_bytes: float = 0.0
     # Draining for this resident (set up once this one's requests are done)
     # since then.
     successor: _Resident | None = None
@@ -365,7 +369,7 @@ class _Slice:
 
     @property
     def resident_bytes(self) -> float:
-        return sum(r.resident_bytes for r in self.residents)
+        return sum(r.resident_bytes + r.copying_bytes for r in self.residents)
 
     def resident(self, model: str) -> _Resident | None:
         """Its resident ``model`` that takes requests (not draining)."""
@@ -414,6 +418,8 @@ class ServerlessEngine:
         self._load_link = SharedLink(config.load_gbps_of(self._p))
         self._load_version = 0
         self._loads: dict[int, _Resident] = {}
+        # Copies of more resident weights in flight, by -1 - slice index.
+        self._top_ups: dict[int, _Resident] = {}
         self._init_s = (
             self._p.switch_profile.engine_init_s()
             if self._p.switch_profile is not None
@@ -698,6 +704,11 @@ class ServerlessEngine:
             self._preemptions += 1
             self._pending_changed()
         s.residents.remove(r)
+        if self._top_ups.get(-1 - s.index) is r:
+            del self._top_ups[-1 - s.index]
+            self._load_link.cancel(-1 - s.index, now)
+            r.copying_bytes = 0.0
+            self._next_load_event()
         self._refresh_kv_capacity(s)
         if self._loads.get(s.index) is r:
             # Its weights were still loading: the others get the link.
@@ -822,14 +833,11 @@ class ServerlessEngine:
         least ``kv_reserve_tokens`` per model; residents only shrink (growing
         would need a copy), ``r`` gets the rest up to its weights."""
         others = list(s.residents)
-        # The iteration in progress adds a token per decode and its chunk.
-        growing = sum(len(o.running) + (o.queue[0].chunk if o.queue else 0) for o in others)
-        kv_keep = (
-            max(self._kv_used(s) + growing, self.config.kv_reserve_tokens * (len(others) + 1))
-            * self._kv_token_bytes
-        )
+        copying = sum(o.copying_bytes for o in others)
         split = resident_split(
-            [o.resident_bytes for o in others] + [self._weight_bytes], s.free_bytes, kv_keep
+            [o.resident_bytes for o in others] + [self._weight_bytes],
+            s.free_bytes - copying,
+            self._kv_keep(s, len(others) + 1),
         )
         for o, kept in zip(others, split, strict=False):
             o.resident_bytes = float(kept)
@@ -838,15 +846,43 @@ class ServerlessEngine:
     def _make_room(self, s: _Slice, tokens: int) -> bool:
         """Drop resident weights of ``s`` (no copy: they stream instead)
         until its KV holds ``tokens``; whether it does."""
-        if not self._p.keeps_resident or tokens * self._kv_token_bytes > s.free_bytes:
+        free = s.free_bytes - sum(r.copying_bytes for r in s.residents)
+        if not self._p.keeps_resident or tokens * self._kv_token_bytes > free:
             return False
         split = resident_split(
-            [r.resident_bytes for r in s.residents], s.free_bytes, tokens * self._kv_token_bytes
+            [r.resident_bytes for r in s.residents], free, tokens * self._kv_token_bytes
         )
         for r, kept in zip(s.residents, split, strict=True):
             r.resident_bytes = float(kept)
         self._refresh_kv_capacity(s)
         return s.kv_capacity >= tokens
+
+    def _kv_keep(self, s: _Slice, models: int) -> float:
+        """KV bytes ``s`` keeps when residency is decided: what it holds
+        with the iteration in progress (a token per decode and its chunk), at
+        least ``kv_reserve_tokens`` per model."""
+        growing = sum(len(o.running) + (o.queue[0].chunk if o.queue else 0) for o in s.residents)
+        tokens = max(self._kv_used(s) + growing, self.config.kv_reserve_tokens * models)
+        return tokens * self._kv_token_bytes
+
+    def _top_up(self, s: _Slice, r: _Resident, now: float) -> None:
+        """Copy more of ``r``'s weights into ``s``'s HBM (over C2C, while
+        it runs) when at least ``MIN_TOP_UP_BYTES`` is free next to the KV
+        kept: after a model sharing the slice left or the KV shrank."""
+        key = -1 - s.index
+        if not self._p.keeps_resident or r.loading is not None or key in self._top_ups:
+            return
+        room = s.free_bytes - s.resident_bytes - self._kv_keep(s, len(s.residents))
+        take = min(room, self._weight_bytes - r.resident_bytes)
+        if take < MIN_TOP_UP_BYTES:
+            return
+        r.copying_bytes = float(int(take))
+        self._top_ups[key] = r
+        self._refresh_kv_capacity(s)
+        self._load_link.start(key, r.copying_bytes, now)
+        self._load_bytes += r.copying_bytes
+        self._c2c_bytes += r.copying_bytes
+        self._next_load_event()
 
     def _refresh_kv_capacity(self, s: _Slice) -> None:
         if self._p.keeps_resident:
@@ -876,6 +912,11 @@ class ServerlessEngine:
         if version != self._load_version:
             return
         for index in self._load_link.finished(now):
+            if index < 0:
+                t = self._top_ups.pop(index)
+                t.resident_bytes += t.copying_bytes
+                t.copying_bytes = 0.0
+                continue
             s = self._slices[index]
             r = self._loads.pop(index)
             r.ready_s = r.active_since_s = now + self._init_s
@@ -916,6 +957,8 @@ class ServerlessEngine:
         they fit, and return its queue head when that chunk fits."""
         cap = s.kv_capacity
         used = self._kv_used(s)
+        if used + len(r.running) > cap and self._make_room(s, used + len(r.running)):
+            cap = s.kv_capacity
         while r.running and used + len(r.running) > cap:
             q = r.running.pop()
             used -= q.kv_tokens
@@ -931,10 +974,9 @@ class ServerlessEngine:
             if head.kv_in_host:
                 # Its KV, then a token for it and for every decode.
                 need = used + head.kv_tokens + 1 + len(r.running)
+                if need > cap and self._make_room(s, need):
+                    cap = s.kv_capacity
                 if need > cap or len(r.running) >= self.config.max_running:
-                    if used == 0 and self._make_room(s, head.kv_tokens + 1):
-                        cap = s.kv_capacity
-                        continue
                     if used == 0:
                         # Alone on the slice and still too big: it never fits.
                         r.queue.popleft()
@@ -962,7 +1004,7 @@ class ServerlessEngine:
             head.chunk = self._chunk(s, head.out.prompt_tokens)
         chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
         if used + chunk + len(r.running) > cap:
-            if used == head.kv_tokens and self._make_room(s, used + chunk + len(r.running)):
+            if self._make_room(s, used + chunk + len(r.running)):
                 return head
             if used == head.kv_tokens:
                 # Alone on the slice and still too big: it never fits.
@@ -1105,6 +1147,7 @@ class ServerlessEngine:
         s.busy = True
         s.iter_end_s = end
         self._push(end, _ITERATION, s.index)
+        self._top_up(s, r, now)
 
     def _replan(self, now: float, window: list[str]) -> None:
         counts: dict[str, int] = {}
