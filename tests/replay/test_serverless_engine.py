@@ -400,6 +400,13 @@ def test_a_request_too_long_for_the_kv_left_drops_resident_weights() -> None:
     ours = ServerlessEngine(cfg, C2CSERVE, reqs).run()
     assert ours.stats.rejected == 0 and ours.result.requests[0].finish_s is not None
     assert ServerlessEngine(cfg, DEDICATED, reqs).run().stats.rejected == 1
+    # Once it is done, the next request's turns copy weights back in (a
+    # top-up over C2C, while the model runs).
+    later = TraceRequest(arrival_s=60.0, prompt_tokens=100, output_tokens=20, model="a")
+    again = ServerlessEngine(cfg, C2CSERVE, [*reqs, later]).run()
+    assert again.stats.switches == 1
+    assert again.stats.load_bytes >= cfg.model.param_bytes + 1e9
+    assert again.stats.load_bytes <= 2 * cfg.model.param_bytes
 
 
 class _CheckedEngine(ServerlessEngine):
