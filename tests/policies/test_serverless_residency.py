@@ -11,6 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner.policies.serverless import resident_split
+from planner.profiles import MODEL_PROFILES, ProfileError
+from planner.profiles.c2c_cost import model_pass_cost
+from planner.profiles.mig import find_mig_profile
 
 GB = 10**9
 
@@ -74,3 +77,21 @@ def test_resident_weights_and_kv_fit_the_slice(caps: list[int], free: int, kv: i
     # Nothing is left over that a model below its cap could take.
     if any(b < c for b, c in zip(split, caps, strict=True)):
         assert max(0, free - kv) - sum(split) <= len(caps)
+
+
+def test_a_resident_fraction_reads_from_hbm_instead_of_c2c() -> None:
+    llama = MODEL_PROFILES["llama-3-8b"]
+    mig = find_mig_profile("gh200-3x24gb")
+    args = {"rho": 0.0, "mig": mig, "c2c_gbps": 135.0, "kv_read_tokens": 1000.0}
+    streamed = model_pass_cost(llama, 8, **args)  # type: ignore[arg-type]
+    half = model_pass_cost(llama, 8, resident_fraction=0.5, **args)  # type: ignore[arg-type]
+    resident = model_pass_cost(llama, 8, resident_fraction=1.0, **args)  # type: ignore[arg-type]
+    weights = streamed.c2c_bytes  # rho 0: every weight once
+    assert half.c2c_bytes == pytest.approx(weights / 2)
+    assert half.hbm_bytes == pytest.approx(streamed.hbm_bytes + weights / 2)
+    assert resident.c2c_bytes == 0.0 and resident.c2c_s == 0.0
+    assert resident.hbm_bytes == pytest.approx(streamed.hbm_bytes + weights)
+    # A decode step from HBM is several times faster than over the share.
+    assert streamed.time_s > 4 * resident.time_s
+    with pytest.raises(ProfileError, match="resident_fraction"):
+        model_pass_cost(llama, 8, resident_fraction=1.5, **args)  # type: ignore[arg-type]
