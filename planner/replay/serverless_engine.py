@@ -99,6 +99,7 @@ from planner.replay.serverless_policies import (
     C2CSERVE,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_PARTIAL,
     C2CSERVE_STREAM,
     DEDICATED,
     RANDOM,
@@ -119,6 +120,7 @@ __all__ = [
     "C2CSERVE",
     "C2CSERVE_EXCLUSIVE",
     "C2CSERVE_INACTIVE",
+    "C2CSERVE_PARTIAL",
     "C2CSERVE_STREAM",
     "DEDICATED",
     "DEFAULT_MODEL",
@@ -454,7 +456,7 @@ class ServerlessEngine:
         """What a model keeps resident in the least room placement may give
         it: on the smallest slice, next to as many models as may share it
         (what routing reckons its C2C demand from)."""
-        if not self._p.keeps_resident:
+        if not self._p.keeps_resident or not all(self._holds(s) for s in self._slices):
             return 0.0
         k = self._per_slice
         free = min(s.free_bytes for s in self._slices)
@@ -805,7 +807,7 @@ class ServerlessEngine:
         )
         r.tuner = RhoTuner() if self._p.rho == TUNER else None
         r.resident_bytes = self._weight_bytes if not self._p.streams else 0.0
-        if self._p.keeps_resident:
+        if self._p.keeps_resident and self._holds(s):
             self._assign_residency(s, r)
         s.residents.append(r)
         self._refresh_kv_capacity(s)
@@ -872,6 +874,8 @@ class ServerlessEngine:
         key = -1 - s.index
         if not self._p.keeps_resident or r.loading is not None or key in self._top_ups:
             return
+        if not self._holds(s):
+            return
         room = s.free_bytes - s.resident_bytes - self._kv_keep(s, len(s.residents))
         take = min(room, self._weight_bytes - r.resident_bytes)
         if take < MIN_TOP_UP_BYTES:
@@ -883,6 +887,12 @@ class ServerlessEngine:
         self._load_bytes += r.copying_bytes
         self._c2c_bytes += r.copying_bytes
         self._next_load_event()
+
+    def _holds(self, s: _Slice) -> bool:
+        """Whether ``s`` keeps weights resident: the policy keeps a part on
+        any slice, or ``s`` holds all of a model's next to its KV reserve."""
+        reserve = self.config.kv_reserve_tokens * self._kv_token_bytes
+        return self._p.partial_residency or s.free_bytes - reserve >= self._weight_bytes
 
     def _refresh_kv_capacity(self, s: _Slice) -> None:
         if self._p.keeps_resident:

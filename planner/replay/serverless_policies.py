@@ -2,11 +2,12 @@
 how it places models on slices, how it chunks prefills and sets rho, and
 what a model switch costs it.
 
-- ``c2cserve``: each model keeps in its slice's HBM as much of its weights
-  as fits next to the KV the slice keeps (all of them alone on a slice that
-  holds them; an equal part each when models share a slice:
-  ``resident_split``), copied over C2C when it is placed; the rest streams
-  from host memory over C2C on every pass; the queue-aware
+- ``c2cserve``: on a slice whose HBM holds a model's weights next to its
+  KV reserve, each model keeps as much of its weights as fits next to the
+  KV the slice keeps (all of them alone; an equal part each when models
+  share the slice: ``resident_split``), copied over C2C when it is placed
+  and topped up later; the rest streams from host memory over C2C on every
+  pass (on smaller slices, every weight streams); the queue-aware
   scheduler (``schedule_waiting``): a model's requests go where it is
   resident; else to an idle slice within the link budget; else it takes the
   place of an inactive model; else it shares a busy slice (up to
@@ -17,6 +18,8 @@ what a model switch costs it.
   slices prewarmed by ``plan_placement``; ``choose_chunk``; one
   ``RhoTuner`` per resident model; a switch costs engine set-up (the
   paper's 50 ms).
+- ``c2cserve-partial``: c2cserve keeping a part resident on slices too
+  small for the whole model as well.
 - ``c2cserve-stream``: c2cserve streaming every weight on every pass,
   nothing resident (the paper's design). The paper's ablations (§9.4)
   below are variants of it, streaming every weight:
@@ -80,6 +83,9 @@ class ServerlessPolicy:
     # Streaming policies: keep what fits of the weights in the slice's HBM
     # (copied over C2C on placement) and stream the rest.
     keeps_resident: bool = False
+    # ... also on slices whose HBM cannot hold all of a model's weights next
+    # to its KV reserve (else those stream every weight).
+    partial_residency: bool = False
 
     @property
     def respects_link_budget(self) -> bool:
@@ -88,6 +94,7 @@ class ServerlessPolicy:
 
 C2CSERVE = "c2cserve"
 C2CSERVE_STREAM = "c2cserve-stream"
+C2CSERVE_PARTIAL = "c2cserve-partial"
 C2CSERVE_EXCLUSIVE = "c2cserve-exclusive"
 C2CSERVE_INACTIVE = "c2cserve-inactive"
 DEDICATED = "dedicated"
@@ -104,6 +111,15 @@ SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
             C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True, keeps_resident=True
         ),
         ServerlessPolicy(C2CSERVE_STREAM, streams=True, preempts=True, shares=True, prewarm=True),
+        ServerlessPolicy(
+            C2CSERVE_PARTIAL,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            keeps_resident=True,
+            partial_residency=True,
+        ),
         ServerlessPolicy(C2CSERVE_EXCLUSIVE, streams=True, preempts=True, prewarm=True),
         ServerlessPolicy(C2CSERVE_INACTIVE, streams=True, preempts=False, prewarm=True),
         ServerlessPolicy(

@@ -18,6 +18,7 @@ from planner.replay.serverless_engine import (
     C2CSERVE,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_PARTIAL,
     C2CSERVE_STREAM,
     DEDICATED,
     RANDOM,
@@ -354,10 +355,14 @@ def test_c2cserve_copies_the_weights_that_fit_then_streams_nothing() -> None:
     assert run.result.requests[0].finish_s is not None
 
 
-def test_c2cserve_on_a_small_slice_keeps_what_fits_next_to_the_kv_reserve() -> None:
+def test_on_a_small_slice_c2cserve_streams_and_partial_keeps_what_fits() -> None:
     cfg = config(mig="7")  # 7 x 12 GB: the 16 GB of weights cannot all stay
     reqs = [TraceRequest(arrival_s=0.0, prompt_tokens=300, output_tokens=4, model="a")]
-    run = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    ours = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    stream = ServerlessEngine(cfg, C2CSERVE_STREAM, reqs).run()
+    assert ours.switches[0].load_bytes == 0
+    assert ours.result.requests[0].token_times_s == stream.result.requests[0].token_times_s
+    run = ServerlessEngine(cfg, C2CSERVE_PARTIAL, reqs).run()
     kv = cfg.kv_reserve_tokens * cfg.model.kv_bytes_per_token()
     kept = int(_free_bytes(cfg) - kv)
     assert 0 < kept < cfg.model.param_bytes
@@ -422,7 +427,8 @@ class _CheckedEngine(ServerlessEngine):
 
 
 @pytest.mark.parametrize(
-    ("policy", "mig"), ((C2CSERVE, "3"), (C2CSERVE, "7"), (C2CSERVE, "1"), (DEDICATED, "3"))
+    ("policy", "mig"),
+    ((C2CSERVE, "3"), (C2CSERVE_PARTIAL, "7"), (C2CSERVE, "1"), (DEDICATED, "3")),
 )
 def test_resident_weights_and_kv_never_exceed_a_slices_hbm(policy: str, mig: str) -> None:
     reqs = [
