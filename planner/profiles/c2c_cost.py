@@ -157,14 +157,19 @@ def model_pass_cost(
     kv_read_tokens: float = 0.0,
     tiles: GemmTiles = DEFAULT_TILES,
     overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
+    resident_fraction: float = 0.0,
 ) -> PassCost:
-    """A forward pass of ``tokens`` tokens with every weight CPU-resident.
+    """A forward pass of ``tokens`` tokens with the weights CPU-resident,
+    but for ``resident_fraction`` of them kept in the slice's HBM (read from
+    HBM with the same tiling instead of streamed over C2C).
 
     ``attended_pairs``: (query, key) pairs of attention (FLOPs);
     ``kv_read_tokens``: KV tokens read from HBM (per layer, all layers counted
     by the model's KV bytes per token).
     """
     _check(rho, c2c_gbps)
+    if not 0.0 <= resident_fraction <= 1.0:
+        raise ProfileError("resident_fraction", f"must be in [0, 1], got {resident_fraction}")
     if tokens <= 0:
         raise ProfileError("tokens", f"must be > 0, got {tokens}")
     if model.param_bytes <= 0 and not model.has_architecture:
@@ -173,7 +178,8 @@ def model_pass_cost(
     w = model.weights_read_bytes(tokens) if model.has_architecture else float(model.param_bytes)
     p = w / b
     row_tiles = math.ceil(tokens / tiles.sym_block_m)
-    c2c = w * (rho * row_tiles + (1.0 - rho))
+    weight_reads = w * (rho * row_tiles + (1.0 - rho))
+    c2c = weight_reads * (1.0 - resident_fraction)
     x_reads = float(tokens) * b * p / tiles.block_n
     out_cols = p / model.hidden_size if model.hidden_size > 0 else 0.0
     y_writes = rho * tokens * out_cols * b
@@ -190,7 +196,7 @@ def model_pass_cost(
         tokens,
         rho,
         c2c_bytes=c2c,
-        hbm_bytes=x_reads + y_writes + accumulate + kv_traffic,
+        hbm_bytes=x_reads + y_writes + accumulate + kv_traffic + weight_reads * resident_fraction,
         flops=linear_flops + attn_flops,
         mig=mig,
         c2c_gbps=c2c_gbps,

@@ -74,12 +74,14 @@ from planner.policies.serverless import (
     eviction_order,
     next_turn,
     plan_placement,
+    resident_split,
     schedule_waiting,
     service_order,
     starvation_bound_s,
 )
 from planner.policies.serverless.placement import fits
 from planner.profiles.c2c_cost import (
+    DEFAULT_MEMORY_UTILIZATION,
     RUNTIME_RESERVE_BYTES,
     GemmTiles,
     best_static_rho,
@@ -97,6 +99,8 @@ from planner.replay.serverless_policies import (
     C2CSERVE,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_PARTIAL,
+    C2CSERVE_STREAM,
     DEDICATED,
     RANDOM,
     RANDOM_PLACEMENT,
@@ -116,6 +120,8 @@ __all__ = [
     "C2CSERVE",
     "C2CSERVE_EXCLUSIVE",
     "C2CSERVE_INACTIVE",
+    "C2CSERVE_PARTIAL",
+    "C2CSERVE_STREAM",
     "DEDICATED",
     "DEFAULT_MODEL",
     "RANDOM",
@@ -136,6 +142,8 @@ LOAD_LINKS = ("pcie", "c2c")
 DEFAULT_PREEMPTION = PreemptionParams(
     min_hold_s=2.5, urgent_slack_s=2.5, victim_slack_s=40.0, starve_after_s=60.0
 )
+# The least copy that tops a model's resident weights up.
+MIN_TOP_UP_BYTES = 1e9
 # Event kinds, in the order they run at one instant.
 _ARRIVAL, _ITERATION, _LOAD_START, _LOAD_DONE, _DRAIN_LIMIT = range(5)
 
@@ -159,6 +167,9 @@ class ServerlessConfig:
     # Models resident on one slice at once, taking turns (policies that
     # share; the HBM-resident baselines hold one).
     max_models_per_slice: int = 2
+    # Policies that keep weights resident: KV tokens each model on a slice
+    # keeps room for before weights take the rest of the HBM.
+    kv_reserve_tokens: int = 16384
     static_chunk: int = 2048
     max_running: int = 64
     replan_s: float = 10.0
@@ -178,10 +189,14 @@ class ServerlessConfig:
             raise ValueError(f"load_link must be one of {', '.join(LOAD_LINKS)}")
         if self.static_chunk <= 0 or self.max_running <= 0 or self.max_models_per_slice <= 0:
             raise ValueError("static_chunk, max_running and max_models_per_slice must be > 0")
+        if self.kv_reserve_tokens < 0:
+            raise ValueError(f"kv_reserve_tokens must be >= 0, got {self.kv_reserve_tokens}")
         if self.model.param_bytes <= 0:
             raise ValueError(f"model {self.model.name} has no parameter bytes")
 
     def load_link_of(self, policy: ServerlessPolicy) -> str:
+        if policy.streams:
+            return "c2c"
         return self.load_link if self.load_link is not None else policy.default_load_link
 
     def load_gbps_of(self, policy: ServerlessPolicy) -> float:
@@ -196,7 +211,8 @@ class SwitchRecord:
     to_model: str
     # From the switch decision until the slice can run the new model.
     latency_s: float
-    # Weight bytes loaded (HBM-resident baselines) or 0.
+    # Weight bytes loaded into HBM (the HBM-resident baselines: all; the
+    # policies that keep weights resident: the part kept) or 0.
     load_bytes: float
     # KV bytes of the evicted model's requests moved to host memory.
     kv_out_bytes: float = 0.0
@@ -314,6 +330,10 @@ class _Resident:
     tuner: RhoTuner | None = None
     # The switch record its weight load completes.
     loading: int | None = None
+    # Its weight bytes in the slice's HBM (the rest streams), and those
+    # being copied in while it runs (HBM already taken).
+    resident_bytes: float = 0.0
+    copying_bytes: float = 0.0
     # Draining for this resident (set up once this one's requests are done)
     # since then.
     successor: _Resident | None = None
@@ -342,10 +362,16 @@ class _Slice:
     busy: bool = False
     iter_end_s: float = 0.0
     rate_gbps: float = 0.0
+    # HBM for weights and KV (less the runtime reserve).
+    free_bytes: float = 0.0
 
     @property
     def in_flight(self) -> int:
         return sum(r.in_flight for r in self.residents)
+
+    @property
+    def resident_bytes(self) -> float:
+        return sum(r.resident_bytes + r.copying_bytes for r in self.residents)
 
     def resident(self, model: str) -> _Resident | None:
         """Its resident ``model`` that takes requests (not draining)."""
@@ -372,6 +398,7 @@ class ServerlessEngine:
                 f"mig{i}",
                 p,
                 kv_capacity_tokens(config.model, p, weights_in_hbm=not self._p.streams),
+                free_bytes=p.hbm_bytes * DEFAULT_MEMORY_UTILIZATION - RUNTIME_RESERVE_BYTES,
             )
             for i, p in enumerate(config.slices)
         ]
@@ -379,6 +406,7 @@ class ServerlessEngine:
         self._weight_bytes = float(config.model.param_bytes)
         self._kv_token_bytes = float(config.model.kv_bytes_per_token())
         self._tpot = config.slo.tbt_s
+        self._streamed_bytes = self._weight_bytes - self._planned_resident_bytes()
         self._cache_chunk: dict[tuple[str, int], int] = {}
         self._cache_tiles: dict[tuple[str, bool], GemmTiles] = {}
         self._cache_rho: dict[tuple[str, bool], float] = {}
@@ -392,8 +420,14 @@ class ServerlessEngine:
         self._load_link = SharedLink(config.load_gbps_of(self._p))
         self._load_version = 0
         self._loads: dict[int, _Resident] = {}
+        # Copies of more resident weights in flight, by -1 - slice index.
+        self._top_ups: dict[int, _Resident] = {}
         self._init_s = (
-            self._p.switch_profile.engine_init_s() if self._p.switch_profile is not None else 0.0
+            self._p.switch_profile.engine_init_s()
+            if self._p.switch_profile is not None
+            else config.switch_setup_s
+            if self._p.streams
+            else 0.0
         )
         self._events: list[tuple[float, int, int, int]] = []
         self._seq = 0
@@ -418,11 +452,28 @@ class ServerlessEngine:
         self._last = 0.0
 
     # -- what the policy sees ---------------------------------------------
+    def _planned_resident_bytes(self) -> float:
+        """What a model keeps resident in the least room placement may give
+        it: on the smallest slice, next to as many models as may share it
+        (what routing reckons its C2C demand from)."""
+        if not self._p.keeps_resident or not all(self._holds(s) for s in self._slices):
+            return 0.0
+        k = self._per_slice
+        free = min(s.free_bytes for s in self._slices)
+        kv = self.config.kv_reserve_tokens * k * self._kv_token_bytes
+        return float(resident_split([self._weight_bytes] * k, free, kv)[0])
+
     def _serverless_model(self, name: str, weight: float = 1.0) -> ServerlessModel:
         hbm = RUNTIME_RESERVE_BYTES + (0.0 if self._p.streams else self._weight_bytes)
         return ServerlessModel(
-            name, int(self._weight_bytes), self._tpot, hbm_bytes=int(hbm), weight=weight
+            name, int(self._streamed_bytes), self._tpot, hbm_bytes=int(hbm), weight=weight
         )
+
+    def _demand(self, r: _Resident) -> float:
+        """The C2C bandwidth its decode needs: what it streams per TPOT."""
+        if not self._p.streams:
+            return 0.0
+        return max(0.0, self._weight_bytes - r.resident_bytes) / self._tpot / GB
 
     @staticmethod
     def _priority(r: _Resident) -> float:
@@ -430,7 +481,6 @@ class ServerlessEngine:
 
     def _states(self, now: float) -> list[SliceState]:
         """One entry per resident model, one empty entry per idle slice."""
-        demand = self._serverless_model("x").c2c_gbps if self._p.streams else 0.0
         out: list[SliceState] = []
         for s in self._slices:
             if not s.residents:
@@ -444,7 +494,7 @@ class ServerlessEngine:
                         s.id,
                         s.profile,
                         model=r.model,
-                        model_c2c_gbps=demand,
+                        model_c2c_gbps=self._demand(r),
                         model_priority=self._priority(r),
                         in_flight=len(on),
                         last_used_s=r.last_used_s,
@@ -656,6 +706,12 @@ class ServerlessEngine:
             self._preemptions += 1
             self._pending_changed()
         s.residents.remove(r)
+        if self._top_ups.get(-1 - s.index) is r:
+            del self._top_ups[-1 - s.index]
+            self._load_link.cancel(-1 - s.index, now)
+            r.copying_bytes = 0.0
+            self._next_load_event()
+        self._refresh_kv_capacity(s)
         if self._loads.get(s.index) is r:
             # Its weights were still loading: the others get the link.
             del self._loads[s.index]
@@ -750,7 +806,11 @@ class ServerlessEngine:
             last_used_s=now,
         )
         r.tuner = RhoTuner() if self._p.rho == TUNER else None
+        r.resident_bytes = self._weight_bytes if not self._p.streams else 0.0
+        if self._p.keeps_resident and self._holds(s):
+            self._assign_residency(s, r)
         s.residents.append(r)
+        self._refresh_kv_capacity(s)
         record = SwitchRecord(
             now,
             s.id,
@@ -761,13 +821,83 @@ class ServerlessEngine:
             kv_out_bytes=kv_out,
             preempted=kv_out > 0,
         )
-        if self._p.streams:
+        if r.resident_bytes <= 0:
             r.ready_s = r.active_since_s = free_at + self.config.switch_setup_s
             self._switches.append(dataclasses.replace(record, latency_s=r.ready_s - now))
             return
         r.loading = len(self._switches)
-        self._switches.append(dataclasses.replace(record, load_bytes=self._weight_bytes))
+        self._switches.append(dataclasses.replace(record, load_bytes=r.resident_bytes))
         self._push(free_at, _LOAD_START, s.index)
+
+    def _assign_residency(self, s: _Slice, r: _Resident) -> None:
+        """Split ``s``'s HBM among its residents and ``r`` joining them
+        (``resident_split``): the KV kept is what is on the slice now, at
+        least ``kv_reserve_tokens`` per model; residents only shrink (growing
+        would need a copy), ``r`` gets the rest up to its weights."""
+        others = list(s.residents)
+        copying = sum(o.copying_bytes for o in others)
+        split = resident_split(
+            [o.resident_bytes for o in others] + [self._weight_bytes],
+            s.free_bytes - copying,
+            self._kv_keep(s, len(others) + 1),
+        )
+        for o, kept in zip(others, split, strict=False):
+            o.resident_bytes = float(kept)
+        r.resident_bytes = float(split[-1])
+
+    def _make_room(self, s: _Slice, tokens: int) -> bool:
+        """Drop resident weights of ``s`` (no copy: they stream instead)
+        until its KV holds ``tokens``; whether it does."""
+        free = s.free_bytes - sum(r.copying_bytes for r in s.residents)
+        if not self._p.keeps_resident or tokens * self._kv_token_bytes > free:
+            return False
+        split = resident_split(
+            [r.resident_bytes for r in s.residents], free, tokens * self._kv_token_bytes
+        )
+        for r, kept in zip(s.residents, split, strict=True):
+            r.resident_bytes = float(kept)
+        self._refresh_kv_capacity(s)
+        return s.kv_capacity >= tokens
+
+    def _kv_keep(self, s: _Slice, models: int) -> float:
+        """KV bytes ``s`` keeps when residency is decided: what it holds
+        with the iteration in progress (a token per decode and its chunk), at
+        least ``kv_reserve_tokens`` per model."""
+        growing = sum(len(o.running) + (o.queue[0].chunk if o.queue else 0) for o in s.residents)
+        tokens = max(self._kv_used(s) + growing, self.config.kv_reserve_tokens * models)
+        return tokens * self._kv_token_bytes
+
+    def _top_up(self, s: _Slice, r: _Resident, now: float) -> None:
+        """Copy more of ``r``'s weights into ``s``'s HBM (over C2C, while
+        it runs) when at least ``MIN_TOP_UP_BYTES`` is free next to the KV
+        kept: after a model sharing the slice left or the KV shrank."""
+        key = -1 - s.index
+        if not self._p.keeps_resident or r.loading is not None or key in self._top_ups:
+            return
+        if not self._holds(s):
+            return
+        room = s.free_bytes - s.resident_bytes - self._kv_keep(s, len(s.residents))
+        take = min(room, self._weight_bytes - r.resident_bytes)
+        if take < MIN_TOP_UP_BYTES:
+            return
+        r.copying_bytes = float(int(take))
+        self._top_ups[key] = r
+        self._refresh_kv_capacity(s)
+        self._load_link.start(key, r.copying_bytes, now)
+        self._load_bytes += r.copying_bytes
+        self._c2c_bytes += r.copying_bytes
+        self._next_load_event()
+
+    def _holds(self, s: _Slice) -> bool:
+        """Whether ``s`` keeps weights resident: the policy keeps a part on
+        any slice, or ``s`` holds all of a model's next to its KV reserve."""
+        reserve = self.config.kv_reserve_tokens * self._kv_token_bytes
+        return self._p.partial_residency or s.free_bytes - reserve >= self._weight_bytes
+
+    def _refresh_kv_capacity(self, s: _Slice) -> None:
+        if self._p.keeps_resident:
+            room = max(0.0, s.free_bytes - s.resident_bytes)
+            s.kv_capacity = int(room // self._kv_token_bytes)
 
     def _load_start(self, s: _Slice, now: float) -> None:
         if s.index in self._loads:
@@ -776,10 +906,10 @@ class ServerlessEngine:
         if r is None:
             return  # evicted before its load began
         self._loads[s.index] = r
-        self._load_link.start(s.index, self._weight_bytes, now)
-        self._load_bytes += self._weight_bytes
+        self._load_link.start(s.index, r.resident_bytes, now)
+        self._load_bytes += r.resident_bytes
         if self.config.load_link_of(self._p) == "c2c":
-            self._c2c_bytes += self._weight_bytes
+            self._c2c_bytes += r.resident_bytes
         self._next_load_event()
 
     def _next_load_event(self) -> None:
@@ -792,6 +922,11 @@ class ServerlessEngine:
         if version != self._load_version:
             return
         for index in self._load_link.finished(now):
+            if index < 0:
+                t = self._top_ups.pop(index)
+                t.resident_bytes += t.copying_bytes
+                t.copying_bytes = 0.0
+                continue
             s = self._slices[index]
             r = self._loads.pop(index)
             r.ready_s = r.active_since_s = now + self._init_s
@@ -832,6 +967,8 @@ class ServerlessEngine:
         they fit, and return its queue head when that chunk fits."""
         cap = s.kv_capacity
         used = self._kv_used(s)
+        if used + len(r.running) > cap and self._make_room(s, used + len(r.running)):
+            cap = s.kv_capacity
         while r.running and used + len(r.running) > cap:
             q = r.running.pop()
             used -= q.kv_tokens
@@ -845,7 +982,11 @@ class ServerlessEngine:
         while r.queue:
             head = r.queue[0]
             if head.kv_in_host:
-                if used + head.kv_tokens + 1 > cap or len(r.running) >= self.config.max_running:
+                # Its KV, then a token for it and for every decode.
+                need = used + head.kv_tokens + 1 + len(r.running)
+                if need > cap and self._make_room(s, need):
+                    cap = s.kv_capacity
+                if need > cap or len(r.running) >= self.config.max_running:
                     if used == 0:
                         # Alone on the slice and still too big: it never fits.
                         r.queue.popleft()
@@ -873,6 +1014,8 @@ class ServerlessEngine:
             head.chunk = self._chunk(s, head.out.prompt_tokens)
         chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
         if used + chunk + len(r.running) > cap:
+            if self._make_room(s, used + chunk + len(r.running)):
+                return head
             if used == head.kv_tokens:
                 # Alone on the slice and still too big: it never fits.
                 r.queue.popleft()
@@ -972,6 +1115,7 @@ class ServerlessEngine:
             attended_pairs=pairs,
             kv_read_tokens=float(context + start),
             tiles=self._tiles(s, tokens),
+            resident_fraction=r.resident_bytes / self._weight_bytes if self._p.streams else 0.0,
         )
         dt = cost.time_s
         if self._p.streams:
@@ -1013,6 +1157,7 @@ class ServerlessEngine:
         s.busy = True
         s.iter_end_s = end
         self._push(end, _ITERATION, s.index)
+        self._top_up(s, r, now)
 
     def _replan(self, now: float, window: list[str]) -> None:
         counts: dict[str, int] = {}
@@ -1028,12 +1173,14 @@ class ServerlessEngine:
         self._replans += 1
         by_id = {s.id: s for s in self._slices}
         active = {r.model for s in self._slices for r in s.residents}
-        demand = self._serverless_model("x").c2c_gbps
+        demand = sum(self._demand(r) for s in self._slices for r in s.residents)
+        full = self._serverless_model("x").c2c_gbps
         for a in plan.assignments:
             s = by_id[a.slice_id]
             if a.model in active or s.residents or s.busy:
                 continue
-            if (len(active) + 1) * demand <= self._budget * (1 + 1e-9):
+            if demand + full <= self._budget * (1 + 1e-9):
+                demand += full
                 self._set_up(s, a.model, now, replacing="")
                 active.add(a.model)
 
@@ -1044,7 +1191,7 @@ class ServerlessEngine:
         model = self._serverless_model("x")
         fitting = sum(1 for s in self._slices if fits(model, MigSlice(s.id, s.profile)))
         places = fitting * self._per_slice
-        if math.isfinite(self._budget):
+        if math.isfinite(self._budget) and model.c2c_gbps > 0:
             places = min(places, int(self._budget * (1 + 1e-9) // model.c2c_gbps))
         if places <= 0:
             return None

@@ -2,7 +2,12 @@
 how it places models on slices, how it chunks prefills and sets rho, and
 what a model switch costs it.
 
-- ``c2cserve``: weights stream from host memory over C2C; the queue-aware
+- ``c2cserve``: on a slice whose HBM holds a model's weights next to its
+  KV reserve, each model keeps as much of its weights as fits next to the
+  KV the slice keeps (all of them alone; an equal part each when models
+  share the slice: ``resident_split``), copied over C2C when it is placed
+  and topped up later; the rest streams from host memory over C2C on every
+  pass (on smaller slices, every weight streams); the queue-aware
   scheduler (``schedule_waiting``): a model's requests go where it is
   resident; else to an idle slice within the link budget; else it takes the
   place of an inactive model; else it shares a busy slice (up to
@@ -13,16 +18,22 @@ what a model switch costs it.
   slices prewarmed by ``plan_placement``; ``choose_chunk``; one
   ``RhoTuner`` per resident model; a switch costs engine set-up (the
   paper's 50 ms).
-- ``c2cserve-exclusive``: c2cserve with one model per slice (no sharing).
+- ``c2cserve-partial``: c2cserve keeping a part resident on slices too
+  small for the whole model as well.
+- ``c2cserve-stream``: c2cserve streaming every weight on every pass,
+  nothing resident (the paper's design). The paper's ablations (§9.4)
+  below are variants of it, streaming every weight:
+- ``c2cserve-exclusive``: c2cserve-stream with one model per slice (no
+  sharing).
 - ``c2cserve-inactive``: one model per slice and it evicts inactive models
   only (no preemption, no sharing): the routing before the queue-aware
   scheduler.
-- ``random``: c2cserve's streaming, preemption, chunk and tuner, one model
+- ``random``: c2cserve-stream's streaming, preemption, chunk and tuner, one model
   per slice, but a waiting model goes to a slice drawn (seeded) among the
   idle and evictable ones, ignoring the link budget (the paper's §9.4.2
   ablation).
-- ``static-chunk``: c2cserve with every chunk the engine's token budget.
-- ``static-rho``: c2cserve with rho fixed at the cost model's best static
+- ``static-chunk``: c2cserve-stream with every chunk the engine's token budget.
+- ``static-rho``: c2cserve-stream with rho fixed at the cost model's best static
   rho on an uncontended link, no tuner.
 - ``dedicated``: weights loaded into the slice's HBM on a switch over the
   load link (PCIe unless ``--load-link c2c``), no engine work; evicts
@@ -67,8 +78,14 @@ class ServerlessPolicy:
     # Engine work on a switch, from the paper's switch latency (None: none).
     switch_profile: SwitchProfile | None = None
     # The link weights load over when --load-link does not say ("pcie" or
-    # "c2c"; streaming policies load nothing).
+    # "c2c"; streaming policies copy their resident part over C2C).
     default_load_link: str = "c2c"
+    # Streaming policies: keep what fits of the weights in the slice's HBM
+    # (copied over C2C on placement) and stream the rest.
+    keeps_resident: bool = False
+    # ... also on slices whose HBM cannot hold all of a model's weights next
+    # to its KV reserve (else those stream every weight).
+    partial_residency: bool = False
 
     @property
     def respects_link_budget(self) -> bool:
@@ -76,6 +93,8 @@ class ServerlessPolicy:
 
 
 C2CSERVE = "c2cserve"
+C2CSERVE_STREAM = "c2cserve-stream"
+C2CSERVE_PARTIAL = "c2cserve-partial"
 C2CSERVE_EXCLUSIVE = "c2cserve-exclusive"
 C2CSERVE_INACTIVE = "c2cserve-inactive"
 DEDICATED = "dedicated"
@@ -88,7 +107,19 @@ AEGAEON = "aegaeon"
 SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
     p.name: p
     for p in (
-        ServerlessPolicy(C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True),
+        ServerlessPolicy(
+            C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True, keeps_resident=True
+        ),
+        ServerlessPolicy(C2CSERVE_STREAM, streams=True, preempts=True, shares=True, prewarm=True),
+        ServerlessPolicy(
+            C2CSERVE_PARTIAL,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            keeps_resident=True,
+            partial_residency=True,
+        ),
         ServerlessPolicy(C2CSERVE_EXCLUSIVE, streams=True, preempts=True, prewarm=True),
         ServerlessPolicy(C2CSERVE_INACTIVE, streams=True, preempts=False, prewarm=True),
         ServerlessPolicy(
@@ -99,12 +130,27 @@ SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
             rho=NO_RHO,
             default_load_link="pcie",
         ),
-        ServerlessPolicy(RANDOM, streams=True, preempts=True, placement=RANDOM_PLACEMENT),
         ServerlessPolicy(
-            STATIC_CHUNK, streams=True, preempts=True, shares=True, prewarm=True, chunk=STATIC
+            RANDOM,
+            streams=True,
+            preempts=True,
+            placement=RANDOM_PLACEMENT,
         ),
         ServerlessPolicy(
-            STATIC_RHO, streams=True, preempts=True, shares=True, prewarm=True, rho=BEST_STATIC
+            STATIC_CHUNK,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            chunk=STATIC,
+        ),
+        ServerlessPolicy(
+            STATIC_RHO,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            rho=BEST_STATIC,
         ),
         ServerlessPolicy(
             SLLM,

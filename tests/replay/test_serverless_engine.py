@@ -18,6 +18,8 @@ from planner.replay.serverless_engine import (
     C2CSERVE,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_PARTIAL,
+    C2CSERVE_STREAM,
     DEDICATED,
     RANDOM,
     SERVERLESS_POLICY_NAMES,
@@ -151,16 +153,25 @@ def test_c2cserve_link_budget_limits_active_models() -> None:
     assert inactive.switches[-1].time_s > 0.0
     rand = ServerlessEngine(cfg, RANDOM, reqs).run()
     assert [w.time_s for w in rand.switches] == [0.0, 0.0, 0.0]
-    # c2cserve preempts instead (c waits W = 0.5 s, a model holds its slice
+    # c2cserve-stream preempts instead (c waits W = 0.5 s, a model holds its slice
     # for Q = 2.5 s), but still never runs three models: every later switch
     # trades one of the two first slices.
-    ours = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    ours = ServerlessEngine(cfg, C2CSERVE_STREAM, reqs).run()
     first = {w.slice_id for w in ours.switches[:2]}
     assert [w.time_s for w in ours.switches[:2]] == [0.0, 0.0]
     assert ours.stats.switches > 3 and ours.stats.preemptions > 0
     assert all(w.slice_id in first and w.from_model for w in ours.switches[2:])
     c = 2
     assert ours.result.requests[c].token_times_s[0] < inactive.result.requests[c].token_times_s[0]
+    # c2cserve keeps part of every model resident; routing reckons each at
+    # what it streams sharing a 24 GB slice (16.06 - 7.90 GB per 0.1 s, ~82
+    # GB/s): the three fit the budget at once, one a slice, none preempted,
+    # and c starts before it does streaming.
+    resident = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    assert [w.time_s for w in resident.switches] == [0.0, 0.0, 0.0]
+    assert len({w.slice_id for w in resident.switches}) == 3
+    assert resident.stats.preemptions == 0
+    assert resident.result.requests[c].token_times_s[0] < ours.result.requests[c].token_times_s[0]
 
 
 def test_one_engine_runs_once() -> None:
@@ -204,7 +215,7 @@ def test_two_models_share_one_slice_taking_turns() -> None:
         TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=400, id="a", model="a"),
         TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=5, id="b", model="b"),
     ]
-    shared = ServerlessEngine(one_slice(), C2CSERVE, reqs).run()
+    shared = ServerlessEngine(one_slice(), C2CSERVE_STREAM, reqs).run()
     alone = ServerlessEngine(one_slice(), C2CSERVE_INACTIVE, reqs).run()
     a, b = shared.result.requests
     a_alone, b_alone = alone.result.requests
@@ -321,3 +332,114 @@ def test_shared_link_hand_checked() -> None:
     assert link.next_finish_s() == pytest.approx(8.0)
     with pytest.raises(ValueError):
         link.start(2, 1.0, 6.0)
+
+
+# --- c2cserve keeping weights resident ----------------------------------------
+
+
+def _free_bytes(cfg: ServerlessConfig, index: int = 0) -> float:
+    return cfg.slices[index].hbm_bytes * 0.9 - 1.5e9
+
+
+def test_c2cserve_copies_the_weights_that_fit_then_streams_nothing() -> None:
+    cfg = config()  # 3 x 24 GB: 20.1 GB for weights and KV, 16 GB of weights
+    reqs = [TraceRequest(arrival_s=1.0, prompt_tokens=300, output_tokens=4, model="a")]
+    run = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    weights = cfg.model.param_bytes
+    (switch,) = run.switches
+    assert switch.load_bytes == weights
+    # The copy alone on the link, then engine set-up.
+    assert switch.latency_s == pytest.approx(weights / (cfg.link_gbps * GB) + cfg.switch_setup_s)
+    # Only the copy crossed C2C.
+    assert run.stats.c2c_bytes == pytest.approx(weights)
+    assert run.result.requests[0].finish_s is not None
+
+
+def test_on_a_small_slice_c2cserve_streams_and_partial_keeps_what_fits() -> None:
+    cfg = config(mig="7")  # 7 x 12 GB: the 16 GB of weights cannot all stay
+    reqs = [TraceRequest(arrival_s=0.0, prompt_tokens=300, output_tokens=4, model="a")]
+    ours = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    stream = ServerlessEngine(cfg, C2CSERVE_STREAM, reqs).run()
+    assert ours.switches[0].load_bytes == 0
+    assert ours.result.requests[0].token_times_s == stream.result.requests[0].token_times_s
+    run = ServerlessEngine(cfg, C2CSERVE_PARTIAL, reqs).run()
+    kv = cfg.kv_reserve_tokens * cfg.model.kv_bytes_per_token()
+    kept = int(_free_bytes(cfg) - kv)
+    assert 0 < kept < cfg.model.param_bytes
+    (switch,) = run.switches
+    assert switch.load_bytes == kept
+    # Every pass streams the rest: 4 passes (one prefill, three decodes).
+    streamed = run.stats.c2c_bytes - kept
+    assert streamed >= 4 * (cfg.model.param_bytes - kept) * 0.999
+
+
+def test_two_models_sharing_a_slice_split_its_hbm() -> None:
+    cfg = one_slice()
+    reqs = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=400, id="a", model="a"),
+        TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=5, id="b", model="b"),
+    ]
+    run = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    first, second = run.switches
+    weights = cfg.model.param_bytes
+    free = _free_bytes(cfg)
+    # a alone: all of it. b joining: each keeps (free - KV) / 2, the KV
+    # being the larger of what a holds now and the reserve for two.
+    assert first.load_bytes == weights
+    kv = 2 * cfg.kv_reserve_tokens * cfg.model.kv_bytes_per_token()
+    level = (free - kv) / 2
+    assert level < weights or second.load_bytes == weights
+    assert second.load_bytes == int(min(weights, free - kv - min(weights, level)))
+    assert run.stats.shares == 1
+    assert all(o.finish_s is not None for o in run.result.requests)
+
+
+def test_a_request_too_long_for_the_kv_left_drops_resident_weights() -> None:
+    cfg = config()
+    kv_token = cfg.model.kv_bytes_per_token()
+    # More KV than the 24 GB slice leaves next to all the weights (30,818
+    # tokens, what dedicated holds), less than it holds with none resident.
+    prompt = 40_000
+    assert prompt * kv_token < _free_bytes(cfg)
+    reqs = [TraceRequest(arrival_s=0.0, prompt_tokens=prompt, output_tokens=3, model="a")]
+    ours = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    assert ours.stats.rejected == 0 and ours.result.requests[0].finish_s is not None
+    assert ServerlessEngine(cfg, DEDICATED, reqs).run().stats.rejected == 1
+    # Once it is done, the next request's turns copy weights back in (a
+    # top-up over C2C, while the model runs).
+    later = TraceRequest(arrival_s=60.0, prompt_tokens=100, output_tokens=20, model="a")
+    again = ServerlessEngine(cfg, C2CSERVE, [*reqs, later]).run()
+    assert again.stats.switches == 1
+    assert again.stats.load_bytes >= cfg.model.param_bytes + 1e9
+    assert again.stats.load_bytes <= 2 * cfg.model.param_bytes
+
+
+class _CheckedEngine(ServerlessEngine):
+    """Checks, before every iteration, that no slice holds more resident
+    weights and KV than its HBM."""
+
+    def _iterate(self, s, now):  # type: ignore[no-untyped-def]
+        for x in self._slices:
+            kv = self._kv_used(x) * self._kv_token_bytes
+            assert x.resident_bytes + kv <= x.free_bytes + 1
+            assert x.kv_capacity * self._kv_token_bytes + x.resident_bytes <= x.free_bytes + 1
+        super()._iterate(s, now)
+
+
+@pytest.mark.parametrize(
+    ("policy", "mig"),
+    ((C2CSERVE, "3"), (C2CSERVE_PARTIAL, "7"), (C2CSERVE, "1"), (DEDICATED, "3")),
+)
+def test_resident_weights_and_kv_never_exceed_a_slices_hbm(policy: str, mig: str) -> None:
+    reqs = [
+        TraceRequest(
+            arrival_s=0.05 * i,
+            prompt_tokens=500 + 997 * (i % 7),
+            output_tokens=20 + 13 * (i % 5),
+            id=f"r{i}",
+            model=f"m{(i * 7) % 5}",
+        )
+        for i in range(80)
+    ]
+    run = _CheckedEngine(config(mig=mig), policy, reqs).run()
+    assert all(o.finish_s is not None for o in run.result.requests)

@@ -14,6 +14,7 @@ from planner.policies.serverless.placement import (
     plan_placement,
     violation,
 )
+from planner.policies.serverless.residency import resident_split
 from planner.policies.serverless.routing import (
     ACTIVE,
     EVICT,
@@ -71,6 +72,7 @@ __all__ = [
     "next_turn",
     "objective",
     "plan_placement",
+    "resident_split",
     "residents",
     "route_request",
     "schedule_waiting",
