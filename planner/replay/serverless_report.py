@@ -20,9 +20,9 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.replay.console import print_table
-from planner.replay.metric_table import MetricRow, add_sections
+from planner.replay.metric_table import MetricRow, add_sections, lift_rows
 from planner.replay.metrics import Distribution, PolicyMetrics, summarize
-from planner.replay.report import DASH, fmt_pct, fmt_seconds, to_json
+from planner.replay.report import DASH, fmt_pct, fmt_seconds, goodput_rows, to_json
 from planner.replay.serverless_engine import ServerlessRun, ServerlessStats
 
 TOPOLOGY = "serverless"
@@ -117,14 +117,18 @@ def _num(value: float | None) -> str:
 _Row = MetricRow[ServerlessMetrics]
 
 
+def _plain(m: ServerlessMetrics) -> PolicyMetrics:
+    return m.metrics
+
+
 def _rows() -> list[tuple[str, list[_Row]]]:
     return [
+        ("Goodput", lift_rows(goodput_rows(), _plain)),
         (
             "SLO attainment",
             [
                 _Row("TTFT", lambda m: m.metrics.ttft_attainment, fmt_pct, 1),
                 _Row("TPOT (request-level)", lambda m: m.metrics.tpot_attainment, fmt_pct, 1),
-                _Row("Both", lambda m: m.metrics.both_attainment, fmt_pct, 1),
             ],
         ),
         (

@@ -92,21 +92,7 @@ def test_report_dir_writes_every_plot_and_names_it(
     assert sorted(line.split(": ", 1)[1].split(", ")) == written
 
 
-@pytest.mark.parametrize(
-    "topology",
-    [
-        "rotation",
-        "long-context",
-        "cluster",
-        pytest.param(
-            "serverless",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="planner/replay/serverless_report.py's table opens with SLO attainment",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("topology", ["rotation", "long-context", "cluster", "serverless"])
 def test_the_table_opens_with_goodput(
     topology: str,
     tmp_path: Path,
