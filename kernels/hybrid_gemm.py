@@ -14,9 +14,26 @@ reference; ``triton_gemm`` the kernel.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True, slots=True)
+class Tiles:
+    """One kernel's tile sizes (powers of two, each >= 16) and launch shape."""
+
+    m: int = 32
+    n: int = 32
+    k: int = 32
+    warps: int = 4
+    stages: int = 3
+
+    def launch(self) -> dict[str, int]:
+        return {"BM": self.m, "BN": self.n, "BK": self.k, "num_warps": self.warps,
+                "num_stages": self.stages}  # fmt: skip
 
 
 def split_columns(n: int, rho: float) -> int:

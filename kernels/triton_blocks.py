@@ -1,8 +1,14 @@
 """Triton gather/scatter of whole blocks between two block-first pools: one
 launch moves every block of a batch, whatever its extents.
 
-Program ``(i, c)`` copies chunk ``c`` of block ``src_ids[i]`` to block
-``dst_ids[i]``. A page-locked CPU pool is read or written directly by the GPU
+The work is ``n`` blocks of ``chunks`` chunks each; item ``w`` copies chunk
+``w % chunks`` of block ``src_ids[w // chunks]`` to block
+``dst_ids[w // chunks]``. The grid is persistent: a fixed number of programs
+(twice the multiprocessors on a GPU) walk the items with a stride, so one
+launch never fills the whole GPU and the other direction's launch on its own
+stream runs beside it (DuplexKV); one program per item would occupy every
+multiprocessor until the first launch's tail, serializing the two
+directions. A page-locked CPU pool is read or written directly by the GPU
 (zero-copy), so the same kernel serves D2H and H2D; on CPU it runs under the
 Triton interpreter.
 """
@@ -21,18 +27,28 @@ from .layout import block_rows
 from .transfer_batch import TransferBatch
 
 CHUNK = 4096
+PROGRAMS_PER_SM = 2
+PROGRAMS_ON_CPU = 8
 
 
 @triton.jit
-def _copy_blocks_kernel(src, dst, src_ids, dst_ids, row_elems, CHUNK: tl.constexpr):
-    i = tl.program_id(0)
-    c = tl.program_id(1)
-    s = tl.load(src_ids + i).to(tl.int64)
-    d = tl.load(dst_ids + i).to(tl.int64)
-    offs = c.to(tl.int64) * CHUNK + tl.arange(0, CHUNK)
-    mask = offs < row_elems
-    x = tl.load(src + s * row_elems + offs, mask=mask)
-    tl.store(dst + d * row_elems + offs, x, mask=mask)
+def _copy_blocks_kernel(src, dst, src_ids, dst_ids, row_elems, items, chunks, CHUNK: tl.constexpr):
+    for w in range(tl.program_id(0), items, tl.num_programs(0)):
+        i = w // chunks
+        s = tl.load(src_ids + i).to(tl.int64)
+        d = tl.load(dst_ids + i).to(tl.int64)
+        offs = (w % chunks).to(tl.int64) * CHUNK + tl.arange(0, CHUNK)
+        mask = offs < row_elems
+        x = tl.load(src + s * row_elems + offs, mask=mask)
+        tl.store(dst + d * row_elems + offs, x, mask=mask)
+
+
+def programs_for(device: torch.device) -> int:
+    """The persistent grid's size on ``device``."""
+    if device.type != "cuda":
+        return PROGRAMS_ON_CPU
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return PROGRAMS_PER_SM * int(sms)
 
 
 def _words(rows: torch.Tensor) -> torch.Tensor:
@@ -51,6 +67,7 @@ def copy_blocks_triton(
     dst_ids: torch.Tensor,
     *,
     chunk: int = CHUNK,
+    programs: int | None = None,
 ) -> None:
     """Block ``src_ids[i]`` of ``src_pool`` to block ``dst_ids[i]`` of
     ``dst_pool``, in one launch on the current stream."""
@@ -65,8 +82,10 @@ def copy_blocks_triton(
     sid = src_ids.to(device=device, dtype=torch.int64)
     did = dst_ids.to(device=device, dtype=torch.int64)
     row = src.shape[1]
-    grid = (n, triton.cdiv(row, chunk))
-    _copy_blocks_kernel[grid](src, dst, sid, did, row, CHUNK=chunk)
+    chunks = triton.cdiv(row, chunk)
+    items = n * chunks
+    grid = (max(1, min(items, programs or programs_for(device))),)
+    _copy_blocks_kernel[grid](src, dst, sid, did, row, items, chunks, CHUNK=chunk)
 
 
 def run_batch_triton(src_pool: torch.Tensor, dst_pool: torch.Tensor, batch: TransferBatch) -> None:

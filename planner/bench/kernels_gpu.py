@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ import torch
 from planner.kernels.duplex import DuplexEngine, Method
 from planner.kernels.extents import make_batch
 from planner.kernels.harness import RotationEvent, run_decode
-from planner.kernels.hybrid_gemm import hybrid_gemm_reference
+from planner.kernels.hybrid_gemm import Tiles, hybrid_gemm_reference
 from planner.kernels.layout import KVLayout, KVShape, allocate, to_layer_first
 from planner.kernels.pack import gather_reference, pack_layout
 from planner.kernels.tiny_model import TinyConfig, TinyTransformer
@@ -271,34 +272,75 @@ def _run(engine: DuplexEngine, batches: list[TransferBatch]) -> None:
     handle.wait(torch.cuda.current_stream() if engine.on_cuda else None)
 
 
+def gemm_candidates(m: int, cuda: bool) -> tuple[list[Tiles], list[Tiles]]:
+    """Tile shapes tried for each path: (output-stationary, weight-stationary)."""
+    if not cuda:
+        return [Tiles(16, 16, 16)], [Tiles(16, 16, 16), Tiles(16, 16, 32)]
+    if m <= 16:
+        sym = [Tiles(16, 32, 128, 4, 4), Tiles(16, 64, 128, 4, 4), Tiles(16, 64, 64, 4, 4)]
+        ws = [Tiles(16, 32, 128, 4, 4), Tiles(16, 32, 256, 4, 3), Tiles(16, 64, 256, 4, 3)]
+        return sym, ws
+    sym = [Tiles(64, 64, 64), Tiles(64, 128, 64, 4, 3), Tiles(128, 128, 64, 8, 3),
+           Tiles(128, 256, 64, 8, 3)]  # fmt: skip
+    ws = [Tiles(64, 64, 64), Tiles(64, 64, 256, 4, 3), Tiles(128, 64, 256, 8, 3),
+          Tiles(128, 128, 128, 8, 3), Tiles(64, 128, 256, 8, 3)]  # fmt: skip
+    return sym, ws
+
+
 def hybrid(device: torch.device, sizes: Sizes, clock: Clock) -> list[dict[str, Any]]:
+    """Per shape and home of W: the fastest tiles of each path (pure rho 1 and
+    rho 0), then every rho with those tiles, against torch matmul."""
+    from triton.runtime.errors import OutOfResources  # noqa: PLC0415 - triton is optional
+
     from planner.kernels.triton_gemm import hybrid_gemm  # noqa: PLC0415 - triton is optional
 
     rows = []
     dtype = torch.bfloat16
+    cuda = device.type == "cuda"
     for m, k, n in sizes.gemm_shapes:
-        bn = 64 if device.type == "cuda" else 16
-        bm = 16 if m <= 16 else bn
         x = torch.randn(m, k, device=device).to(dtype)
         w = (torch.randn(k, n, device=device) / k**0.5).to(dtype)
         homes = {"hbm": w}
-        if device.type == "cuda":
+        if cuda:
             homes["host_mapped"] = w.cpu().pin_memory()
         if not can_run(x):
             break  # CPU without the Triton interpreter
         ref = hybrid_gemm_reference(x, w)
         t_torch = clock.time(partial(torch.matmul, x, w), sizes.reps)
+        sym_tiles, ws_tiles = gemm_candidates(m, cuda)
         for home, wt in homes.items():
+            tried = {}
+            for rho, candidates in ((1.0, sym_tiles), (0.0, ws_tiles)):
+                for tile in candidates:
+                    run = partial(hybrid_gemm, x, wt, rho, tiles=tile, ws_tiles=tile)
+                    try:
+                        tried[(rho, tile)] = clock.time(run, sizes.reps)
+                    except OutOfResources:
+                        tried[(rho, tile)] = math.inf  # does not fit the device
+            sym = min(sym_tiles, key=lambda t: tried[(1.0, t)])
+            ws = min(ws_tiles, key=lambda t: tried[(0.0, t)])
+            naive = Tiles(16 if m <= 16 else 64, 64, 64)
             for rho in sizes.rhos:
-                gemm = partial(hybrid_gemm, x, wt, rho, block_m=bm, block_n=bn, block_k=bn)
+                gemm = partial(hybrid_gemm, x, wt, rho, tiles=sym, ws_tiles=ws)
                 y = gemm()
                 err = float((y.float() - ref.float()).abs().max())
                 t = clock.time(gemm, sizes.reps)
+                t_naive = clock.time(
+                    partial(hybrid_gemm, x, wt, rho, tiles=naive, ws_tiles=naive), sizes.reps
+                )
                 rows.append(
                     {
                         "m": m, "k": k, "n": n, "w": home, "rho": rho,
-                        "ms": t * 1e3, "torch_hbm_ms": t_torch * 1e3,
+                        "ms": t * 1e3, "one_tile_ms": t_naive * 1e3,
+                        "torch_hbm_ms": t_torch * 1e3,
                         "tflops": 2 * m * n * k / t / 1e12, "max_abs_err": err,
+                        "sym_tiles": asdict(sym), "ws_tiles": asdict(ws),
+                        "tried_ms": {
+                            f"{'sym' if r == 1.0 else 'ws'} {asdict(tl)}": (
+                                v * 1e3 if math.isfinite(v) else None
+                            )
+                            for (r, tl), v in tried.items()
+                        },
                     }
                 )  # fmt: skip
     return rows

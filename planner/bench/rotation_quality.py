@@ -27,7 +27,7 @@ import datetime
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +225,11 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{100.0 * value:.{digits}f}%"
 
 
+def on_machine(profile: str, machine: Path) -> str:
+    """``model@machine`` with the machine replaced by a profile file."""
+    return f"{profile.split('@', 1)[0]}@{machine}"
+
+
 def run_row(row: MatrixRow, trace: list[TraceRequest]) -> RowResult:
     setup = build_setup(row.profile, row.knobs)
     metrics = {}
@@ -248,6 +253,12 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--row", action="append", help="run only rows whose name contains this")
     p.add_argument("--out", type=Path, help="write every number as JSON")
     p.add_argument("--markdown", type=Path, help="(re)write this bench's section of this file")
+    p.add_argument(
+        "--machine",
+        type=Path,
+        help="replay every selected row on this profile file's machine (a measured "
+        "planner-profile/1, e.g. from planner.bench.kernels_gpu) instead of its built-in one",
+    )
     p.set_defaults(func=run)
 
 
@@ -256,6 +267,19 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         print("planner bench rotation-quality: no row matches --row", file=sys.stderr)
         return 2
+    if args.machine is not None:
+        if args.markdown is not None:
+            print(
+                "planner bench rotation-quality: --markdown writes the built-in matrix's "
+                "section; it cannot be combined with --machine",
+                file=sys.stderr,
+            )
+            return 2
+        if not args.machine.is_file():
+            print(f"planner bench rotation-quality: --machine: no file {args.machine}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        rows = [replace(r, profile=on_machine(r.profile, args.machine)) for r in rows]
     machine = machine_info()
     results: list[RowResult] = []
     skipped: list[str] = []
@@ -269,6 +293,8 @@ def run(args: argparse.Namespace) -> int:
         results.append(run_row(row, trace))
     machine["load_avg_1m_at_end"] = load_average()
     command = "planner bench rotation-quality" + "".join(f" --row '{s}'" for s in args.row or ())
+    if args.machine is not None:
+        command += f" --machine {args.machine}"
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     print(text_table(results))
     if args.out is not None:

@@ -236,3 +236,16 @@ def test_grpc_cases_run_against_a_real_server(tmp_path: Path) -> None:
     grpc = {(r["path"], r["form"]) for r in data["results"] if r["path"] == "grpc"}
     assert grpc == {("grpc", "rows"), ("grpc", "columns")}
     assert data["grpc_floor"]["calls"] > 0
+
+
+def test_rotation_quality_on_a_measured_machine_refuses_bad_combinations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    machine = Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "h100-measured.json"
+    base = ["bench", "rotation-quality", "--row", "bundled x1"]
+    assert main([*base, "--machine", str(tmp_path / "absent.json")]) == 2
+    assert "--machine: no file" in capsys.readouterr().err
+    md = tmp_path / "b.md"
+    assert main([*base, "--machine", str(machine), "--markdown", str(md)]) == 2
+    assert "cannot be combined" in capsys.readouterr().err
+    assert not md.exists()

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 from planner.kernels import duplex  # noqa: E402
 from planner.kernels.duplex import Method  # noqa: E402
 from planner.kernels.harness import RotationEvent, run_decode  # noqa: E402
+from planner.kernels.hybrid_gemm import Tiles  # noqa: E402
 from planner.kernels.layout import KVLayout, to_layer_first  # noqa: E402
 from planner.kernels.tiny_model import TinyConfig, TinyTransformer  # noqa: E402
 from planner.kernels.triton_support import interpreting  # noqa: E402
@@ -124,7 +125,7 @@ def test_hybrid_gemm_projections_decode_the_same():
     from planner.kernels.triton_gemm import hybrid_gemm  # noqa: PLC0415 - triton is optional
 
     def gemm(x, w):
-        return hybrid_gemm(x, w, 0.3, block_m=16, block_n=32, block_k=32)
+        return hybrid_gemm(x, w, 0.3, tiles=Tiles(16, 32, 32))
 
     config = TinyConfig(vocab_size=40, hidden=32, num_layers=1, ffn=32)
     small = {"a": [3, 1], "b": [7]}

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from planner.kernels.duplex import DuplexEngine, Method  # noqa: E402
 from planner.kernels.extents import make_batch  # noqa: E402
 from planner.kernels.harness import RotationEvent, run_decode  # noqa: E402
-from planner.kernels.hybrid_gemm import hybrid_gemm_reference  # noqa: E402
+from planner.kernels.hybrid_gemm import Tiles, hybrid_gemm_reference  # noqa: E402
 from planner.kernels.layout import KVLayout, KVShape, allocate  # noqa: E402
 from planner.kernels.pack import gather_reference, pack_layout, scatter_reference  # noqa: E402
 from planner.kernels.tiny_model import TinyConfig, TinyTransformer  # noqa: E402
@@ -86,7 +86,7 @@ def test_hybrid_gemm_with_host_mapped_weights(rho, dtype):
     w = (torch.randn(512, 384, device="cuda") / 20).to(dtype)
     ref = hybrid_gemm_reference(x, w)
     for home in (w, w.cpu().pin_memory()):
-        y = hybrid_gemm(x, home, rho, block_m=64, block_n=64, block_k=64)
+        y = hybrid_gemm(x, home, rho, tiles=Tiles(64, 64, 64))
         assert torch.allclose(y.float(), ref.float(), atol=2e-2, rtol=2e-2)
 
 

@@ -12,7 +12,7 @@ from planner.kernels.triton_support import interpreting  # noqa: E402
 # machine test_gpu covers these kernels.
 pytestmark = pytest.mark.skipif(not interpreting(), reason="needs TRITON_INTERPRET=1")
 
-from planner.kernels.hybrid_gemm import hybrid_gemm_reference, split_columns  # noqa: E402
+from planner.kernels.hybrid_gemm import Tiles, hybrid_gemm_reference, split_columns  # noqa: E402
 from planner.kernels.triton_gemm import hybrid_gemm  # noqa: E402
 
 SHAPES = [(1, 1, 1), (17, 33, 50), (40, 16, 16), (5, 70, 97)]
@@ -31,7 +31,7 @@ def test_every_rho_matches_the_reference(m, k, n, dtype):
     outs = []
     for rho in RHOS:
         out = torch.full((m, n), float("nan"), dtype=dtype)
-        y = hybrid_gemm(x, w, rho, block_m=16, block_n=16, block_k=16, out=out)
+        y = hybrid_gemm(x, w, rho, tiles=Tiles(16, 16, 16), out=out)
         assert y is out and not y.isnan().any()
         scale = exact.abs().max().item() + 1
         assert (y.float() - ref.float()).abs().max().item() <= TOL[dtype] * scale
@@ -51,8 +51,8 @@ def test_tile_sizes_do_not_matter_beyond_rounding():
     gen = torch.Generator().manual_seed(9)
     x = torch.randn(33, 64, generator=gen).to(torch.bfloat16)
     w = torch.randn(64, 48, generator=gen).to(torch.bfloat16)
-    a = hybrid_gemm(x, w, 0.5, block_m=16, block_n=32, block_k=32)
-    b = hybrid_gemm(x, w, 0.5, block_m=32, block_n=16, block_k=16)
+    a = hybrid_gemm(x, w, 0.5, tiles=Tiles(16, 32, 32))
+    b = hybrid_gemm(x, w, 0.5, tiles=Tiles(32, 16, 16))
     assert torch.allclose(a.float(), b.float(), atol=0.1)
 
 
@@ -64,3 +64,15 @@ def test_split_and_checks():
         hybrid_gemm(torch.zeros(2, 3), torch.zeros(4, 5), 0.5)
     with pytest.raises(ValueError):
         hybrid_gemm(torch.zeros(2, 3), torch.zeros(3, 5, dtype=torch.float16), 0.5)
+
+
+def test_a_larger_weight_stationary_k_tile_agrees_to_rounding():
+    """The weight-stationary part with its own (larger) K tile: the same
+    product up to fp32 summation order, for every split."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(33, 80, generator=gen)
+    w = torch.randn(80, 40, generator=gen)
+    exact = (x.double() @ w.double()).float()
+    for rho in (0.0, 0.5):
+        y = hybrid_gemm(x, w, rho, tiles=Tiles(16, 16, 16), ws_tiles=Tiles(16, 16, 64))
+        assert torch.allclose(y, exact, atol=1e-4)

@@ -29,7 +29,7 @@ from planner.kernels.transfer_naive import (  # noqa: E402
     copy_per_segment,
 )
 from planner.kernels.transfer_ref import run_batch_reference  # noqa: E402
-from planner.kernels.triton_blocks import run_batch_triton  # noqa: E402
+from planner.kernels.triton_blocks import copy_blocks_triton, run_batch_triton  # noqa: E402
 from planner.kernels.triton_support import interpreting  # noqa: E402
 
 from planner.domain.requests import (  # noqa: E402
@@ -308,3 +308,19 @@ def test_memcpy_batch_call_shape_for_cuda_12_and_13(monkeypatch, result):
         transfer_memcpy.memcpy_batch_async(spans, _Stream())
     transfer_memcpy.memcpy_batch_async(transfer_memcpy.Spans((), (), ()), _Stream())
     assert len(fake.calls) == 2  # an empty batch makes no call
+
+
+@CPU_TRITON
+@pytest.mark.parametrize(("programs", "chunk"), [(1, 16), (3, 16), (5, 8), (64, 32)])
+def test_triton_persistent_grid_copies_every_chunk_once(programs, chunk):
+    """Fewer programs than items: each walks its share; more: the spare ones
+    idle. Blocks of 40 elements in chunks that do not divide them."""
+    gen = torch.Generator().manual_seed(programs)
+    src = torch.randn(9, 40, generator=gen)
+    dst = torch.zeros(7, 40)
+    ids_src = torch.tensor([8, 0, 3, 5])
+    ids_dst = torch.tensor([1, 6, 0, 2])
+    copy_blocks_triton(src, dst, ids_src, ids_dst, chunk=chunk, programs=programs)
+    want = torch.zeros(7, 40)
+    want[ids_dst] = src[ids_src]
+    assert torch.equal(dst, want)
