@@ -126,17 +126,23 @@ def _add_arrival_options(p: argparse.ArgumentParser, title: str) -> None:
     g.add_argument("--seed", type=int, metavar="N", help="random seed (default 0)")
 
 
-def _register_import(sub: Subparsers) -> None:
-    formats = "\n".join(
+def _format_list(helps: dict[str, str], width: int) -> str:
+    """An epilog's list of formats: each name padded to ``width``, its help
+    wrapped under itself."""
+    return "\n".join(
         textwrap.fill(
-            f"{name:<17} {c.help}",
+            f"{name:<{width}} {text}",
             width=79,
             initial_indent="  ",
-            subsequent_indent=" " * 20,
+            subsequent_indent=" " * (width + 3),
             break_on_hyphens=False,
         )
-        for name, c in CONVERTERS.items()
+        for name, text in helps.items()
     )
+
+
+def _register_import(sub: Subparsers) -> None:
+    formats = _format_list({name: c.help for name, c in CONVERTERS.items()}, 17)
     p = sub.add_parser(
         "import",
         help="convert a public trace to JSON lines",
@@ -175,15 +181,8 @@ def _register_import(sub: Subparsers) -> None:
 
 
 def _register_export(sub: Subparsers) -> None:
-    formats = "\n".join(
-        textwrap.fill(
-            f"{name:<15} {e.help}. {' '.join(e.notes)}",
-            width=79,
-            initial_indent="  ",
-            subsequent_indent=" " * 18,
-            break_on_hyphens=False,
-        )
-        for name, e in EXPORTERS.items()
+    formats = _format_list(
+        {name: f"{e.help}. {' '.join(e.notes)}" for name, e in EXPORTERS.items()}, 15
     )
     p = sub.add_parser(
         "export",
