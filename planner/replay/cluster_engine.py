@@ -722,7 +722,6 @@ class ClusterEngine:
 
     def finish_migration(self, migration: int, now_s: float) -> None:
         req, src, dst, reserved = self._mig_state.pop(migration)
-        now = now_s
         src.migrating_out = False
         dst.reserved -= reserved
         req.migrating = False
@@ -738,8 +737,8 @@ class ClusterEngine:
         self.stats.migrated_bytes += req.blocks * self.c.block_bytes
         self._check(src)
         self._check(dst)
-        self._wake(dst, now)
-        self._wake(src, now)
+        self._wake(dst, now_s)
+        self._wake(src, now_s)
 
     # --- KunServe: drop and restore ------------------------------------------------
 
@@ -839,12 +838,11 @@ class ClusterEngine:
         u = self._units_by_uid[uid]
         if not u.alive:
             return
-        now = now_s
         u.alive = False
         self.stats.restores += 1
-        self.stats.grouped_instance_s += u.size * (now - u.formed_at)
-        self.stats.events.append(f"{now:.2f}s restore: group of {u.size}")
-        singles = [self._new_unit((i,), now) for i in u.members]
+        self.stats.grouped_instance_s += u.size * (now_s - u.formed_at)
+        self.stats.events.append(f"{now_s:.2f}s restore: group of {u.size}")
+        singles = [self._new_unit((i,), now_s) for i in u.members]
         for s in singles:
             s.busy_until = u.busy_until
         # First-fit decreasing by blocks onto the member with the most room.
@@ -869,4 +867,4 @@ class ClusterEngine:
             dst.waiting.append(r)
         for s in singles:
             self._check(s)
-            self._wake(s, now)
+            self._wake(s, now_s)
