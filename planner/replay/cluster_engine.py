@@ -93,6 +93,15 @@ from planner.policies.buddy import (
     exchange_chunk_bytes,
     plan_buddy_groups,
 )
+from planner.replay.cluster_events import (
+    ClusterWiring,
+    MigrationEnds,
+    MonitorTicks,
+    RequestArrives,
+    RestoreEnds,
+    UnitSteps,
+)
+from planner.replay.events import EventLoop
 from planner.replay.models import AttentionPairsCost
 from planner.replay.noise import JitteredAttentionPairsCost
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
@@ -316,9 +325,11 @@ class ClusterEngine:
         self.stats = ClusterStats()
         self.units: list[_Unit] = []
         self.unit_of: list[_Unit] = []  # instance index -> its unit
+        self._units_by_uid: dict[int, _Unit] = {}
+        self._progress: Callable[[float], None] | None = None
         self.monitors: dict[int, InstanceMonitor] = {}
-        self._heap: list[tuple[float, int, int, int]] = []  # time, kind, seq, payload
-        self._seq = 0
+        self._events: EventLoop[ClusterWiring] = EventLoop()
+        self._migrations = 0  # migrations started (each one's key)
         self._admit_seq = 0
         self._uid = 0
         self._pending = 0
@@ -352,6 +363,7 @@ class ClusterEngine:
         )
         self._uid += 1
         self.units.append(unit)
+        self._units_by_uid[unit.uid] = unit
         for i in members:
             self.unit_of[i] = unit
         return unit
@@ -367,18 +379,27 @@ class ClusterEngine:
             for i in range(n):
                 self._new_unit((i,), 0.0)
 
-    # --- events ------------------------------------------------------------------
-
-    _ARRIVAL, _STEP, _TICK, _RESTORE, _MIGRATE = range(5)
-
-    def _push(self, t: float, kind: int, payload: int) -> None:
-        heapq.heappush(self._heap, (t, kind, self._seq, payload))
-        self._seq += 1
+    # --- events (planner.replay.cluster_events) ---------------------------------
 
     def _wake(self, unit: _Unit, now: float) -> None:
         if unit.alive and not unit.scheduled:
             unit.scheduled = True
-            self._push(max(now, unit.busy_until), self._STEP, unit.uid)
+            self._events.push(UnitSteps(max(now, unit.busy_until), unit.uid))
+
+    def dispatch(self, row: int, now_s: float) -> None:
+        self._dispatch(self._reqs[row], now_s)
+
+    def step(self, uid: int, now_s: float) -> None:
+        unit = self._units_by_uid[uid]
+        if unit.alive:
+            unit.scheduled = False
+            self._step(unit, now_s)
+
+    def tick(self, now_s: float) -> None:
+        self._tick(now_s)
+        if self._progress is not None:
+            self._progress(now_s)
+        self._events.push(MonitorTicks(now_s + self.c.monitor_interval_s))
 
     def run(self, progress: Callable[[float], None] | None = None) -> ClusterRun:
         started = time.perf_counter()
@@ -401,31 +422,12 @@ class ClusterEngine:
                 self.stats.rejected += 1
                 continue
             self._pending += 1
-            self._push(t.arrival_s, self._ARRIVAL, idx)
+            self._events.push(RequestArrives(t.arrival_s, idx))
         if self._pending:
             first = self.trace[0].arrival_s if self.trace else 0.0
-            self._push(first, self._TICK, 0)
-        units_by_uid: dict[int, _Unit] = {}
-        now = 0.0
-        while self._heap and self._pending > 0:
-            now, kind, _, payload = heapq.heappop(self._heap)
-            if kind == self._ARRIVAL:
-                self._dispatch(self._reqs[payload], now)
-            elif kind == self._STEP:
-                units_by_uid = {u.uid: u for u in self.units if u.alive}
-                unit = units_by_uid.get(payload)
-                if unit is not None:
-                    unit.scheduled = False
-                    self._step(unit, now)
-            elif kind == self._TICK:
-                self._tick(now)
-                if progress is not None:
-                    progress(now)
-                self._push(now + c.monitor_interval_s, self._TICK, 0)
-            elif kind == self._RESTORE:
-                self._finish_restore(payload, now)
-            elif kind == self._MIGRATE:
-                self._finish_migration(payload, now)
+            self._events.push(MonitorTicks(first))
+        self._progress = progress
+        self._events.run(self, lambda: self._pending <= 0)
         end = max((r.out.finish_s or 0.0) for r in self._reqs) if self._reqs else 0.0
         for u in self.units:
             if u.alive and u.size > 1 and u.dynamic:
@@ -713,11 +715,13 @@ class ClusterEngine:
             req.migrating = True
             src.migrating_out = True
             self._check(dst)
-            self._mig_state[self._seq] = (req, src, dst, req.blocks + 1)
-            self._push(now + nbytes / c.link_bytes_per_s, self._MIGRATE, self._seq)
+            key = self._migrations
+            self._migrations += 1
+            self._mig_state[key] = (req, src, dst, req.blocks + 1)
+            self._events.push(MigrationEnds(now + nbytes / c.link_bytes_per_s, key))
 
-    def _finish_migration(self, key: int, now: float) -> None:
-        req, src, dst, reserved = self._mig_state.pop(key)
+    def finish_migration(self, migration: int, now_s: float) -> None:
+        req, src, dst, reserved = self._mig_state.pop(migration)
         src.migrating_out = False
         dst.reserved -= reserved
         req.migrating = False
@@ -733,8 +737,8 @@ class ClusterEngine:
         self.stats.migrated_bytes += req.blocks * self.c.block_bytes
         self._check(src)
         self._check(dst)
-        self._wake(dst, now)
-        self._wake(src, now)
+        self._wake(dst, now_s)
+        self._wake(src, now_s)
 
     # --- KunServe: drop and restore ------------------------------------------------
 
@@ -828,17 +832,17 @@ class ClusterEngine:
         u.restoring_until = now + duration
         self.stats.reload_bytes += int(reload_bytes)
         self._check(u)
-        self._push(now + duration, self._RESTORE, u.uid)
+        self._events.push(RestoreEnds(now + duration, u.uid))
 
-    def _finish_restore(self, uid: int, now: float) -> None:
-        u = next((x for x in self.units if x.uid == uid and x.alive), None)
-        if u is None:
+    def finish_restore(self, uid: int, now_s: float) -> None:
+        u = self._units_by_uid[uid]
+        if not u.alive:
             return
         u.alive = False
         self.stats.restores += 1
-        self.stats.grouped_instance_s += u.size * (now - u.formed_at)
-        self.stats.events.append(f"{now:.2f}s restore: group of {u.size}")
-        singles = [self._new_unit((i,), now) for i in u.members]
+        self.stats.grouped_instance_s += u.size * (now_s - u.formed_at)
+        self.stats.events.append(f"{now_s:.2f}s restore: group of {u.size}")
+        singles = [self._new_unit((i,), now_s) for i in u.members]
         for s in singles:
             s.busy_until = u.busy_until
         # First-fit decreasing by blocks onto the member with the most room.
@@ -863,4 +867,4 @@ class ClusterEngine:
             dst.waiting.append(r)
         for s in singles:
             self._check(s)
-            self._wake(s, now)
+            self._wake(s, now_s)

@@ -1,15 +1,8 @@
-"""One simulated serving engine: iteration-level continuous batching with
-chunked prefill, paged KV in GPU and CPU block pools, swaps through a link
-model that overlaps with compute (what does not fit stalls the iteration).
-
-Per iteration: arrivals join the queue; the scheduler decides; preemptions
-free blocks first, then admissions and resumptions take blocks in priority
-order while they fit (a resumed request's KV travels during this iteration
-and it runs from the next one); running requests decode one token each and
-prefilling ones take chunks of the token budget in admission order; a
-request that needs a new block when none is free forces a preemption of the
-most recently admitted request (by swap, or by recompute for policies that
-do not swap); the iteration lasts max(compute, transfers).
+"""The single-engine topology: one batching core (planner.replay.
+batching_core: continuous batching with chunked prefill, paged KV in GPU and
+CPU block pools, swaps through a link model, preemption by swap or
+recompute) fed the trace's arrivals and run iteration by iteration on its
+own clock; each iteration, arrivals join the queue first.
 
 Requests that cannot run are rejected on arrival (never queued, reported
 unfinished), the same ones under every policy: those whose KV at the last
@@ -22,13 +15,11 @@ or being swapped in) nothing can change before the next arrival: the engine
 idles until then, and after the last arrival it stops, reporting what is
 left unfinished.
 
-The requests' state lives in numpy columns (planner.replay.state), moves
-between queues and pools in planner.replay.engine_state, and the batch works
-on all running requests at once (planner.replay.batch). A stretch of quiet
-iterations (nobody waiting, everyone decoding, nobody finishing) runs in one
-step with the same results, each iteration still timed on its own; for a
-scheduler that plans eager copies then (lvf), it is still asked at every
-iteration and its copies made and timed as one iteration would.
+A stretch of quiet iterations (nobody waiting, everyone decoding, nobody
+finishing) runs in one step with the same results, each iteration still
+timed on its own; for a scheduler that plans eager copies then (lvf), it is
+still asked at every iteration and its copies made and timed as one
+iteration would.
 """
 
 from __future__ import annotations
@@ -38,44 +29,28 @@ import gc
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
-from planner.domain.requests import Slo
-from planner.replay.batch import form_batch
-from planner.replay.engine_state import EngineState
+from planner.replay.batching_core import BatchingCore, EngineConfig
 from planner.replay.models import IterationCost, TransferCost
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
-from planner.replay.schedulers import EngineView, SchedulePlan, Scheduler
-from planner.replay.state import IntArray, Phase, RequestColumns, start_candidates
+from planner.replay.schedulers import EngineView, Scheduler
+from planner.replay.state import IntArray, RequestColumns
 from planner.trace.records import TraceRequest
+
+__all__ = ["Engine", "EngineConfig"]
 
 # Quiet iterations run in one step at most (their block growth is worked out
 # this far ahead).
 _QUIET_STRETCH_MAX = 64
 
 
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    gpu_kv_blocks: int
-    cpu_kv_blocks: int
-    block_bytes: int
-    block_size_tokens: int = 16
-    # Chunked prefill: tokens (decode + prefill) one iteration may process.
-    max_batched_tokens: int = 2048
-    max_running: int = 256
-    slo: Slo = field(default_factory=Slo)
-    # Stop simulating this long after the last arrival even if requests remain.
-    drain_limit_s: float = 3600.0
-    # What a client waits beyond the engine's iterations: the serving front
-    # end's HTTP, tokenization, detokenization and streaming (a measured
-    # profile's request_latency_s). Each request reaches the engine this much
-    # after its arrival; its latencies are still counted from the arrival.
-    request_latency_s: float = 0.0
+class Engine(BatchingCore):
+    """The single-engine topology: one batching core fed the trace's
+    arrivals, run iteration by iteration on its own clock."""
 
-
-class Engine:
     def __init__(
         self,
         config: EngineConfig,
@@ -84,16 +59,9 @@ class Engine:
         link: TransferCost,
         trace: Sequence[TraceRequest],
     ) -> None:
-        self.config = config
-        self.scheduler = scheduler
-        self.cost = cost
-        self.link = link
         self.trace = trace
         seen = _seen_by_engine(trace, config.request_latency_s)
-        self.requests = RequestColumns.from_trace(seen, config.slo)
-        self.state = EngineState(
-            self.requests, config.gpu_kv_blocks, config.cpu_kv_blocks, config.block_size_tokens
-        )
+        super().__init__(config, scheduler, cost, link, RequestColumns.from_trace(seen, config.slo))
         r = self.requests
         # Rows in arrival order (ties by trace order), and which of them can
         # never run: their KV at the last token, or their prompt with one
@@ -105,15 +73,7 @@ class Engine:
             -(-(r.prompt_tokens + r.output_tokens - 1) // bs), -(-r.prompt_tokens // bs) + 1
         )
         self._never_fits = most > config.gpu_kv_blocks
-        self.now_s = 0.0
-        self.timeline: list[TimelineSample] = []
         self._next_arrival = 0
-        self._last_iteration_s = 0.0
-        self._bytes_d2h = 0
-        self._bytes_h2d = 0
-        self._stall_s = 0.0
-        self._peak_gpu = 0
-        self._iterations = 0
         self._stop_after_s = math.inf
 
     # -- the loop ---------------------------------------------------------
@@ -186,64 +146,6 @@ class Engine:
             return False
         last = self.timeline[-1]
         return last.prefill_tokens == 0 and last.decode_tokens == 0
-
-    def _iteration(self) -> None:
-        cfg = self.config
-        s = self.state
-        s.start_running(self.now_s)
-        plan = self.scheduler.plan(
-            EngineView(
-                now_s=self.now_s,
-                requests=self.requests,
-                queued=s.queued.rows,
-                running=s.running.rows,
-                rotary=s.rotary.rows,
-                free_gpu_blocks=s.free_gpu,
-                free_cpu_blocks=s.free_cpu,
-                block_size_tokens=cfg.block_size_tokens,
-                last_iteration_s=self._last_iteration_s,
-                max_batched_tokens=cfg.max_batched_tokens,
-                free_slots=cfg.max_running - len(s.running.rows) - len(s.in_transit.rows),
-            )
-        )
-        d2h_blocks, h2d_blocks = self._apply(plan)
-        batch = form_batch(s, cfg.max_batched_tokens, self.now_s, self.scheduler.swaps)
-        d2h_blocks += batch.preempted_d2h_blocks
-        compute_s = self.cost.iteration_time_s(
-            batch.prefill_tokens, batch.decode_tokens, batch.context_tokens
-        )
-        d2h_bytes = d2h_blocks * cfg.block_bytes
-        h2d_bytes = h2d_blocks * cfg.block_bytes
-        transfer_s = (
-            self.link.transfer_time_s(d2h_bytes, h2d_bytes, cfg.block_bytes)
-            if d2h_bytes or h2d_bytes
-            else 0.0
-        )
-        stall_s = max(transfer_s - compute_s, 0.0)
-        self.now_s += compute_s + stall_s
-        self._last_iteration_s = compute_s
-        self._bytes_d2h += d2h_bytes
-        self._bytes_h2d += h2d_bytes
-        self._stall_s += stall_s
-        self._iterations += 1
-        # Peak while the batch holds its blocks, before finished requests free theirs.
-        self._peak_gpu = max(self._peak_gpu, cfg.gpu_kv_blocks - s.free_gpu)
-        if len(batch.emitting):
-            s.emit(batch.emitting, self.now_s)
-        self.timeline.append(
-            TimelineSample(
-                time_s=self.now_s,
-                iteration_s=compute_s + stall_s,
-                stall_s=stall_s,
-                gpu_kv_blocks_used=cfg.gpu_kv_blocks - s.free_gpu,
-                cpu_kv_blocks_used=cfg.cpu_kv_blocks - s.free_cpu,
-                running=len(s.running.rows),
-                waiting=len(s.queued.rows),
-                rotary=len(s.rotary.rows) + len(s.in_transit.rows),
-                prefill_tokens=batch.prefill_tokens,
-                decode_tokens=batch.decode_tokens,
-            )
-        )
 
     def _quiet_stretch(self, progress: Callable[[float], None] | None) -> bool:
         """Runs the iterations ahead in one step while they are quiet: nobody
@@ -416,92 +318,6 @@ class Engine:
         self._iterations += len(times_s)
         s.emit_quietly(times_s)
         return True
-
-    # -- carrying out a plan ------------------------------------------------
-
-    def _apply(self, plan: SchedulePlan) -> tuple[int, int]:
-        """Preempt, then start in priority order while blocks last. Returns
-        blocks copied out and in."""
-        s = self.state
-        d2h = 0
-        if len(plan.swap_out):
-            d2h += s.preempt(plan.swap_out.tolist(), swap=True)
-        if len(plan.recompute):
-            s.preempt(plan.recompute.tolist(), swap=False)
-        h2d = self._start(plan.start) if len(plan.start) else 0
-        if plan.eager_blocks:
-            d2h += s.eager(plan.eager_blocks)
-        return d2h, h2d
-
-    def _start(self, rows: IntArray) -> int:
-        """Admit (queued) or resume (rotary) rows in order while they fit;
-        returns blocks copied in. A queued request starts only when this
-        iteration's token budget still has room for (part of) its prefill,
-        as vLLM's scheduler admits waiting requests; otherwise it would hold
-        blocks idle."""
-        s = self.state
-        r = self.requests
-        in_order = self.scheduler.in_order
-        slots = self.config.max_running - len(s.running.rows) - len(s.in_transit.rows)
-        free = s.free_gpu
-        if self.scheduler.running_first:
-            growth = self._decode_growth_blocks()
-            # The decodes will preempt: nothing is admitted this iteration.
-            free = -1 if growth > free else free - growth
-        prefill_room: int | None = None
-        admitted: list[int] = []
-        admitted_needs: list[int] = []
-        resumed: list[int] = []
-        resumed_needs: list[int] = []
-        for row, need, was in start_candidates(r, rows):
-            if slots <= 0:
-                break
-            if need > free:
-                if in_order:
-                    break
-                continue
-            if was == Phase.QUEUED:
-                if prefill_room is None:
-                    prefill_room = self._prefill_room()
-                if prefill_room <= 0:
-                    if in_order:
-                        break
-                    continue
-                prefill_room -= int(r.prefill_target[row] - r.kv_tokens[row])
-                admitted.append(row)
-                admitted_needs.append(need)
-            elif was == Phase.ROTARY:
-                resumed.append(row)
-                resumed_needs.append(need)
-            else:
-                continue
-            free -= need
-            slots -= 1
-        if admitted:
-            s.admit(admitted, admitted_needs, self.now_s)
-        if resumed:
-            return s.swap_in(resumed, resumed_needs, self.scheduler.keeps_cpu_copies)
-        return 0
-
-    def _decode_growth_blocks(self) -> int:
-        """Blocks the running requests' decodes grow into this iteration
-        (those within the token budget whose KV fills their last block), as
-        form_batch takes them."""
-        r = self.requests
-        s = self.state
-        running = s.running.rows
-        kv = r.kv_tokens[running]
-        decoding = (kv >= r.prefill_target[running]).nonzero()[0][: self.config.max_batched_tokens]
-        full = kv[decoding] >= r.gpu_blocks[running[decoding]] * s.block_size
-        return int(np.count_nonzero(full))
-
-    def _prefill_room(self) -> int:
-        """Tokens of this iteration's budget left after the running requests'
-        decodes and unfinished prefills."""
-        r = self.requests
-        running = self.state.running.rows
-        left = r.prefill_target[running] - r.kv_tokens[running]
-        return self.config.max_batched_tokens - int(np.maximum(left, 1, out=left).sum())
 
     # -- the result ---------------------------------------------------------
 
