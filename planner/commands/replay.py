@@ -30,7 +30,7 @@ from planner.replay.cfs_scheduler import (
     DEFAULT_RESCHEDULE_EVERY,
     CfsKnobs,
 )
-from planner.replay.cluster_engine import CLUSTER_POLICY_NAMES, ClusterEngine, ClusterRun
+from planner.replay.cluster_engine import ClusterEngine, ClusterRun
 from planner.replay.cluster_report import (
     ClusterMetrics,
     cluster_json,
@@ -46,7 +46,7 @@ from planner.replay.cluster_setup import (
 from planner.replay.console import print_table
 from planner.replay.engine import Engine
 from planner.replay.longctx_engine import LongctxEngine, LongctxRun
-from planner.replay.longctx_policies import LONGCTX_POLICY_NAMES, make_longctx_policy
+from planner.replay.longctx_registry import make_longctx_policy
 from planner.replay.longctx_report import (
     LongctxMetrics,
     longctx_json,
@@ -63,16 +63,19 @@ from planner.replay.metrics import PolicyMetrics, compare
 from planner.replay.noise import JitteredCost
 from planner.replay.outputs import is_stdout, table_suffix_error, write_json_document, write_table
 from planner.replay.plots import write_report
+from planner.replay.policy_registries import (
+    CLUSTER,
+    LONG_CONTEXT,
+    ROTATION,
+    SERVERLESS,
+    TOPOLOGY_POLICIES,
+)
 from planner.replay.progress import replay_progress
 from planner.replay.records import ReplayResult
 from planner.replay.report import print_report, write_json
 from planner.replay.request_table import request_table
-from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
-from planner.replay.serverless_engine import (
-    SERVERLESS_POLICY_NAMES,
-    ServerlessEngine,
-    ServerlessRun,
-)
+from planner.replay.scheduler_by_name import make_scheduler
+from planner.replay.serverless_engine import ServerlessEngine, ServerlessRun
 from planner.replay.serverless_plots import write_serverless_report
 from planner.replay.serverless_report import (
     ServerlessMetrics,
@@ -106,21 +109,11 @@ EXIT_BAD_INPUT = 2
 # the first instant.
 MAX_RATE_SCALE = 1e6
 
-ROTATION = "rotation"
-LONG_CONTEXT = "long-context"
-CLUSTER = "cluster"
-SERVERLESS = "serverless"
-TOPOLOGY_POLICIES: dict[str, tuple[str, ...]] = {
-    ROTATION: POLICY_NAMES,
-    LONG_CONTEXT: LONGCTX_POLICY_NAMES,
-    CLUSTER: CLUSTER_POLICY_NAMES,
-    SERVERLESS: SERVERLESS_POLICY_NAMES,
-}
 DEFAULT_POLICIES: dict[str, tuple[str, ...]] = {
     ROTATION: ("fcfs", "lvf"),
-    LONG_CONTEXT: LONGCTX_POLICY_NAMES,
-    CLUSTER: CLUSTER_POLICY_NAMES,
-    SERVERLESS: SERVERLESS_POLICY_NAMES,
+    LONG_CONTEXT: TOPOLOGY_POLICIES[LONG_CONTEXT].names(),
+    CLUSTER: TOPOLOGY_POLICIES[CLUSTER].names(),
+    SERVERLESS: TOPOLOGY_POLICIES[SERVERLESS].names(),
 }
 DEFAULT_MAX_RUNNING = {ROTATION: 256, LONG_CONTEXT: 8, CLUSTER: 256, SERVERLESS: 64}
 OFFLOAD_BACKENDS = OFFLOAD_BACKEND_NAMES
@@ -133,13 +126,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Replay a JSON-lines trace (see `planner trace`) through a simulated "
         "engine once per policy, each on the identical arrivals, and compare TTFT/TBT/TPOT "
         f"attainment, latency, throughput and transfers. Topologies: {ROTATION} (default; "
-        f"policies {', '.join(POLICY_NAMES)}) and {LONG_CONTEXT} (one engine whose decode "
+        f"policies {_names(ROTATION)}) and {LONG_CONTEXT} (one engine whose decode "
         f"steps fetch offloaded KV layers, OrbitFlow; policies "
-        f"{', '.join(LONGCTX_POLICY_NAMES)}) and {CLUSTER} (N instances behind a "
+        f"{_names(LONG_CONTEXT)}) and {CLUSTER} (N instances behind a "
         f"least-loaded dispatcher, KunServe buddy groups and baselines; policies "
-        f"{', '.join(CLUSTER_POLICY_NAMES)}) and {SERVERLESS} (one GH200 split into MIG "
+        f"{_names(CLUSTER)}) and {SERVERLESS} (one GH200 split into MIG "
         f"slices sharing one C2C link, many models, C2CServe and baselines; policies "
-        f"{', '.join(SERVERLESS_POLICY_NAMES)}).",
+        f"{_names(SERVERLESS)}).",
     )
     add_trace_argument(p)
     p.add_argument(
@@ -157,8 +150,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--policy",
         action="append",
-        help=f"a policy to run (repeat; default: fcfs and lvf for {ROTATION}, all five for "
-        f"{LONG_CONTEXT}, all four for {CLUSTER}, all five for {SERVERLESS})",
+        metavar="NAME",
+        help="a policy to run (repeat; " + _policy_choices_help() + ")",
     )
     p.add_argument("--slo-ttft", type=float, default=5.0, help="TTFT SLO, s (default 5)")
     p.add_argument("--slo-tbt", type=float, default=0.1, help="TBT SLO, s (default 0.1)")
@@ -399,6 +392,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--report-dir", type=Path, help="write PNG plots here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
+
+
+def _names(topology: str) -> str:
+    return ", ".join(TOPOLOGY_POLICIES[topology])
+
+
+def _policy_choices_help() -> str:
+    """Each topology's registered policies and its defaults, for --help."""
+    parts = []
+    for topology, registry in TOPOLOGY_POLICIES.items():
+        default = DEFAULT_POLICIES[topology]
+        runs = "all" if default == registry.names() else ", ".join(default)
+        parts.append(f"--topology {topology}: {', '.join(registry)}; default {runs}")
+    return "; ".join(parts)
 
 
 def _fail(message: str) -> int:

@@ -50,6 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.profiles.switch_costs import DENSE_SWITCH_PROFILES, SwitchProfile
+from planner.registry import Registry, registry_of
 
 SCHEDULER = "scheduler"
 RANDOM_PLACEMENT = "random"
@@ -104,9 +105,10 @@ STATIC_RHO = "static-rho"
 SLLM = "sllm"
 AEGAEON = "aegaeon"
 
-SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
-    p.name: p
-    for p in (
+SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
+    "serverless policy",
+    lambda p: p.name,
+    (
         ServerlessPolicy(
             C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True, keeps_resident=True
         ),
@@ -168,6 +170,7 @@ SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
             rho=NO_RHO,
             switch_profile=DENSE_SWITCH_PROFILES["aegaeon"],
         ),
-    )
-}
-SERVERLESS_POLICY_NAMES = tuple(SERVERLESS_POLICIES)
+    ),
+    served_by={C2CSERVE: "ServerlessService.ScheduleWaiting"},
+)
+SERVERLESS_POLICY_NAMES = SERVERLESS_POLICIES.names()
