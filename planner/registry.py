@@ -123,16 +123,19 @@ def registry_of(
     key: Callable[[T], str],
     entries: Iterable[T],
     *,
+    summaries: Mapping[str, str] | None = None,
     served_by: Mapping[str, str] | None = None,
 ) -> Registry[T]:
     """A registry of `entries`, each under the name `key` gives it;
-    served_by: name -> the RPC that plans it in production."""
+    summaries: name -> one line; served_by: name -> the RPC that plans it
+    in production."""
     registry: Registry[T] = Registry(kind)
+    lines = summaries or {}
     rpcs = served_by or {}
     for entry in entries:
         name = key(entry)
-        registry.register(name, entry, served_by=rpcs.get(name, ""))
-    unknown = sorted(set(rpcs) - set(registry))
+        registry.register(name, entry, summary=lines.get(name, ""), served_by=rpcs.get(name, ""))
+    unknown = sorted((set(lines) | set(rpcs)) - set(registry))
     if unknown:
         raise UnknownNameError(kind, unknown[0], registry.names())
     return registry

@@ -171,6 +171,20 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
             switch_profile=DENSE_SWITCH_PROFILES["aegaeon"],
         ),
     ),
+    summaries={
+        C2CSERVE: "C2CServe: what fits of the weights resident next to the KV on slices that "
+        "hold the whole model, the rest streamed over C2C; queue-aware scheduling",
+        C2CSERVE_STREAM: "C2CServe as the paper has it: every weight streamed on every pass",
+        C2CSERVE_PARTIAL: "c2cserve keeping a part resident on slices too small for the model too",
+        C2CSERVE_EXCLUSIVE: "c2cserve-stream with one model per slice (no sharing)",
+        C2CSERVE_INACTIVE: "one model per slice, evicting inactive models only",
+        RANDOM: "c2cserve-stream placing a waiting model on a random idle or evictable slice",
+        STATIC_CHUNK: "c2cserve-stream with every chunk the engine's token budget",
+        STATIC_RHO: "c2cserve-stream with rho fixed at the best static value, no tuner",
+        DEDICATED: "weights loaded into HBM on a switch (PCIe unless --load-link c2c)",
+        SLLM: "ServerlessLLM: loads over C2C plus its switch work; evicts inactive models only",
+        AEGAEON: "Aegaeon: loads over C2C plus its switch work; preempts like c2cserve",
+    },
     served_by={C2CSERVE: "ServerlessService.ScheduleWaiting"},
 )
 SERVERLESS_POLICY_NAMES = SERVERLESS_POLICIES.names()
