@@ -249,3 +249,21 @@ def test_every_run_drives_a_progress_bar_to_its_last_arrival(
     for description, total, times in opened:
         assert total == pytest.approx(last_arrival), description
         assert times and max(times) >= last_arrival, description
+
+
+@pytest.mark.parametrize("topology", list(TOPOLOGIES))
+def test_json_on_standard_output_with_the_table_on_standard_error(
+    topology: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args, rows, _ = TOPOLOGIES[topology]
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    code, out, err = replay(
+        capsys, str(trace), "--topology", topology, *args, "--quiet", "--json-out", "-"
+    )
+    assert code == 0, err
+    policies = [a for i, a in enumerate(args) if i and args[i - 1] == "--policy"]
+    expected = policies or list(replay_command.DEFAULT_POLICIES[topology])
+    data = json.loads(out)
+    assert [p["policy"] for p in data["policies"]] == expected
+    assert all(p["config"]["policy"] == p["policy"] for p in data["policies"])
+    assert "TTFT and TPOT met" in err
