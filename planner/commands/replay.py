@@ -126,13 +126,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Replay a JSON-lines trace (see `planner trace`) through a simulated "
         "engine once per policy, each on the identical arrivals, and compare TTFT/TBT/TPOT "
         f"attainment, latency, throughput and transfers. Topologies: {ROTATION} (default; "
-        f"policies {_names(ROTATION)}) and {LONG_CONTEXT} (one engine whose decode "
-        f"steps fetch offloaded KV layers, OrbitFlow; policies "
-        f"{_names(LONG_CONTEXT)}) and {CLUSTER} (N instances behind a "
-        f"least-loaded dispatcher, KunServe buddy groups and baselines; policies "
-        f"{_names(CLUSTER)}) and {SERVERLESS} (one GH200 split into MIG "
-        f"slices sharing one C2C link, many models, C2CServe and baselines; policies "
-        f"{_names(SERVERLESS)}).",
+        f"one engine, scheduling and rotation policies), {LONG_CONTEXT} (one engine whose "
+        f"decode steps fetch offloaded KV layers, OrbitFlow), {CLUSTER} (N instances behind a "
+        f"least-loaded dispatcher, KunServe buddy groups and baselines) and {SERVERLESS} (one "
+        "GH200 split into MIG slices sharing one C2C link, many models, C2CServe and "
+        "baselines). Each topology's policies: --policy below, or `planner profiles policies`.",
     )
     add_trace_argument(p)
     p.add_argument(
@@ -392,10 +390,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--report-dir", type=Path, help="write PNG plots here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
-
-
-def _names(topology: str) -> str:
-    return ", ".join(TOPOLOGY_POLICIES[topology])
 
 
 def _policy_choices_help() -> str:
