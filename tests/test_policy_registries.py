@@ -11,7 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from planner.solvers import SOLVER_BACKENDS, available_backends
+from planner.solvers import (
+    SOLVER_BACKENDS,
+    Backend,
+    Model,
+    Status,
+    UnsupportedModelError,
+    available_backends,
+    solve,
+)
 
 from planner.cli import main
 from planner.replay.policy_registries import TOPOLOGY_POLICIES, policy_table, served_policies
@@ -87,3 +95,14 @@ def test_listing_long_context_policies_imports_none_of_them() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.split() == ["False", "5"]
+
+
+def test_every_solver_backend_is_registered_once_and_solve_refuses_the_non_model_one() -> None:
+    assert sorted(SOLVER_BACKENDS) == sorted(str(b) for b in Backend)
+    assert all(name == str(spec.backend) for name, spec in SOLVER_BACKENDS.items())
+    m = Model()
+    x = m.add_binaries(2)
+    m.add_exactly_one_groups(x.reshape(1, 2))
+    with pytest.raises(UnsupportedModelError, match="AssignmentProblem"):
+        solve(m, time_limit_s=1.0, backend="bnb")
+    assert solve(m, time_limit_s=1.0, backend="exhaustive").status is Status.OPTIMAL
