@@ -23,13 +23,8 @@ from planner.output_paths import (
     check_output_folder,
 )
 from planner.profiles.errors import ProfileError
-from planner.replay.cfs_paging import DEFAULT_PEER_KV_GB, paging_target
-from planner.replay.cfs_scheduler import (
-    CFS_PEER,
-    CFS_POLICY_NAMES,
-    DEFAULT_RESCHEDULE_EVERY,
-    CfsKnobs,
-)
+from planner.replay.cfs_paging import DEFAULT_PEER_KV_GB, Paging, paging_target
+from planner.replay.cfs_scheduler import DEFAULT_RESCHEDULE_EVERY, CfsKnobs
 from planner.replay.cluster_engine import ClusterEngine, ClusterRun
 from planner.replay.cluster_report import (
     ClusterMetrics,
@@ -74,7 +69,7 @@ from planner.replay.progress import replay_progress
 from planner.replay.records import ReplayResult
 from planner.replay.report import print_report, write_json
 from planner.replay.request_table import request_table
-from planner.replay.scheduler_by_name import make_scheduler
+from planner.replay.scheduler_by_name import SCHEDULERS, make_scheduler
 from planner.replay.serverless_engine import ServerlessEngine, ServerlessRun
 from planner.replay.serverless_plots import write_serverless_report
 from planner.replay.serverless_report import (
@@ -597,8 +592,9 @@ def _replay(args: argparse.Namespace) -> int:
     if topology == SERVERLESS:
         return _run_serverless(args, trace, setup, policies, scales)
 
-    if CFS_PEER in policies and not setup.hardware.nvlink_gbps > 0:
-        return _fail(f"--policy {CFS_PEER}: {setup.hardware.name} has no NVLink bandwidth")
+    for policy in policies:
+        if SCHEDULERS[policy].paging is Paging.PEER and not setup.hardware.nvlink_gbps > 0:
+            return _fail(f"--policy {policy}: {setup.hardware.name} has no NVLink bandwidth")
     sweep: dict[float, list[PolicyMetrics]] = {}
     main_results: list[ReplayResult] = []
     every_result: list[ReplayResult] = []
@@ -693,8 +689,9 @@ def _run_one(
 ) -> ReplayResult:
     # Every policy gets a generator seeded alike: the same noise sequence.
     cost = JitteredCost(setup.cost, jitter_cv, seed) if jitter_cv > 0 else setup.cost
+    paging = SCHEDULERS[policy].paging
     engine_config, link = paging_target(
-        policy,
+        paging,
         setup.engine,
         setup.link,
         setup.hardware,
@@ -718,7 +715,7 @@ def _run_one(
         "policy": policy,
         **(
             {"cpu_kv_blocks": engine_config.cpu_kv_blocks, "paging_link": link.name}
-            if policy in CFS_POLICY_NAMES
+            if paging is not Paging.ENGINE
             else {}
         ),
         "rate_scale": scale,

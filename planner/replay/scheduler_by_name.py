@@ -1,6 +1,7 @@
 """The scheduling (rotation) policies of the single-engine replay by name
 (``planner replay --policy``). A policy is a Scheduler (planner.replay.
-schedulers) made fresh per run by a factory registered here."""
+schedulers) made fresh per run by the factory registered here, with where
+it pages KV to (planner.replay.cfs_paging)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from planner.domain.rotation import RotationInputs, RotationVariant
 from planner.registry import Registry
+from planner.replay.cfs_paging import Paging
 from planner.replay.cfs_scheduler import CFS_DRAM, CFS_PEER, Cfs, CfsKnobs
 from planner.replay.schedulers import Fcfs, FcfsVllm, Lvf, Scheduler, SwappedFirst, WaitingFirst
 
@@ -24,7 +26,14 @@ class SchedulerSetup:
 
 SchedulerFactory = Callable[[SchedulerSetup], Scheduler]
 
-SCHEDULERS: Registry[SchedulerFactory] = Registry("policy")
+
+@dataclass(frozen=True, slots=True)
+class SchedulingPolicy:
+    make: SchedulerFactory
+    paging: Paging = Paging.ENGINE
+
+
+SCHEDULERS: Registry[SchedulingPolicy] = Registry("policy")
 PLAN_ROTATION = "RotationService.PlanRotation"
 PARTITION_BATCH = "PlacementService.PartitionBatch"
 
@@ -45,44 +54,46 @@ def _cfs(name: str) -> SchedulerFactory:
 
 
 SCHEDULERS.register(
-    "fcfs", lambda _: Fcfs(), summary="vLLM V1: strict queue order, recompute preemption"
+    "fcfs",
+    SchedulingPolicy(lambda _: Fcfs()),
+    summary="vLLM V1: strict queue order, recompute preemption",
 )
 SCHEDULERS.register(
     "fcfs-vllm",
-    lambda _: FcfsVllm(),
+    SchedulingPolicy(lambda _: FcfsVllm()),
     summary="fcfs in vLLM V1's order: running requests take their blocks first",
 )
 SCHEDULERS.register(
     "lvf",
-    _lvf(RotationVariant.LVF, "lvf"),
+    SchedulingPolicy(_lvf(RotationVariant.LVF, "lvf")),
     summary="SuperInfer's Largest-VLT-First rotation with DuplexKV swaps",
     served_by=PLAN_ROTATION,
 )
 SCHEDULERS.register(
     "lvf-paper",
-    _lvf(RotationVariant.LVF_PAPER, "lvf-paper"),
+    SchedulingPolicy(_lvf(RotationVariant.LVF_PAPER, "lvf-paper")),
     summary="LVF as the paper's Algorithm 1 has it (B_xfer frees blocks by preemption)",
     served_by=PLAN_ROTATION,
 )
 SCHEDULERS.register(
     "waiting-first",
-    lambda _: WaitingFirst(),
+    SchedulingPolicy(lambda _: WaitingFirst()),
     summary="swap running requests out for waiting ones (vLLM swap baseline)",
 )
 SCHEDULERS.register(
     "swapped-first",
-    lambda _: SwappedFirst(),
+    SchedulingPolicy(lambda _: SwappedFirst()),
     summary="resume swapped requests before admitting new ones",
 )
 SCHEDULERS.register(
     CFS_DRAM,
-    _cfs(CFS_DRAM),
+    SchedulingPolicy(_cfs(CFS_DRAM), Paging.DRAM),
     summary="AQUA's CFS time slices, paging KV to host DRAM",
     served_by=PARTITION_BATCH,
 )
 SCHEDULERS.register(
     CFS_PEER,
-    _cfs(CFS_PEER),
+    SchedulingPolicy(_cfs(CFS_PEER), Paging.PEER),
     summary="AQUA's CFS time slices, paging KV to a peer GPU's memory over NVLink",
     served_by=PARTITION_BATCH,
 )
@@ -93,4 +104,5 @@ POLICY_NAMES = SCHEDULERS.names()
 def make_scheduler(name: str, inputs: RotationInputs, cfs: CfsKnobs | None = None) -> Scheduler:
     """A fresh scheduler for one run; cfs: AQUA's CFS knobs for the cfs
     policies (default CfsKnobs()). UnknownNameError names the known ones."""
-    return SCHEDULERS[name](SchedulerSetup(inputs, cfs if cfs is not None else CfsKnobs()))
+    setup = SchedulerSetup(inputs, cfs if cfs is not None else CfsKnobs())
+    return SCHEDULERS[name].make(setup)
