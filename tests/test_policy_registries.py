@@ -22,8 +22,10 @@ from planner.solvers import (
 )
 
 from planner.cli import main
+from planner.in_process.service import service_handler
 from planner.replay.policy_registries import TOPOLOGY_POLICIES, policy_table, served_policies
 from planner.rpc import RPCS
+from planner.v1 import info_pb2
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "policies.md"
 
@@ -106,3 +108,10 @@ def test_every_solver_backend_is_registered_once_and_solve_refuses_the_non_model
     with pytest.raises(UnsupportedModelError, match="AssignmentProblem"):
         solve(m, time_limit_s=1.0, backend="bnb")
     assert solve(m, time_limit_s=1.0, backend="exhaustive").status is Status.OPTIMAL
+
+
+def test_the_in_process_shim_lists_the_served_policies() -> None:
+    handler = service_handler(5.0)
+    info = handler(RPCS["PlannerInfoService.GetPlannerInfo"], info_pb2.GetPlannerInfoRequest())
+    assert isinstance(info, info_pb2.GetPlannerInfoResponse)
+    assert tuple(info.policies) == served_policies()
