@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from planner.commands import replay as replay_command
+from planner.replay.policy_registries import ROTATION
 from planner.replay.records import ReplayResult
 from planner.replay.request_table import request_table
 from planner.trace.io import write_trace
@@ -59,7 +60,7 @@ def replay(
     trace: str | os.PathLike[str] | Sequence[TraceRequest] | pd.DataFrame,
     *,
     policies: Iterable[str] | None = None,
-    topology: str = replay_command.ROTATION,
+    topology: str = ROTATION,
     profile: str | None = None,
     rate_scales: Iterable[float] = (1.0,),
     **knobs: Any,

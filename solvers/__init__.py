@@ -15,6 +15,7 @@ from .assignment_search import (
     SearchOutcome,
     branch_and_bound,
 )
+from .backends import SOLVER_BACKENDS, BackendSpec
 from .errors import (
     BackendUnavailableError,
     ModelTooLargeError,
@@ -33,8 +34,10 @@ from .stats import SolveStats
 __all__ = [
     "AUTO",
     "FEASIBILITY_TOL",
+    "SOLVER_BACKENDS",
     "AssignmentProblem",
     "Backend",
+    "BackendSpec",
     "BackendUnavailableError",
     "Children",
     "FrozenModel",

@@ -3,19 +3,16 @@ and an optional fallback."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import time
 
 import numpy as np
 import numpy.typing as npt
 
+from .backends import SOLVER_BACKENDS
 from .continuous import fill_continuous, plan_continuous
-from .cpsat import solve_cpsat
 from .errors import BackendUnavailableError, ModelTooLargeError, UnsupportedModelError
-from .exhaustive import solve_exhaustive
 from .frozen import FEASIBILITY_TOL, FloatArray, VarType
-from .gurobi import solve_gurobi
 from .model import Model
 from .options import SolveOptions
 from .outcome import Outcome
@@ -37,14 +34,7 @@ else CP-SAT (said in the note)."""
 def available_backends() -> list[Backend]:
     """Backends whose packages import here (exhaustive and the branch and
     bound always do)."""
-    out = []
-    if importlib.util.find_spec("ortools") is not None:
-        out.append(Backend.CPSAT)
-    if importlib.util.find_spec("gurobipy") is not None:
-        out.append(Backend.GUROBI)
-    out.append(Backend.EXHAUSTIVE)
-    out.append(Backend.BRANCH_AND_BOUND)
-    return out
+    return [b.backend for b in SOLVER_BACKENDS.values() if b.present]
 
 
 def solve(
@@ -113,14 +103,10 @@ def _run(
     hint: FloatArray | None,
 ) -> Outcome:
     remaining = max(deadline - time.perf_counter(), MIN_BACKEND_TIME_S)
-    if backend is Backend.BRANCH_AND_BOUND:
-        raise UnsupportedModelError(
-            "the branch and bound solves an AssignmentProblem (branch_and_bound), not a Model"
-        )
-    if backend is Backend.EXHAUSTIVE:
-        return solve_exhaustive(model, deadline, options)
-    runner = solve_gurobi if backend is Backend.GUROBI else solve_cpsat
-    return runner(model, remaining, options, hint)
+    spec = SOLVER_BACKENDS[str(backend)]
+    if spec.runner is None:
+        raise UnsupportedModelError(spec.not_a_model_solver)
+    return spec.runner(model, deadline, remaining, options, hint)
 
 
 def _hint_values(model: Model, hint: Hint | None) -> FloatArray | None:

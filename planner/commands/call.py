@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 from planner.bearer_token import TOKEN_ENV, AuthConfigError, read_token
 from planner.client import PlannerClient, PlannerError, RetryPolicy
 from planner.input_file import InputFileError, display_name, read_bytes
+from planner.replay.policy_registries import served_policies
 from planner.replay.role_oracle import ReplayRoleOracles
 from planner.rpc import RPCS, Rpc
 from planner.service.cluster_store import ClusterStore
@@ -187,6 +188,7 @@ def answer(
                     deadline_s,
                     cluster_store=cluster_store,
                     role_oracles=ReplayRoleOracles(),
+                    policies=served_policies(),
                 ),
             )
         except InvalidArgumentError as exc:

@@ -2,6 +2,7 @@
 cost model of a model on a machine, and measured profile files.
 
     planner profiles list [--json]
+    planner profiles policies [--json]             every registered policy, solver backend
     planner profiles show NAME [--json]            a model or a hardware profile
     planner profiles show MODEL@HARDWARE [--tp N]  cost-model constants, KV capacity
     planner profiles show FILE.json                a measured profile (validated)
@@ -36,6 +37,8 @@ from planner.profiles import (
 from planner.profiles.cost import DEFAULT_BLOCK_SIZE_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION
 from planner.profiles.link import KIB, MIB, LinkModel, SaturatingCurve
 from planner.profiles.loading import builtin_profile, model_to_dict, profile_to_dict
+from planner.replay.policy_registries import TOPOLOGY_POLICIES
+from planner.solvers import SOLVER_BACKENDS, available_backends
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -59,6 +62,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     lp = sub.add_parser("list", help="every built-in model and hardware profile")
     lp.add_argument("--json", action="store_true", help="machine-readable output")
     lp.set_defaults(func=run_list)
+    pp = sub.add_parser(
+        "policies",
+        help="every registered policy of every replay topology, and the solver backends",
+    )
+    pp.add_argument("--json", action="store_true", help="machine-readable output")
+    pp.set_defaults(func=run_policies)
     sp = sub.add_parser(
         "show",
         help="one profile: NAME, MODEL@HARDWARE, a JSON FILE, or MODEL@FILE",
@@ -188,6 +197,50 @@ def hardware_summary(h: HardwareProfile) -> dict[str, Any]:
         "shared_cap_gbps": link.shared_cap_gbps,
         "source": h.source,
     }
+
+
+def run_policies(args: argparse.Namespace) -> int:
+    """The policy registries (planner.replay.policy_registries) and the
+    solver backends (planner.solvers.SOLVER_BACKENDS), as they are."""
+    policies = [
+        {
+            "topology": topology,
+            "policy": entry.name,
+            "summary": entry.summary,
+            "served_by": entry.served_by or None,
+        }
+        for topology, registry in TOPOLOGY_POLICIES.items()
+        for entry in registry.entries()
+    ]
+    present = set(available_backends())
+    backends = [
+        {
+            "backend": name,
+            "summary": spec.summary,
+            "requires": spec.requires,
+            "present": spec.backend in present,
+        }
+        for name, spec in SOLVER_BACKENDS.items()
+    ]
+    if args.json:
+        print(json.dumps({"policies": policies, "solver_backends": backends}, indent=2))
+        return EXIT_OK
+    console = _console()
+    pt = Table(title="Policies (planner replay --topology T --policy NAME)", title_justify="left")
+    for col in ("topology", "policy", "what it does", "served by"):
+        pt.add_column(col)
+    for topology, registry in TOPOLOGY_POLICIES.items():
+        for entry in registry.entries():
+            pt.add_row(topology, entry.name, entry.summary, entry.served_by or "replay only")
+    console.print(pt)
+    bt = Table(title="Solver backends", title_justify="left")
+    for col in ("backend", "what it is", "needs", "present"):
+        bt.add_column(col)
+    for name, spec in SOLVER_BACKENDS.items():
+        here = "yes" if spec.backend in present else "no"
+        bt.add_row(name, spec.summary, spec.requires or "-", here)
+    console.print(bt)
+    return EXIT_OK
 
 
 def run_list(args: argparse.Namespace) -> int:

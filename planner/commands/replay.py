@@ -23,14 +23,9 @@ from planner.output_paths import (
     check_output_folder,
 )
 from planner.profiles.errors import ProfileError
-from planner.replay.cfs_paging import DEFAULT_PEER_KV_GB, paging_target
-from planner.replay.cfs_scheduler import (
-    CFS_PEER,
-    CFS_POLICY_NAMES,
-    DEFAULT_RESCHEDULE_EVERY,
-    CfsKnobs,
-)
-from planner.replay.cluster_engine import CLUSTER_POLICY_NAMES, ClusterEngine, ClusterRun
+from planner.replay.cfs_paging import DEFAULT_PEER_KV_GB, Paging, paging_target
+from planner.replay.cfs_scheduler import DEFAULT_RESCHEDULE_EVERY, CfsKnobs
+from planner.replay.cluster_engine import ClusterEngine, ClusterRun
 from planner.replay.cluster_report import (
     ClusterMetrics,
     cluster_json,
@@ -46,7 +41,7 @@ from planner.replay.cluster_setup import (
 from planner.replay.console import print_table
 from planner.replay.engine import Engine
 from planner.replay.longctx_engine import LongctxEngine, LongctxRun
-from planner.replay.longctx_policies import LONGCTX_POLICY_NAMES, make_longctx_policy
+from planner.replay.longctx_registry import make_longctx_policy
 from planner.replay.longctx_report import (
     LongctxMetrics,
     longctx_json,
@@ -63,16 +58,19 @@ from planner.replay.metrics import PolicyMetrics, compare
 from planner.replay.noise import JitteredCost
 from planner.replay.outputs import is_stdout, table_suffix_error, write_json_document, write_table
 from planner.replay.plots import write_report
+from planner.replay.policy_registries import (
+    CLUSTER,
+    LONG_CONTEXT,
+    ROTATION,
+    SERVERLESS,
+    TOPOLOGY_POLICIES,
+)
 from planner.replay.progress import replay_progress
 from planner.replay.records import ReplayResult
 from planner.replay.report import print_report, write_json
 from planner.replay.request_table import request_table
-from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
-from planner.replay.serverless_engine import (
-    SERVERLESS_POLICY_NAMES,
-    ServerlessEngine,
-    ServerlessRun,
-)
+from planner.replay.scheduler_by_name import SCHEDULERS, make_scheduler
+from planner.replay.serverless_engine import ServerlessEngine, ServerlessRun
 from planner.replay.serverless_plots import write_serverless_report
 from planner.replay.serverless_report import (
     ServerlessMetrics,
@@ -106,21 +104,11 @@ EXIT_BAD_INPUT = 2
 # the first instant.
 MAX_RATE_SCALE = 1e6
 
-ROTATION = "rotation"
-LONG_CONTEXT = "long-context"
-CLUSTER = "cluster"
-SERVERLESS = "serverless"
-TOPOLOGY_POLICIES: dict[str, tuple[str, ...]] = {
-    ROTATION: POLICY_NAMES,
-    LONG_CONTEXT: LONGCTX_POLICY_NAMES,
-    CLUSTER: CLUSTER_POLICY_NAMES,
-    SERVERLESS: SERVERLESS_POLICY_NAMES,
-}
 DEFAULT_POLICIES: dict[str, tuple[str, ...]] = {
     ROTATION: ("fcfs", "lvf"),
-    LONG_CONTEXT: LONGCTX_POLICY_NAMES,
-    CLUSTER: CLUSTER_POLICY_NAMES,
-    SERVERLESS: SERVERLESS_POLICY_NAMES,
+    LONG_CONTEXT: TOPOLOGY_POLICIES[LONG_CONTEXT].names(),
+    CLUSTER: TOPOLOGY_POLICIES[CLUSTER].names(),
+    SERVERLESS: TOPOLOGY_POLICIES[SERVERLESS].names(),
 }
 DEFAULT_MAX_RUNNING = {ROTATION: 256, LONG_CONTEXT: 8, CLUSTER: 256, SERVERLESS: 64}
 OFFLOAD_BACKENDS = OFFLOAD_BACKEND_NAMES
@@ -133,13 +121,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Replay a JSON-lines trace (see `planner trace`) through a simulated "
         "engine once per policy, each on the identical arrivals, and compare TTFT/TBT/TPOT "
         f"attainment, latency, throughput and transfers. Topologies: {ROTATION} (default; "
-        f"policies {', '.join(POLICY_NAMES)}) and {LONG_CONTEXT} (one engine whose decode "
-        f"steps fetch offloaded KV layers, OrbitFlow; policies "
-        f"{', '.join(LONGCTX_POLICY_NAMES)}) and {CLUSTER} (N instances behind a "
-        f"least-loaded dispatcher, KunServe buddy groups and baselines; policies "
-        f"{', '.join(CLUSTER_POLICY_NAMES)}) and {SERVERLESS} (one GH200 split into MIG "
-        f"slices sharing one C2C link, many models, C2CServe and baselines; policies "
-        f"{', '.join(SERVERLESS_POLICY_NAMES)}).",
+        f"one engine, scheduling and rotation policies), {LONG_CONTEXT} (one engine whose "
+        f"decode steps fetch offloaded KV layers, OrbitFlow), {CLUSTER} (N instances behind a "
+        f"least-loaded dispatcher, KunServe buddy groups and baselines) and {SERVERLESS} (one "
+        "GH200 split into MIG slices sharing one C2C link, many models, C2CServe and "
+        "baselines). Each topology's policies: --policy below, or `planner profiles policies`.",
     )
     add_trace_argument(p)
     p.add_argument(
@@ -157,8 +143,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--policy",
         action="append",
-        help=f"a policy to run (repeat; default: fcfs and lvf for {ROTATION}, all five for "
-        f"{LONG_CONTEXT}, all four for {CLUSTER}, all five for {SERVERLESS})",
+        metavar="NAME",
+        help="a policy to run (repeat; " + _policy_choices_help() + ")",
     )
     p.add_argument("--slo-ttft", type=float, default=5.0, help="TTFT SLO, s (default 5)")
     p.add_argument("--slo-tbt", type=float, default=0.1, help="TBT SLO, s (default 0.1)")
@@ -401,6 +387,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=run)
 
 
+def _policy_choices_help() -> str:
+    """Each topology's registered policies and its defaults, for --help."""
+    parts = []
+    for topology, registry in TOPOLOGY_POLICIES.items():
+        default = DEFAULT_POLICIES[topology]
+        runs = "all" if default == registry.names() else ", ".join(default)
+        parts.append(f"--topology {topology}: {', '.join(registry)}; default {runs}")
+    return "; ".join(parts)
+
+
 def _fail(message: str) -> int:
     print(f"planner replay: {message}", file=sys.stderr)
     return EXIT_BAD_INPUT
@@ -596,8 +592,9 @@ def _replay(args: argparse.Namespace) -> int:
     if topology == SERVERLESS:
         return _run_serverless(args, trace, setup, policies, scales)
 
-    if CFS_PEER in policies and not setup.hardware.nvlink_gbps > 0:
-        return _fail(f"--policy {CFS_PEER}: {setup.hardware.name} has no NVLink bandwidth")
+    for policy in policies:
+        if SCHEDULERS[policy].paging is Paging.PEER and not setup.hardware.nvlink_gbps > 0:
+            return _fail(f"--policy {policy}: {setup.hardware.name} has no NVLink bandwidth")
     sweep: dict[float, list[PolicyMetrics]] = {}
     main_results: list[ReplayResult] = []
     every_result: list[ReplayResult] = []
@@ -692,8 +689,9 @@ def _run_one(
 ) -> ReplayResult:
     # Every policy gets a generator seeded alike: the same noise sequence.
     cost = JitteredCost(setup.cost, jitter_cv, seed) if jitter_cv > 0 else setup.cost
+    paging = SCHEDULERS[policy].paging
     engine_config, link = paging_target(
-        policy,
+        paging,
         setup.engine,
         setup.link,
         setup.hardware,
@@ -717,7 +715,7 @@ def _run_one(
         "policy": policy,
         **(
             {"cpu_kv_blocks": engine_config.cpu_kv_blocks, "paging_link": link.name}
-            if policy in CFS_POLICY_NAMES
+            if paging is not Paging.ENGINE
             else {}
         ),
         "rate_scale": scale,

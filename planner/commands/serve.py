@@ -11,6 +11,7 @@ import threading
 from types import FrameType
 
 from planner.bearer_token import TOKEN_ENV, AuthConfigError, read_token
+from planner.replay.policy_registries import served_policies
 from planner.replay.role_oracle import ReplayRoleOracles
 from planner.service.connections import raise_descriptor_limit
 from planner.service.limits import ServiceLimits
@@ -203,6 +204,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         tls=tls,
         auth_token=read_token(args.auth_token_file),
         role_oracles=ReplayRoleOracles(),
+        policies=served_policies(),
     )
 
 

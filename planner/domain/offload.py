@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from planner.solvers import Backend, SolveStats
+from planner.solvers import SOLVER_BACKENDS, Backend, SolveStats
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -56,7 +56,11 @@ class OffloadParams:
             raise ValueError(f"ilp_work_limit must be > 0, got {self.ilp_work_limit}")
 
 
-OFFLOAD_BACKEND_NAMES = ("bnb", "cp-sat", "gurobi", "exhaustive")
+# Command-line names of the registered solver backends, the default first.
+OFFLOAD_BACKEND_NAMES = tuple(
+    "cp-sat" if name == Backend.CPSAT else name
+    for name in sorted(SOLVER_BACKENDS, key=lambda n: n != Backend.BRANCH_AND_BOUND)
+)
 
 
 def backend_named(name: str) -> Backend:

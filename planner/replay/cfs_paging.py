@@ -19,11 +19,23 @@ makes DRAM paging copy in pieces of that size.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from planner.profiles.hardware import HardwareProfile
 from planner.profiles.link import GB, LinkModel, SaturatingCurve
-from planner.replay.cfs_scheduler import CFS_DRAM, CFS_PEER
 from planner.replay.engine import EngineConfig
+
+
+class Paging(StrEnum):
+    """Where a scheduling policy pages KV to (its registration says)."""
+
+    ENGINE = "engine"
+    """The engine's CPU pool over its link, one copy per block."""
+    DRAM = "dram"
+    """The engine's CPU pool over its link, in copies of dram_copy_bytes."""
+    PEER = "peer"
+    """A pool a peer GPU lends, over NVLink."""
+
 
 # The memory a producer lends by default: half of an 80 GB H100.
 DEFAULT_PEER_KV_GB = 40.0
@@ -62,7 +74,7 @@ class PiecewiseCopies:
 
 
 def paging_target(
-    policy: str,
+    paging: Paging,
     engine: EngineConfig,
     link: LinkModel,
     hardware: HardwareProfile,
@@ -70,13 +82,13 @@ def paging_target(
     peer_kv_bytes: int,
     dram_copy_bytes: int | None = None,
 ) -> tuple[EngineConfig, LinkModel | PiecewiseCopies]:
-    """The engine's pools and link for a policy: cfs-peer pages into a
-    peer_kv_bytes pool over NVLink; cfs into the engine's CPU pool over its
-    link, in copies of dram_copy_bytes when given; every other policy keeps
-    the engine's pool and link as they are."""
-    if policy == CFS_DRAM and dram_copy_bytes is not None:
+    """The engine's pools and link for a policy's paging: PEER pages into a
+    peer_kv_bytes pool over NVLink; DRAM into the engine's CPU pool over its
+    link, in copies of dram_copy_bytes when given; ENGINE keeps the engine's
+    pool and link as they are."""
+    if paging is Paging.DRAM and dram_copy_bytes is not None:
         return engine, PiecewiseCopies(link, dram_copy_bytes)
-    if policy != CFS_PEER:
+    if paging is not Paging.PEER:
         return engine, link
     blocks = peer_kv_bytes // engine.block_bytes
     return replace(engine, cpu_kv_blocks=int(blocks)), peer_link(hardware, link)

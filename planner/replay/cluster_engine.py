@@ -101,17 +101,13 @@ from planner.replay.cluster_events import (
     RestoreEnds,
     UnitSteps,
 )
+from planner.replay.cluster_policies import CLUSTER_POLICIES
 from planner.replay.events import EventLoop
 from planner.replay.models import AttentionPairsCost
 from planner.replay.noise import JitteredAttentionPairsCost
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
 from planner.trace.records import TraceRequest
 
-KUNSERVE = "kunserve"
-REPLICATION = "replication"
-STATIC_PP = "static-pp"
-KV_MIGRATION = "kv-migration"
-CLUSTER_POLICY_NAMES = (KUNSERVE, REPLICATION, STATIC_PP, KV_MIGRATION)
 ACTIVATION_BYTES = 2  # bf16 hidden state per token
 # A run still going this long after the last arrival is stuck (a bug).
 NO_PROGRESS_S = 1e6
@@ -310,8 +306,7 @@ class ClusterEngine:
         cost: AttentionPairsCost,
         trace: Sequence[TraceRequest],
     ) -> None:
-        if policy not in CLUSTER_POLICY_NAMES:
-            raise ValueError(f"unknown cluster policy {policy!r}")
+        self.rules = CLUSTER_POLICIES[policy]
         self.c = config
         self.policy = policy
         # One noise sequence per run, seeded alike for every policy; the
@@ -371,7 +366,7 @@ class ClusterEngine:
     def _initial_units(self) -> None:
         n = self.c.instances
         self.unit_of = [None] * n  # type: ignore[list-item]
-        if self.policy == STATIC_PP:
+        if self.rules.static_groups:
             g = self.c.static_group_size
             for start in range(0, n, g):
                 self._new_unit(tuple(range(start, min(start + g, n))), 0.0)
@@ -655,10 +650,10 @@ class ClusterEngine:
         for u in alive:
             if u.waiting or u.running:
                 self._wake(u, now)
-        if self.policy == KUNSERVE:
+        if self.rules.buddy_groups:
             self._kunserve_tick(now)
         self._balance_queues(now)
-        if self.policy == KV_MIGRATION:
+        if self.rules.migrates_kv:
             self._start_migrations(now)
 
     def _blocked(self, u: _Unit) -> bool:

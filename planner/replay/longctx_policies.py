@@ -39,6 +39,7 @@ import abc
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Self
 
 import numpy as np
 import numpy.typing as npt
@@ -59,7 +60,6 @@ BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-LONGCTX_POLICY_NAMES = ("orbitflow", "deepspeed", "flexgen", "flexgen+", "greedy")
 # flexgen+ sizes a new pattern for the batch grown by this many tokens each
 # (OrbitFlow's longest decode window, 64 steps).
 GROWTH_HORIZON_STEPS = 64
@@ -132,6 +132,12 @@ class LongctxPolicy(abc.ABC):
         self.reasons: dict[str, int] = {}
         # The deciding solve of each plan (policies that solve: orbitflow).
         self.solve_tally = SolveTally()
+
+    @classmethod
+    def for_run(cls, setup: OffloadSetup, *, design_tokens: int) -> Self:
+        """A fresh policy for one run (what planner.replay.longctx_registry
+        registers); design_tokens: the trace's mean final length."""
+        return cls(setup)
 
     # The pattern admission plans for: the most offloading pruned pattern.
     def admission_resident(self) -> BoolArray:
@@ -233,6 +239,10 @@ class FlexGen(LongctxPolicy):
         self.design_tokens = design_tokens
         self.replans = 1
         self.reasons = {"offline": 1}
+
+    @classmethod
+    def for_run(cls, setup: OffloadSetup, *, design_tokens: int) -> Self:
+        return cls(setup, design_tokens)
 
     def admission_resident(self) -> BoolArray:
         resident: BoolArray = self.candidates.resident[self.choice]
@@ -446,25 +456,6 @@ class OrbitFlow(LongctxPolicy):
         predicted = plan.predicted_step_s if math.isfinite(plan.predicted_step_s) else 0.0
         self.controller.install_plan(view.ids, predicted, plan.expiry_step)
         return len(plan.newly_paused_ids), len(plan.resumed_ids)
-
-
-def make_longctx_policy(name: str, setup: OffloadSetup, *, design_tokens: int) -> LongctxPolicy:
-    """A fresh policy object for one run; design_tokens: FlexGen's design
-    request length (the trace's mean final length)."""
-    match name:
-        case "orbitflow":
-            return OrbitFlow(setup)
-        case "deepspeed":
-            return DeepSpeed(setup)
-        case "flexgen":
-            return FlexGen(setup, design_tokens)
-        case "flexgen+":
-            return FlexGenPlus(setup)
-        case "greedy":
-            return Greedy(setup)
-    raise ValueError(
-        f"unknown long-context policy {name!r} (known: {', '.join(LONGCTX_POLICY_NAMES)})"
-    )
 
 
 def double_buffered_step_s(comp_s: FloatArray, fetch_blocks: float, bandwidth: float) -> float:

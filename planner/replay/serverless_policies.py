@@ -50,6 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.profiles.switch_costs import DENSE_SWITCH_PROFILES, SwitchProfile
+from planner.registry import Registry, registry_of
 
 SCHEDULER = "scheduler"
 RANDOM_PLACEMENT = "random"
@@ -104,9 +105,10 @@ STATIC_RHO = "static-rho"
 SLLM = "sllm"
 AEGAEON = "aegaeon"
 
-SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
-    p.name: p
-    for p in (
+SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
+    "serverless policy",
+    lambda p: p.name,
+    (
         ServerlessPolicy(
             C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True, keeps_resident=True
         ),
@@ -168,6 +170,21 @@ SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
             rho=NO_RHO,
             switch_profile=DENSE_SWITCH_PROFILES["aegaeon"],
         ),
-    )
-}
-SERVERLESS_POLICY_NAMES = tuple(SERVERLESS_POLICIES)
+    ),
+    summaries={
+        C2CSERVE: "C2CServe: what fits of the weights resident next to the KV on slices that "
+        "hold the whole model, the rest streamed over C2C; queue-aware scheduling",
+        C2CSERVE_STREAM: "C2CServe as the paper has it: every weight streamed on every pass",
+        C2CSERVE_PARTIAL: "c2cserve keeping a part resident on slices too small for the model too",
+        C2CSERVE_EXCLUSIVE: "c2cserve-stream with one model per slice (no sharing)",
+        C2CSERVE_INACTIVE: "one model per slice, evicting inactive models only",
+        RANDOM: "c2cserve-stream placing a waiting model on a random idle or evictable slice",
+        STATIC_CHUNK: "c2cserve-stream with every chunk the engine's token budget",
+        STATIC_RHO: "c2cserve-stream with rho fixed at the best static value, no tuner",
+        DEDICATED: "weights loaded into HBM on a switch (PCIe unless --load-link c2c)",
+        SLLM: "ServerlessLLM: loads over C2C plus its switch work; evicts inactive models only",
+        AEGAEON: "Aegaeon: loads over C2C plus its switch work; preempts like c2cserve",
+    },
+    served_by={C2CSERVE: "ServerlessService.ScheduleWaiting"},
+)
+SERVERLESS_POLICY_NAMES = SERVERLESS_POLICIES.names()

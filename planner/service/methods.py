@@ -4,7 +4,6 @@ paths cannot drift apart."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,7 +22,11 @@ from planner.service.cluster_methods import (
 )
 from planner.service.cluster_store import ClusterStore
 from planner.service.convert.checks import non_negative, positive
-from planner.service.convert.offload import offload_plan_to_proto, offload_request_from_proto
+from planner.service.convert.offload import (
+    PROTO_BACKENDS,
+    offload_plan_to_proto,
+    offload_request_from_proto,
+)
 from planner.service.convert.rotation import rotation_plan_to_proto, rotation_request_from_proto
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
@@ -53,6 +56,7 @@ from planner.service.serverless_methods import (
     schedule_waiting_rpc,
 )
 from planner.service.serverless_tuners import ServerlessTuners
+from planner.solvers import available_backends
 from planner.v1 import (
     cluster_pb2,
     common_pb2,
@@ -61,14 +65,6 @@ from planner.v1 import (
     placement_pb2,
     rotation_pb2,
     serverless_pb2,
-)
-
-POLICIES = (
-    "rotation/lvf",
-    "offload/orbitflow",
-    "cluster/kunserve",
-    "placement/aqua",
-    "serverless/c2cserve",
 )
 
 
@@ -89,6 +85,10 @@ class CallContext:
     # ClassifyRoles' oracle for deployments named by a profile (the replay
     # simulator, handed in by whoever starts the service); None refuses them.
     role_oracles: RoleOracles | None = None
+    # GetPlannerInfo's policies, kind/name: the policy registries' listing
+    # (planner.replay.policy_registries.served_policies), handed in by
+    # whoever starts the service like the role oracles.
+    policies: tuple[str, ...] = ()
 
 
 Handler = Callable[[Message, CallContext], Message]
@@ -266,22 +266,15 @@ def _get_knob_state(request: Message, ctx: CallContext) -> Message:
 
 
 def solver_backends_present() -> list[common_pb2.SolverBackend.ValueType]:
-    """Backends whose packages import here."""
-    backends = []
-    if importlib.util.find_spec("ortools") is not None:
-        backends.append(common_pb2.SOLVER_BACKEND_CP_SAT)
-    if importlib.util.find_spec("gurobipy") is not None:
-        backends.append(common_pb2.SOLVER_BACKEND_GUROBI)
-    backends.append(common_pb2.SOLVER_BACKEND_EXHAUSTIVE)
-    backends.append(common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND)
-    return backends
+    """Registered backends whose packages import here (planner.solvers)."""
+    return [PROTO_BACKENDS[b] for b in available_backends()]
 
 
 def _planner_info(request: Message, ctx: CallContext) -> Message:
     return info_pb2.GetPlannerInfoResponse(
         version=__version__,
         services=SERVICE_NAMES,
-        policies=POLICIES,
+        policies=ctx.policies,
         solver_backends=solver_backends_present(),
         model_profiles=sorted(MODEL_PROFILES),
         hardware_profiles=sorted(HARDWARE_PROFILES),

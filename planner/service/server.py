@@ -78,6 +78,9 @@ class ServerConfig:
     # ClassifyRoles' oracle for deployments named by a profile (planner serve
     # hands in the replay simulator's); None refuses them.
     role_oracles: RoleOracles | None = None
+    # GetPlannerInfo's policies (planner serve hands in the policy
+    # registries' listing).
+    policies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.auth_token is not None:
@@ -278,6 +281,7 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
                             server.cluster_store,
                             serverless_tuners=server.serverless_tuners,
                             role_oracles=server.config.role_oracles,
+                            policies=server.config.policies,
                         ),
                     )
                 except InvalidArgumentError as exc:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from planner.domain.rotation import RotationInputs
 from planner.profiles import find_hardware
 from planner.profiles.link import PCIE_GEN5_X16
-from planner.replay.cfs_paging import paging_target, peer_link
+from planner.replay.cfs_paging import Paging, paging_target, peer_link
 from planner.replay.cfs_scheduler import Cfs, CfsKnobs
 from planner.replay.engine import Engine, EngineConfig
 from planner.replay.records import ReplayResult
@@ -198,10 +198,10 @@ def test_peer_paging_goes_to_the_lent_pool_over_nvlink() -> None:
     h100 = find_hardware("h100-sxm-80gb")
     assert h100 is not None
     engine = EngineConfig(gpu_kv_blocks=100, cpu_kv_blocks=5000, block_bytes=2 * 1024**2)
-    same = paging_target("cfs", engine, PCIE_GEN5_X16, h100, peer_kv_bytes=int(40e9))
+    same = paging_target(Paging.DRAM, engine, PCIE_GEN5_X16, h100, peer_kv_bytes=int(40e9))
     assert same == (engine, PCIE_GEN5_X16)
     peer_engine, link = paging_target(
-        "cfs-peer", engine, PCIE_GEN5_X16, h100, peer_kv_bytes=int(40e9)
+        Paging.PEER, engine, PCIE_GEN5_X16, h100, peer_kv_bytes=int(40e9)
     )
     assert peer_engine.cpu_kv_blocks == int(40e9) // (2 * 1024**2)
     assert peer_engine.gpu_kv_blocks == 100
@@ -229,7 +229,7 @@ def test_dram_paging_in_per_layer_copies_is_latency_bound() -> None:
     block = 2 * 1024**2
     engine = EngineConfig(gpu_kv_blocks=100, cpu_kv_blocks=5000, block_bytes=block)
     kwargs = {"peer_kv_bytes": int(40e9), "dram_copy_bytes": 32 * 1024}
-    same, link = paging_target("cfs", engine, PCIE_GEN5_X16, h100, **kwargs)
+    same, link = paging_target(Paging.DRAM, engine, PCIE_GEN5_X16, h100, **kwargs)
     assert same == engine
     # 64 copies of 32 KiB at 55 GB/s x 32 / (32 + 256): 6.1 GB/s, not 49.
     piecewise = link.transfer_time_s(block, 0, block)
@@ -237,9 +237,9 @@ def test_dram_paging_in_per_layer_copies_is_latency_bound() -> None:
     assert piecewise > 7 * PCIE_GEN5_X16.transfer_time_s(block, 0, block)
     assert "32,768-byte copies" in link.name
     # Only DRAM paging copies piecewise.
-    assert paging_target("fcfs", engine, PCIE_GEN5_X16, h100, **kwargs) == (
+    assert paging_target(Paging.ENGINE, engine, PCIE_GEN5_X16, h100, **kwargs) == (
         engine,
         PCIE_GEN5_X16,
     )
-    _, peer = paging_target("cfs-peer", engine, PCIE_GEN5_X16, h100, **kwargs)
+    _, peer = paging_target(Paging.PEER, engine, PCIE_GEN5_X16, h100, **kwargs)
     assert peer.name.startswith("NVLink peer")

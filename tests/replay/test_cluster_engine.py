@@ -13,15 +13,8 @@ from pathlib import Path
 import pytest
 
 from planner.domain.requests import Slo
-from planner.replay.cluster_engine import (
-    CLUSTER_POLICY_NAMES,
-    KUNSERVE,
-    REPLICATION,
-    STATIC_PP,
-    ClusterConfig,
-    ClusterEngine,
-    _round_time,
-)
+from planner.replay.cluster_engine import ClusterConfig, ClusterEngine, _round_time
+from planner.replay.cluster_policies import CLUSTER_POLICY_NAMES, KUNSERVE, REPLICATION, STATIC_PP
 from planner.replay.cluster_setup import ClusterKnobs, cluster_config
 from planner.replay.metrics import summarize
 from planner.replay.setup import ReplayKnobs, build_setup

@@ -13,7 +13,6 @@ from planner.domain.offload import OffloadParams
 from planner.domain.requests import Slo
 from planner.replay.longctx_engine import LongctxConfig, LongctxEngine, LongctxRun
 from planner.replay.longctx_policies import (
-    LONGCTX_POLICY_NAMES,
     DeepSpeed,
     FlexGen,
     FlexGenPlus,
@@ -21,8 +20,8 @@ from planner.replay.longctx_policies import (
     OffloadSetup,
     StepView,
     double_buffered_step_s,
-    make_longctx_policy,
 )
+from planner.replay.longctx_registry import LONGCTX_POLICY_NAMES, make_longctx_policy
 from planner.trace.arrivals import RateSchedule
 from planner.trace.generate import GenConfig, generate
 from planner.trace.length_model import build_length_model

@@ -10,6 +10,7 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
+from planner.replay.policy_registries import served_policies
 from planner.replay.role_oracle import ReplayRoleOracles
 from planner.rpc import RPCS
 from planner.service.limits import ServiceLimits
@@ -51,7 +52,14 @@ def start_server() -> Iterator[StartServer]:
 @pytest.fixture(scope="module")
 def server() -> Iterator[PlannerServer]:
     """One planner server with default limits, shared by a test module."""
-    s = PlannerServer(ServerConfig(host="127.0.0.1", port=0, role_oracles=ReplayRoleOracles()))
+    s = PlannerServer(
+        ServerConfig(
+            host="127.0.0.1",
+            port=0,
+            role_oracles=ReplayRoleOracles(),
+            policies=served_policies(),
+        )
+    )
     s.start()
     yield s
     s.stop(grace_s=1.0)

@@ -13,10 +13,12 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
+from planner.solvers import Backend, available_backends
 
 import planner
 from planner.client import PlannerClient, RetryPolicy
 from planner.profiles import HARDWARE_PROFILES, MODEL_PROFILES
+from planner.replay.policy_registries import served_policies
 from planner.rpc import RPCS
 from planner.service.limits import ServiceLimits
 from planner.service.methods import CallContext, handle
@@ -103,6 +105,10 @@ def test_planner_info(server, channel, stub):
         "planner.v1.ServerlessService",
     ]
     assert "rotation/lvf" in info.policies and "offload/orbitflow" in info.policies
+    assert tuple(info.policies) == served_policies()
+    assert [common_pb2.SolverBackend.Name(b) for b in info.solver_backends] == [
+        f"SOLVER_BACKEND_{'CP_SAT' if b is Backend.CPSAT else b.name}" for b in available_backends()
+    ]
     assert list(info.model_profiles) == sorted(MODEL_PROFILES)
     assert list(info.hardware_profiles) == sorted(HARDWARE_PROFILES)
     assert "llama-3-8b" in info.model_profiles

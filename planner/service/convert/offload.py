@@ -36,6 +36,12 @@ _BACKENDS = {
     common_pb2.SOLVER_BACKEND_GUROBI: Backend.GUROBI,
     common_pb2.SOLVER_BACKEND_EXHAUSTIVE: Backend.EXHAUSTIVE,
 }
+# The proto's name of each backend (the inverse, UNSPECIFIED aside).
+PROTO_BACKENDS = {
+    backend: value
+    for value, backend in _BACKENDS.items()
+    if value != common_pb2.SOLVER_BACKEND_UNSPECIFIED
+}
 _SEARCH = {
     offload_pb2.OFFLOAD_SEARCH_SPACE_UNSPECIFIED: "pruned",
     offload_pb2.OFFLOAD_SEARCH_SPACE_DISTANCE_PRUNED: "pruned",
