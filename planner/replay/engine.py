@@ -46,6 +46,7 @@ from planner.domain.requests import Slo
 from planner.replay.batch import form_batch
 from planner.replay.engine_state import EngineState
 from planner.replay.models import IterationCost, TransferCost
+from planner.replay.prefix_cache import PrefixCache
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
 from planner.replay.schedulers import EngineView, SchedulePlan, Scheduler
 from planner.replay.state import IntArray, Phase, RequestColumns, start_candidates
@@ -73,6 +74,10 @@ class EngineConfig:
     # profile's request_latency_s). Each request reaches the engine this much
     # after its arrival; its latencies are still counted from the arrival.
     request_latency_s: float = 0.0
+    # Automatic prefix caching over the trace's prefix_block_ids, each id
+    # standing for prefix_block_tokens tokens (planner.replay.prefix_cache).
+    prefix_cache: bool = False
+    prefix_block_tokens: int = 512
 
 
 class Engine:
@@ -91,8 +96,23 @@ class Engine:
         self.trace = trace
         seen = _seen_by_engine(trace, config.request_latency_s)
         self.requests = RequestColumns.from_trace(seen, config.slo)
+        self.prefix = (
+            PrefixCache(
+                [t.prefix_block_ids for t in seen],
+                self.requests.prompt_tokens,
+                config.gpu_kv_blocks,
+                config.block_size_tokens,
+                config.prefix_block_tokens,
+            )
+            if config.prefix_cache
+            else None
+        )
         self.state = EngineState(
-            self.requests, config.gpu_kv_blocks, config.cpu_kv_blocks, config.block_size_tokens
+            self.requests,
+            config.gpu_kv_blocks,
+            config.cpu_kv_blocks,
+            config.block_size_tokens,
+            self.prefix,
         )
         r = self.requests
         # Rows in arrival order (ties by trace order), and which of them can
@@ -154,6 +174,8 @@ class Engine:
             swap_ins=s.swap_ins,
             peak_gpu_kv_blocks=self._peak_gpu,
             gpu_kv_blocks_total=self.config.gpu_kv_blocks,
+            prefix_queried_tokens=self.prefix.queried_tokens if self.prefix else 0,
+            prefix_hit_tokens=self.prefix.hit_tokens if self.prefix else 0,
         )
         return ReplayResult(
             policy=self.scheduler.name,
@@ -456,7 +478,8 @@ class Engine:
         for row, need, was in start_candidates(r, rows):
             if slots <= 0:
                 break
-            if need > free:
+            cost, cached = s.start_cost(row, need, was)
+            if cost > free:
                 if in_order:
                     break
                 continue
@@ -467,7 +490,7 @@ class Engine:
                     if in_order:
                         break
                     continue
-                prefill_room -= int(r.prefill_target[row] - r.kv_tokens[row])
+                prefill_room -= int(r.prefill_target[row] - r.kv_tokens[row]) - cached
                 admitted.append(row)
                 admitted_needs.append(need)
             elif was == Phase.ROTARY:
@@ -475,7 +498,7 @@ class Engine:
                 resumed_needs.append(need)
             else:
                 continue
-            free -= need
+            free -= cost
             slots -= 1
         if admitted:
             s.admit(admitted, admitted_needs, self.now_s)
@@ -526,8 +549,9 @@ class Engine:
                 swap_outs=swap_outs,
                 swap_ins=swap_ins,
                 recomputed_tokens=recomputed,
+                cached_tokens=cached,
             )
-            for id, t, times, finish, preemptions, swap_outs, swap_ins, recomputed in zip(
+            for id, t, times, finish, preemptions, swap_outs, swap_ins, recomputed, cached in zip(
                 r.ids,
                 self.trace,
                 self.state.tokens.per_request(r.generated),
@@ -536,6 +560,11 @@ class Engine:
                 r.swap_outs.tolist(),
                 r.swap_ins.tolist(),
                 r.recomputed_tokens.tolist(),
+                (
+                    np.maximum(self.prefix.first_hit_tokens, 0).tolist()
+                    if self.prefix
+                    else [0] * len(r)
+                ),
                 strict=True,
             )
         ]
