@@ -325,7 +325,7 @@ class EngineState:
                 self.free_gpu += int(r.gpu_blocks[done].sum())
             else:
                 for row, blocks in zip(done.tolist(), r.gpu_blocks[done].tolist(), strict=True):
-                    self.free_gpu += self.prefix.release(row, blocks, self.free_gpu)
+                    self.free_gpu += self.prefix.release(row, blocks, self.free_gpu, finished=True)
             self.free_cpu += int(r.cpu_blocks[done].sum())
             r.gpu_blocks[done] = 0
             r.cpu_blocks[done] = 0

@@ -108,12 +108,26 @@ class PrefixCache:
         self.queried_tokens = 0
         self.evictions = 0
         self.reused_on_resume = 0
+        # The keys of each started request's cacheable blocks, until it
+        # finishes.
+        self._keys: dict[int, list[int]] = {}
 
     # -- keys ---------------------------------------------------------------
 
     def key(self, row: int, block: int) -> int:
         end = (block + 1) * self.block_size
         return (self._chains[row][(end - 1) // self.prefix_block_tokens] << _END_BITS) | end
+
+    def keys(self, row: int) -> list[int]:
+        """The keys of row's cacheable blocks, in order."""
+        found = self._keys.get(row)
+        if found is None:
+            ends = np.arange(1, int(self.cacheable_blocks[row]) + 1, dtype=np.int64)
+            ends *= self.block_size
+            chain = np.array(self._chains[row], dtype=np.int64)
+            found = ((chain[(ends - 1) // self.prefix_block_tokens] << _END_BITS) | ends).tolist()
+            self._keys[row] = found
+        return found
 
     # -- keeping up with the engine's free count ----------------------------
 
@@ -159,8 +173,8 @@ class PrefixCache:
         self._catch_up(free_gpu)
         refs = self.refs
         hits = shared = 0
-        while hits < limit:
-            count = refs.get(self.key(row, hits))
+        for key in self.keys(row)[:limit]:
+            count = refs.get(key)
             if count is None:
                 break
             hits += 1
@@ -177,8 +191,8 @@ class PrefixCache:
         self._catch_up(free_gpu)
         refs = self.refs
         shared = 0
-        for block in range(last):
-            shared += refs.get(self.key(row, block), 0) > 0
+        for key in self.keys(row)[:last]:
+            shared += refs.get(key, 0) > 0
         return need - shared
 
     # -- moves ----------------------------------------------------------------
@@ -204,8 +218,7 @@ class PrefixCache:
         refs = self.refs
         held = self.held[row]
         hits = shared = 0
-        while hits < limit:
-            key = self.key(row, hits)
+        for key in self.keys(row)[:limit]:
             if key not in refs:
                 break
             shared += not self._reference(key)
@@ -228,8 +241,7 @@ class PrefixCache:
             return
         refs = self.refs
         held = self.held[row]
-        for block in range(first, upto):
-            key = self.key(row, block)
+        for key in self.keys(row)[first:upto]:
             if key not in refs:
                 refs[key] = 1
                 held.append(key)
@@ -244,8 +256,7 @@ class PrefixCache:
         refs = self.refs
         held = self.held[row]
         reused = shared = 0
-        for block in range(last):
-            key = self.key(row, block)
+        for key in self.keys(row)[:last]:
             if key in refs:
                 reused += 1
                 shared += not self._reference(key)
@@ -256,7 +267,7 @@ class PrefixCache:
         self.reused_on_resume += reused
         return reused, shared
 
-    def release(self, row: int, gpu_blocks: int, free_gpu: int) -> int:
+    def release(self, row: int, gpu_blocks: int, free_gpu: int, finished: bool = False) -> int:
         """Row gives up its gpu_blocks (finished or preempted): its private
         blocks and the cached ones nobody else holds go to the queue's tail,
         its last block first. Returns the blocks that became free."""
@@ -280,6 +291,8 @@ class PrefixCache:
         held.clear()
         self.scanned[row] = 0
         self._free += freed
+        if finished:
+            self._keys.pop(row, None)
         return freed
 
     # -- reading --------------------------------------------------------------
