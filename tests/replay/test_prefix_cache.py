@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from planner.api import replay
 from planner.cli import main
 from planner.domain.requests import Slo
 from planner.replay.engine import Engine, EngineConfig
@@ -479,3 +480,10 @@ def test_bad_prefix_cache_options_are_named(
     write_trace(path, [req(0.0, 100, 4, [1])])
     assert main(["replay", str(path), "--quiet", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_python_api_takes_the_prefix_cache_knob() -> None:
+    trace = [req(0.0, 1100, 4, [1, 2, 3], "a"), req(2.0, 1100, 4, [1, 2, 3], "b")]
+    runs = replay(trace, policies=["fcfs"], prefix_cache="on")
+    assert runs.requests.cached_tokens.tolist() == [0, 1088]
+    assert runs.summary["prefix_hit_rate"].tolist() == [pytest.approx(1088 / 2200)]
