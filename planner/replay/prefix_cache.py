@@ -46,8 +46,8 @@ import numpy as np
 from planner.replay.state import IntArray
 
 # A cached block's key: its prefix chain's id shifted left, plus where it
-# ends (in tokens).
-_END_BITS = 40
+# ends (in tokens, below 2**_END_BITS).
+_END_BITS = 26
 
 
 class PrefixCacheError(ValueError):
@@ -76,20 +76,28 @@ class PrefixCache:
         self.block_size = block_size
         self.prefix_block_tokens = prefix_block_tokens
         n = len(prefix_ids)
-        chain_of: dict[tuple[int, int], int] = {}
-        self._chains: list[list[int]] = []
-        cacheable = np.zeros(n, dtype=np.int64)
+        # Each request's chain of prefix ids as the ids of its nodes in one
+        # tree of all requests' prefixes: request row's are
+        # chains[chain_start[row]:chain_start[row + 1]].
+        node_of: dict[tuple[int, int], int] = {}
+        chains: list[int] = []
+        starts = np.zeros(n + 1, dtype=np.int64)
         for row, ids in enumerate(prefix_ids):
-            chain: list[int] = []
             parent = -1
             for block_id in ids:
-                parent = chain_of.setdefault((parent, int(block_id)), len(chain_of))
-                chain.append(parent)
-            self._chains.append(chain)
-            covered = min(len(chain) * prefix_block_tokens, int(prompt_tokens[row]))
-            cacheable[row] = covered // block_size
+                parent = node_of.setdefault((parent, int(block_id)), len(node_of))
+                chains.append(parent)
+            starts[row + 1] = len(chains)
+        self._chains = np.array(chains, dtype=np.int64)
+        self._chain_start = starts
+        covered = np.minimum(np.diff(starts) * prefix_block_tokens, prompt_tokens)
+        if len(covered) and int(covered.max()) >= 1 << _END_BITS:
+            raise PrefixCacheError(
+                f"prefix caching covers prompts below {1 << _END_BITS} tokens, got "
+                f"{int(prompt_tokens.max())}"
+            )
         # Full blocks of each request that can be cached.
-        self.cacheable_blocks = cacheable
+        self.cacheable_blocks: IntArray = covered // block_size
         # Key -> references held by requests; 0: cached and free (queued).
         self.refs: dict[int, int] = {}
         # Free blocks that were used: key >= 0 a cached block (value 1), key
@@ -116,7 +124,8 @@ class PrefixCache:
 
     def key(self, row: int, block: int) -> int:
         end = (block + 1) * self.block_size
-        return (self._chains[row][(end - 1) // self.prefix_block_tokens] << _END_BITS) | end
+        node = self._chains[self._chain_start[row] + (end - 1) // self.prefix_block_tokens]
+        return (int(node) << _END_BITS) | end
 
     def keys(self, row: int) -> list[int]:
         """The keys of row's cacheable blocks, in order."""
@@ -124,7 +133,7 @@ class PrefixCache:
         if found is None:
             ends = np.arange(1, int(self.cacheable_blocks[row]) + 1, dtype=np.int64)
             ends *= self.block_size
-            chain = np.array(self._chains[row], dtype=np.int64)
+            chain = self._chains[self._chain_start[row] : self._chain_start[row + 1]]
             found = ((chain[(ends - 1) // self.prefix_block_tokens] << _END_BITS) | ends).tolist()
             self._keys[row] = found
         return found
