@@ -216,6 +216,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     e.add_argument(
         "--cpu-kv-blocks", type=int, help="CPU KV blocks for swapped KV (overrides --cpu-kv-gb)"
     )
+    e.add_argument(
+        "--prefix-cache",
+        choices=("on", "off"),
+        default="off",
+        help="automatic prefix caching over the trace's prefix_block_ids, as vLLM's: shared "
+        "prompt blocks held once, cached tokens not prefilled, freed blocks evicted least "
+        "recently used first (default off: every prompt is prefilled in full)",
+    )
+    e.add_argument(
+        "--prefix-block-tokens",
+        type=int,
+        default=512,
+        help="prompt tokens each prefix_block_ids entry stands for (default 512, Mooncake's)",
+    )
     p.add_argument(
         "--compute-jitter",
         type=float,
@@ -462,6 +476,10 @@ def _replay(args: argparse.Namespace) -> int:
             return _fail(f"{flag} must be {bound}, got {value}")
     if args.block_size != 16 and topology != ROTATION:
         return _fail(f"--block-size applies to --topology {ROTATION} only")
+    if args.prefix_cache == "on" and topology != ROTATION:
+        return _fail(f"--prefix-cache applies to --topology {ROTATION} only")
+    if args.prefix_block_tokens < 1:
+        return _fail(f"--prefix-block-tokens must be >= 1, got {args.prefix_block_tokens}")
     if not (math.isfinite(args.alpha) and args.alpha >= 0):
         return _fail(f"--alpha must be a finite number >= 0, got {args.alpha}")
     for name in ("beta_tbt", "beta_ttft", "lost_slack_tbts"):
@@ -580,6 +598,8 @@ def _replay(args: argparse.Namespace) -> int:
         block_size_tokens=args.block_size,
         gpu_kv_blocks=args.gpu_kv_blocks,
         cpu_kv_blocks=args.cpu_kv_blocks,
+        prefix_cache=args.prefix_cache == "on",
+        prefix_block_tokens=args.prefix_block_tokens,
     )
     try:
         setup = build_setup(args.profile, knobs)

@@ -109,6 +109,7 @@ def _prefill(
     it, and the rows whose prefill completes (they emit). The budget runs out
     after a few prompts, so request by request."""
     r = state.requests
+    prefix = state.prefix
     prefill = context = 0
     done: list[int] = []
     for row, to_go in zip(rows.tolist(), left.tolist(), strict=True):
@@ -117,6 +118,8 @@ def _prefill(
         chunk = min(to_go, budget)
         kv = int(r.kv_tokens[row]) + chunk
         r.kv_tokens[row] = kv
+        if prefix is not None:
+            prefix.computed(row, kv)
         r.last_prefill_s[row] = now_s
         budget -= chunk
         prefill += chunk

@@ -31,6 +31,7 @@ from planner.domain.requests import Slo
 from planner.replay.batch import form_batch
 from planner.replay.engine_state import EngineState
 from planner.replay.models import IterationCost, TransferCost
+from planner.replay.prefix_cache import PrefixCache
 from planner.replay.records import TimelineSample
 from planner.replay.schedulers import EngineView, SchedulePlan, Scheduler
 from planner.replay.state import IntArray, Phase, RequestColumns, start_candidates
@@ -53,6 +54,10 @@ class EngineConfig:
     # profile's request_latency_s). Each request reaches the engine this much
     # after its arrival; its latencies are still counted from the arrival.
     request_latency_s: float = 0.0
+    # Automatic prefix caching over the trace's prefix_block_ids, each id
+    # standing for prefix_block_tokens tokens (planner.replay.prefix_cache).
+    prefix_cache: bool = False
+    prefix_block_tokens: int = 512
 
 
 class BatchingCore:
@@ -67,14 +72,21 @@ class BatchingCore:
         cost: IterationCost,
         link: TransferCost,
         requests: RequestColumns,
+        *,
+        prefix: PrefixCache | None = None,
     ) -> None:
         self.config = config
         self.scheduler = scheduler
         self.cost = cost
         self.link = link
         self.requests = requests
+        self.prefix = prefix
         self.state = EngineState(
-            requests, config.gpu_kv_blocks, config.cpu_kv_blocks, config.block_size_tokens
+            requests,
+            config.gpu_kv_blocks,
+            config.cpu_kv_blocks,
+            config.block_size_tokens,
+            prefix,
         )
         self.now_s = 0.0
         self.timeline: list[TimelineSample] = []
@@ -185,7 +197,8 @@ class BatchingCore:
         for row, need, was in start_candidates(r, rows):
             if slots <= 0:
                 break
-            if need > free:
+            cost, cached = s.start_cost(row, need, was)
+            if cost > free:
                 if in_order:
                     break
                 continue
@@ -196,7 +209,7 @@ class BatchingCore:
                     if in_order:
                         break
                     continue
-                prefill_room -= int(r.prefill_target[row] - r.kv_tokens[row])
+                prefill_room -= int(r.prefill_target[row] - r.kv_tokens[row]) - cached
                 admitted.append(row)
                 admitted_needs.append(need)
             elif was == Phase.ROTARY:
@@ -204,7 +217,7 @@ class BatchingCore:
                 resumed_needs.append(need)
             else:
                 continue
-            free -= need
+            free -= cost
             slots -= 1
         if admitted:
             s.admit(admitted, admitted_needs, self.now_s)

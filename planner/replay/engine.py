@@ -35,6 +35,7 @@ import numpy as np
 
 from planner.replay.batching_core import BatchingCore, EngineConfig
 from planner.replay.models import IterationCost, TransferCost
+from planner.replay.prefix_cache import PrefixCache
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
 from planner.replay.schedulers import EngineView, Scheduler
 from planner.replay.state import IntArray, RequestColumns
@@ -61,7 +62,19 @@ class Engine(BatchingCore):
     ) -> None:
         self.trace = trace
         seen = _seen_by_engine(trace, config.request_latency_s)
-        super().__init__(config, scheduler, cost, link, RequestColumns.from_trace(seen, config.slo))
+        requests = RequestColumns.from_trace(seen, config.slo)
+        prefix = (
+            PrefixCache(
+                [t.prefix_block_ids for t in seen],
+                requests.prompt_tokens,
+                config.gpu_kv_blocks,
+                config.block_size_tokens,
+                config.prefix_block_tokens,
+            )
+            if config.prefix_cache
+            else None
+        )
+        super().__init__(config, scheduler, cost, link, requests, prefix=prefix)
         r = self.requests
         # Rows in arrival order (ties by trace order), and which of them can
         # never run: their KV at the last token, or their prompt with one
@@ -114,6 +127,8 @@ class Engine(BatchingCore):
             swap_ins=s.swap_ins,
             peak_gpu_kv_blocks=self._peak_gpu,
             gpu_kv_blocks_total=self.config.gpu_kv_blocks,
+            prefix_queried_tokens=self.prefix.queried_tokens if self.prefix else 0,
+            prefix_hit_tokens=self.prefix.hit_tokens if self.prefix else 0,
         )
         return ReplayResult(
             policy=self.scheduler.name,
@@ -342,8 +357,9 @@ class Engine(BatchingCore):
                 swap_outs=swap_outs,
                 swap_ins=swap_ins,
                 recomputed_tokens=recomputed,
+                cached_tokens=cached,
             )
-            for id, t, times, finish, preemptions, swap_outs, swap_ins, recomputed in zip(
+            for id, t, times, finish, preemptions, swap_outs, swap_ins, recomputed, cached in zip(
                 r.ids,
                 self.trace,
                 self.state.tokens.per_request(r.generated),
@@ -352,6 +368,11 @@ class Engine(BatchingCore):
                 r.swap_outs.tolist(),
                 r.swap_ins.tolist(),
                 r.recomputed_tokens.tolist(),
+                (
+                    np.maximum(self.prefix.first_hit_tokens, 0).tolist()
+                    if self.prefix
+                    else [0] * len(r)
+                ),
                 strict=True,
             )
         ]

@@ -2,7 +2,14 @@
 those places: arrive, admit, preempt (by swap or recompute), swap in, eager
 copies, grow by a block, emit and finish (and quiet stretches of decoding).
 Each move keeps the block pools conserved (free plus held equals the pool)
-and each request in the one queue of its phase."""
+and each request in the one queue of its phase.
+
+With a prefix cache (planner.replay.prefix_cache) a block of prompt KV that
+several requests share is held once: a start references the cached blocks
+its prompt begins with and prefills only the rest, every release (finish,
+preemption by swap or by recompute) gives up the request's references, so a
+shared block stays on the GPU while another request holds it, and a resume
+from CPU re-uses the blocks still cached and copies in only the others."""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from planner.replay.prefix_cache import PrefixCache
 from planner.replay.queues import RequestQueue
 from planner.replay.state import (
     IntArray,
@@ -34,9 +42,15 @@ class EngineState:
     and the run's preemption counters."""
 
     def __init__(
-        self, requests: RequestColumns, gpu_blocks: int, cpu_blocks: int, block_size: int
+        self,
+        requests: RequestColumns,
+        gpu_blocks: int,
+        cpu_blocks: int,
+        block_size: int,
+        prefix: PrefixCache | None = None,
     ) -> None:
         self.requests = requests
+        self.prefix = prefix
         self.block_size = block_size
         requests.start_blocks[:] = blocks_needed(requests, np.arange(len(requests)), block_size)
         self.free_gpu = gpu_blocks
@@ -69,7 +83,15 @@ class EngineState:
         idx = np.array(rows, dtype=np.int64)
         r.phase[idx] = RUNNING
         r.gpu_blocks[idx] = needs
-        self.free_gpu -= sum(needs)
+        if self.prefix is None:
+            self.free_gpu -= sum(needs)
+        else:
+            for row, need in zip(rows, needs, strict=True):
+                hits, shared = self.prefix.start(
+                    row, int(r.prompt_tokens[row]), int(r.prefill_target[row]), self.free_gpu
+                )
+                self.free_gpu -= need - shared
+                r.kv_tokens[row] = hits * self.block_size
         r.run_start_s[idx] = now_s
         r.admitted_at_s[idx] = now_s
         self.queued.drop_departed(r.phase, leaving=idx)
@@ -102,7 +124,7 @@ class EngineState:
             gpu = int(r.gpu_blocks[row])
             dirty = gpu - int(r.synced_blocks[row])
             kv = int(r.kv_tokens[row])
-            self.free_gpu += gpu
+            self.free_gpu += self._released(row, gpu)
             r.gpu_blocks[row] = r.synced_blocks[row] = 0
             r.preemptions[row] += 1
             if swap and dirty <= self.free_cpu and kv != 0:
@@ -135,6 +157,25 @@ class EngineState:
             self.running.drop_departed(phase)
         return copied
 
+    def start_cost(self, row: int, need: int, phase: int) -> tuple[int, int]:
+        """Blocks queued (or rotary) row would take from the free count to
+        start with `need` blocks, and the prompt tokens it finds cached:
+        blocks a prefix cache shares with running requests cost nothing."""
+        if self.prefix is None:
+            return need, 0
+        r = self.requests
+        if phase == Phase.ROTARY:
+            return self.prefix.resume_cost(row, need, int(r.kv_tokens[row]), self.free_gpu), 0
+        if phase != Phase.QUEUED:
+            return need, 0
+        return self.prefix.start_cost(row, need, int(r.prefill_target[row]), self.free_gpu)
+
+    def _released(self, row: int, blocks: int) -> int:
+        """Blocks freed when row gives up its `blocks` GPU blocks."""
+        if self.prefix is None:
+            return blocks
+        return self.prefix.release(row, blocks, self.free_gpu)
+
     def swap_in(self, rows: Sequence[int], needs: Sequence[int], keep_cpu_copies: bool) -> int:
         """Rotary rows get the blocks they need and their KV travels in during
         this iteration; returns blocks copied in. With keep_cpu_copies their
@@ -145,7 +186,14 @@ class EngineState:
         r.phase[idx] = IN_TRANSIT
         need = np.array(needs, dtype=np.int64)
         cpu = r.cpu_blocks[idx]
-        self.free_gpu -= int(need.sum())
+        reused = 0
+        if self.prefix is None:
+            self.free_gpu -= int(need.sum())
+        else:
+            for row, blocks in zip(rows, needs, strict=True):
+                hit, shared = self.prefix.resume(row, int(r.kv_tokens[row]), self.free_gpu)
+                self.free_gpu -= blocks - shared
+                reused += hit
         r.gpu_blocks[idx] = need
         if keep_cpu_copies:
             synced = np.minimum(np.minimum(r.kv_tokens[idx] // self.block_size, need), cpu)
@@ -158,7 +206,7 @@ class EngineState:
         self.in_transit.extend(idx)
         self.swap_ins += len(idx)
         r.swap_ins[idx] += 1
-        return int(cpu.sum())
+        return int(cpu.sum()) - reused
 
     def eager(self, budget: int, order: IntArray | None = None) -> int:
         """DuplexKV eager copies: newly full blocks of running requests,
@@ -273,7 +321,11 @@ class EngineState:
         if len(done):
             r.phase[done] = FINISHED
             r.finish_s[done] = now_s
-            self.free_gpu += int(r.gpu_blocks[done].sum())
+            if self.prefix is None:
+                self.free_gpu += int(r.gpu_blocks[done].sum())
+            else:
+                for row, blocks in zip(done.tolist(), r.gpu_blocks[done].tolist(), strict=True):
+                    self.free_gpu += self.prefix.release(row, blocks, self.free_gpu, finished=True)
             self.free_cpu += int(r.cpu_blocks[done].sum())
             r.gpu_blocks[done] = 0
             r.cpu_blocks[done] = 0

@@ -30,6 +30,10 @@ Definitions (times in simulated seconds; "the request's SLO" is its own
   fraction of simulated time), peak GPU KV blocks used (and as a fraction of
   the pool), iterations and simulated seconds per wall-clock second.
   ``recomputed_tokens`` is summed over the requests.
+- **Prefix-cache hit rate** = prompt tokens found in the prefix cache when
+  each request first started / the prompt tokens of the requests that
+  started (a restart after a preemption is not counted again); ``None``
+  without a prefix cache.
 
 Every comparison with an SLO allows :data:`SLO_TOLERANCE_S` (1 ns) for float
 rounding in the simulator's clock. A fraction whose denominator is zero (no
@@ -233,6 +237,11 @@ class PolicyMetrics:
     simulated_s: float
     wall_s: float
     sim_speed: float | None
+    # Prefix caching: prompt tokens found cached at the requests' first
+    # start, and their share of those requests' prompt tokens (None without
+    # a prefix cache).
+    prefix_hit_tokens: int = 0
+    prefix_hit_rate: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -241,6 +250,8 @@ class PolicyMetrics:
     def from_json(data: dict[str, Any]) -> PolicyMetrics:
         values: dict[str, Any] = {}
         for f in fields(PolicyMetrics):
+            if f.name in _ADDED_LATER and f.name not in data:
+                continue
             value = data[f.name]
             if f.name in _DISTRIBUTIONS:
                 value = Distribution.from_json(value)
@@ -249,6 +260,8 @@ class PolicyMetrics:
 
 
 _DISTRIBUTIONS = frozenset({"ttft_s", "tbt_s", "tpot_s"})
+# Fields a summary written before them lacks (their defaults stand).
+_ADDED_LATER = frozenset({"prefix_hit_tokens", "prefix_hit_rate"})
 
 # Metrics per policy at each rate scale of a `--rate-scale` sweep.
 Sweep = Mapping[float, Sequence[PolicyMetrics]]
@@ -302,6 +315,8 @@ def summarize(result: ReplayResult) -> PolicyMetrics:
         simulated_s=t.simulated_s,
         wall_s=t.wall_s,
         sim_speed=_fraction(t.simulated_s, t.wall_s),
+        prefix_hit_tokens=t.prefix_hit_tokens,
+        prefix_hit_rate=_fraction(t.prefix_hit_tokens, t.prefix_queried_tokens),
     )
 
 

@@ -27,6 +27,8 @@ class RequestOutcome:
     swap_outs: int = 0
     swap_ins: int = 0
     recomputed_tokens: int = 0
+    # Prompt tokens found in the prefix cache when it first started.
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,10 @@ class ReplayTotals:
     swap_ins: int
     peak_gpu_kv_blocks: int
     gpu_kv_blocks_total: int
+    # Prefix caching: prompt tokens of the requests that started, and those
+    # found cached at their first start (both 0 without a prefix cache).
+    prefix_queried_tokens: int = 0
+    prefix_hit_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -139,6 +139,7 @@ def _sections() -> list[tuple[str, list[_Row]]]:
             [
                 _Row("Peak GPU KV blocks", lambda m: m.peak_gpu_kv_blocks, _int),
                 _Row("Peak GPU KV use", lambda m: m.peak_gpu_kv_fraction, fmt_pct),
+                _Row("Prefix-cache hit rate", lambda m: m.prefix_hit_rate, fmt_pct),
                 _Row("Iterations", lambda m: m.iterations, _int),
                 _Row("Simulated time", lambda m: m.simulated_s, fmt_seconds),
                 _Row(

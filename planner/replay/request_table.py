@@ -12,6 +12,8 @@ produced a token):
   ``max_tbt_s`` (the longest gap between two of its tokens).
 - ``slo_ttft_s``, ``slo_tbt_s``, ``ttft_met``, ``tpot_met``, ``both_met``.
 - ``preemptions``, ``swap_outs``, ``swap_ins``, ``recomputed_tokens``.
+- ``cached_tokens``: prompt tokens the prefix cache held when the request
+  first started (0 without a prefix cache).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ COLUMNS = (
     "swap_outs",
     "swap_ins",
     "recomputed_tokens",
+    "cached_tokens",
 )
 
 
@@ -90,6 +93,7 @@ def run_requests(result: ReplayResult) -> pd.DataFrame:
             "swap_outs": np.array([r.swap_outs for r in requests], dtype=np.int64),
             "swap_ins": np.array([r.swap_ins for r in requests], dtype=np.int64),
             "recomputed_tokens": np.array([r.recomputed_tokens for r in requests], dtype=np.int64),
+            "cached_tokens": np.array([r.cached_tokens for r in requests], dtype=np.int64),
         },
         columns=list(COLUMNS),
     )

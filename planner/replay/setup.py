@@ -42,6 +42,10 @@ class ReplayKnobs:
     # from the profile's memory (gpu_memory_utilization, cpu_kv_bytes).
     gpu_kv_blocks: int | None = None
     cpu_kv_blocks: int | None = None
+    # Automatic prefix caching over the trace's prefix_block_ids (one id per
+    # prefix_block_tokens tokens).
+    prefix_cache: bool = False
+    prefix_block_tokens: int = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,8 @@ class ReplaySetup:
             "max_batched_tokens": e.max_batched_tokens,
             "max_running": e.max_running,
             "request_latency_s": e.request_latency_s,
+            "prefix_cache": e.prefix_cache,
+            "prefix_block_tokens": e.prefix_block_tokens,
             "slo_ttft_s": e.slo.ttft_s,
             "slo_tbt_s": e.slo.tbt_s,
             "alpha": self.rotation.params.alpha,
@@ -125,6 +131,8 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         max_running=knobs.max_running,
         slo=knobs.slo,
         request_latency_s=request_latency_s,
+        prefix_cache=knobs.prefix_cache,
+        prefix_block_tokens=knobs.prefix_block_tokens,
     )
     return ReplaySetup(
         profile=profile,

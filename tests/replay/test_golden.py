@@ -50,6 +50,26 @@ def multi_model(requests: int, models: int) -> str:
     return "".join(json.dumps(r) + "\n" for r in rows)
 
 
+def with_shared_prefixes(text: str, block_tokens: int) -> str:
+    """The requests of `text` with prefix_block_ids: most begin with one of a
+    few shared prefixes (1 to 8 blocks, popular ones more often), the rest of
+    each prompt its own."""
+    rng = np.random.default_rng(5)
+    prefixes = [[1000 * p + b for b in range(int(rng.integers(1, 9)))] for p in range(6)]
+    fresh = 10**6
+    rows = []
+    for line in text.splitlines():
+        row = json.loads(line)
+        blocks = -(-int(row["prompt_tokens"]) // block_tokens)
+        pick = int(rng.zipf(1.5)) - 1
+        ids = list(prefixes[pick][:blocks]) if pick < len(prefixes) else []
+        while len(ids) < blocks:
+            ids.append(fresh)
+            fresh += 1
+        rows.append({**row, "prefix_block_ids": ids})
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
 CASES: dict[str, tuple[str, list[str]]] = {
     "rotation": (
         head(300),
@@ -66,6 +86,20 @@ CASES: dict[str, tuple[str, list[str]]] = {
                 f"--policy={name}"
                 for name in ("fcfs", "lvf", "lvf-paper", "waiting-first", "swapped-first", "cfs")
             ),
+        ],
+    ),
+    "rotation-prefix-cache": (
+        with_shared_prefixes(head(300), 256),
+        [
+            "--profile",
+            "qwen2.5-32b@gh200-96gb",
+            "--rate-scale",
+            "2",
+            "--prefix-cache",
+            "on",
+            "--prefix-block-tokens",
+            "256",
+            *(f"--policy={name}" for name in ("fcfs", "lvf", "waiting-first")),
         ],
     ),
     "long-context": (
