@@ -138,6 +138,7 @@ def run_sweep(
     rows: dict[str, dict[str, object]] = {}
     failure: list[str] = []
     started = time.perf_counter()
+    console = console or _stderr()
     progress = Progress(
         TextColumn("sweep"),
         BarColumn(),
@@ -145,8 +146,9 @@ def run_sweep(
         TextColumn("configurations"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        console=console or _stderr(),
-        disable=quiet,
+        console=console,
+        # As the replay's bar: on a terminal only.
+        disable=quiet or not console.is_terminal,
     )
 
     def on_outcome(outcome: Outcome) -> bool:
