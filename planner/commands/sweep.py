@@ -111,7 +111,22 @@ def run(args: argparse.Namespace) -> int:
         f"wrote {out}: {len(report.table)} configurations ({report.ran} run, "
         f"{report.skipped} already there) in {report.wall_s:.1f} s"
     )
+    clocked = clock_limited_rows(report.table)
+    if clocked:
+        print(
+            f"planner sweep: warning: {clocked} rows had solves stopped by the wall-clock "
+            f"backstop ({OVER_TIME_LIMIT} > 0), not by their work limit: those rows may "
+            "differ on another machine (raise offload_time_limit)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def clock_limited_rows(table: pd.DataFrame) -> int:
+    """Rows whose solver calls the clock stopped rather than work."""
+    if OVER_TIME_LIMIT not in table.columns:
+        return 0
+    return int((table[OVER_TIME_LIMIT].fillna(0) > 0).sum())
 
 
 def _stderr() -> Console:

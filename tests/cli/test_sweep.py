@@ -209,3 +209,23 @@ def test_a_local_ray_instance_gives_the_rows_of_one_process(
         ray.shutdown()
     pd.testing.assert_frame_equal(_rows(one), _rows(on_ray))
     assert len(pd.read_csv(tmp_path / "ray.csv")) == 4
+
+
+def test_rows_whose_solves_the_clock_stopped_are_flagged(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    longctx = tmp_path / "longctx.jsonl"
+    lines = (ROOT / "fixtures" / "traces" / "longctx.jsonl").read_text().splitlines()[:4]
+    longctx.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        f"trace: {longctx}\ntopology: long-context\npolicy: orbitflow\n"
+        "grid:\n  offload_time_limit: [1.0e-9, 10]\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "rows.csv"
+    code, _, err = run(capsys, "sweep", str(path), "--out", str(out), "--jobs", "1", "--quiet")
+    assert code == 0, err
+    rows = pd.read_csv(out)
+    assert list(rows["offload.solves.over_time_limit"] > 0) == [True, False]
+    assert "warning: 1 rows had solves stopped by the wall-clock backstop" in err
