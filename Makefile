@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet 'torch==$(TORCH_VERSION)' 'triton==$(TRITON_VERSION)'
-	$(BIN)/python -m pip install --quiet -e '.[dev,kernels,postgresql]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,kernels,postgresql,ray]'
 	touch $(STAMP)
 
 run: $(STAMP)

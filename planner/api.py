@@ -1,17 +1,25 @@
 """The replay from Python: `planner.api.replay(trace, policies=[...], ...)`
-runs what `planner replay` runs and returns its numbers as pandas tables.
+runs what `planner replay` runs and returns its numbers as pandas tables;
+`planner.api.sweep(...)` runs what `planner sweep` runs and returns its table.
 
-    from planner.api import replay
+    from planner.api import RotationSettings, replay, sweep
 
     runs = replay("fixtures/traces/default.jsonl", policies=["fcfs", "lvf"],
-                  rate_scales=[0.5, 1.0])
+                  rate_scales=[0.5, 1.0], slo_ttft=2.0,
+                  settings=[RotationSettings(alpha=2.0)])
     runs.summary[["policy", "rate_scale", "both_attainment", "throughput_tok_s"]]
     runs.requests.groupby("policy").both_met.mean()
 
-Knobs are the command's options with underscores for dashes
-(``slo_ttft=2.0`` is ``--slo-ttft 2.0``, ``gpu_kv_gb=3`` is ``--gpu-kv-gb 3``),
-checked by the same code: a bad value raises ValueError with the command's
-message naming the option. ``planner replay --help`` lists them.
+    table = sweep({"trace": "fixtures/traces/default.jsonl",
+                   "grid": {"policy": ["fcfs", "lvf"], "alpha": [1.0, 3.0]}})
+
+Knobs are the settings dataclasses' fields (planner.commands.knobs: shared,
+rotation, long-context, cluster, serverless), the command's options with
+underscores for dashes (``slo_ttft=2.0`` is ``--slo-ttft 2.0``), given as
+keywords, as settings objects, or in a YAML file (``config=``, as
+``--config``); keywords win over settings objects, both over the file. They
+are checked by the command's own code: a bad value raises ValueError with
+the command's message naming the option (and the file's line).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import contextlib
 import io
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,16 +37,35 @@ from typing import Any
 import pandas as pd
 
 from planner.commands import replay as replay_command
+from planner.commands.config_file import parse_with_config
+from planner.commands.knobs import (
+    ClusterSettings,
+    LongContextSettings,
+    RotationSettings,
+    ServerlessSettings,
+    Settings,
+    SharedSettings,
+    knob_table,
+    settings_values,
+)
+from planner.commands.sweep import run_sweep
+from planner.commands.sweep_spec import read_spec, spec_from_mapping
 from planner.replay.policy_registries import ROTATION
 from planner.replay.records import ReplayResult
 from planner.replay.request_table import request_table
 from planner.trace.io import write_trace
 from planner.trace.records import TraceRequest
 
-# Options that are not knobs: the API sets or replaces them.
-_NOT_KNOBS = frozenset(
-    {"policy", "rate_scale", "profile", "topology", "json_out", "requests_out", "quiet"}
-)
+__all__ = [
+    "ClusterSettings",
+    "LongContextSettings",
+    "ReplayRuns",
+    "RotationSettings",
+    "ServerlessSettings",
+    "SharedSettings",
+    "replay",
+    "sweep",
+]
 
 
 @dataclass(frozen=True)
@@ -63,12 +90,14 @@ def replay(
     topology: str = ROTATION,
     profile: str | None = None,
     rate_scales: Iterable[float] = (1.0,),
+    config: str | os.PathLike[str] | None = None,
+    settings: Iterable[Settings] = (),
     **knobs: Any,
 ) -> ReplayRuns:
     """Replays trace (a JSON-lines file, TraceRequests, or a DataFrame with
     the trace's columns) with each policy at each rate scale on the
     identical arrivals. ValueError names a bad knob or value."""
-    options = _knob_options()
+    table = knob_table()
     argv = ["replay", "TRACE", "--quiet", "--topology", topology]
     for name in policies or ():
         argv += ["--policy", name]
@@ -76,11 +105,18 @@ def replay(
         argv += ["--rate-scale", repr(float(scale))]
     if profile is not None:
         argv += ["--profile", profile]
+    if config is not None:
+        argv += ["--config", os.fspath(config)]
+    values: dict[str, Any] = {}
+    for group in settings:
+        values.update({k: v for k, v in settings_values(group).items() if v is not None})
     for key, value in knobs.items():
-        if key not in options:
-            known = ", ".join(sorted(options))
-            raise ValueError(f"unknown knob {key!r} (known: {known})")
-        argv += [options[key], repr(value) if isinstance(value, float) else str(value)]
+        if key not in table:
+            raise ValueError(f"unknown knob {key!r} (known: {', '.join(sorted(table))})")
+        values[key] = value
+    for key, value in values.items():
+        if value is not None:
+            argv += [table[key].flag, repr(value) if isinstance(value, float) else str(value)]
     collected: list[tuple[ReplayResult, dict[str, Any]]] = []
     with _trace_file(trace) as path:
         argv[1] = str(path)
@@ -100,37 +136,17 @@ def replay(
     return ReplayRuns(summary=summary, requests=request_table(results), results=results)
 
 
-def _knob_options() -> dict[str, str]:
-    """Knob name -> the command's option, for every option that takes a value."""
-    parser = _parser()
-    replay_parser = _replay_parser(parser)
-    options: dict[str, str] = {}
-    for action in replay_parser._actions:  # argparse keeps no public list
-        if not action.option_strings or action.dest in _NOT_KNOBS or action.nargs == 0:
-            continue
-        options[action.dest] = action.option_strings[-1]
-    return options
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="planner", add_help=False)
     replay_command.register(parser.add_subparsers(dest="command"))
     return parser
 
 
-def _replay_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            found: argparse.ArgumentParser = action.choices["replay"]
-            return found
-    raise LookupError("the replay command is not registered")
-
-
 def _parse(argv: list[str]) -> argparse.Namespace:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            return _parser().parse_args(argv)
+            return parse_with_config(_parser(), argv)
     except SystemExit:
         raise ValueError(_message(err.getvalue())) from None
 
@@ -176,3 +192,26 @@ def _requests_of(trace: Sequence[TraceRequest] | pd.DataFrame) -> list[TraceRequ
             clean["prefix_block_ids"] = tuple(int(b) for b in clean["prefix_block_ids"])
         requests.append(TraceRequest(**clean))
     return requests
+
+
+def sweep(
+    spec: str | os.PathLike[str] | Mapping[str, Any],
+    *,
+    out: str | os.PathLike[str] | None = None,
+    jobs: int = 1,
+    ray: str | None = None,
+    quiet: bool = True,
+) -> pd.DataFrame:
+    """Runs a sweep (a SWEEP.yaml path, or a mapping with the same keys:
+    planner.commands.sweep_spec) and returns one row per configuration, in
+    the grid's order. With out (or the file's out:), rows are written there
+    as they finish and the ones already there are skipped. jobs: local
+    worker processes; ray: run on Ray instead ("auto", "local" or an
+    address; an instance this process started with ray.init is used as it
+    is). ValueError names a bad key or value (and its file and line)."""
+    parsed = spec_from_mapping(spec) if isinstance(spec, Mapping) else read_spec(spec)
+    target = out if out is not None else parsed.out
+    report = run_sweep(
+        parsed, Path(target) if target is not None else None, jobs=jobs, ray=ray, quiet=quiet
+    )
+    return report.table

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from planner._version import __version__
 from planner.bench import command as bench
 from planner.bench import profile_command as profile_cmd
-from planner.commands import call, replay, serve, trace
+from planner.commands import call, replay, serve, sweep, trace
 from planner.commands import profiles as profiles_cmd
+from planner.commands.config_file import parse_with_config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"planner {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     replay.register(subparsers)
+    sweep.register(subparsers)
     serve.register(subparsers)
     call.register(subparsers)
     trace.register(subparsers)
@@ -33,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_with_config(parser, argv)
     if not hasattr(args, "func"):
         parser.print_help(sys.stderr)
         return 2

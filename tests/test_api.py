@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from planner.api import replay
+from planner.api import RotationSettings, SharedSettings, replay, sweep
 from planner.replay.request_table import COLUMNS
+from planner.trace.io import write_trace
 from planner.trace.records import TraceRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,3 +91,39 @@ def test_the_docs_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:
             exec(compile(block, "docs/python-api.md", "exec"), {"__name__": "docs"})
     assert "--slo-ttft must be a finite number > 0" in out.getvalue()
     assert os.getcwd() == str(ROOT)
+
+
+def test_settings_objects_a_config_file_and_keywords_in_that_order(tmp_path: Path) -> None:
+    config = tmp_path / "knobs.yaml"
+    config.write_text("slo_ttft: 0.5\nslo_tbt: 0.2\nalpha: 1.5\n", encoding="utf-8")
+    runs = replay(
+        small_trace(),
+        policies=["lvf"],
+        config=config,
+        settings=[SharedSettings(slo_ttft=2.0), RotationSettings(alpha=2.5)],
+        slo_ttft=4.0,
+    )
+    assert set(runs.requests.slo_ttft_s) == {4.0}  # the keyword
+    assert set(runs.requests.slo_tbt_s) == {0.1}  # the settings object's default
+    assert runs.results[0].config["alpha"] == 2.5  # the settings object over the file
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("slo_ttft: 1\n\nalpah: 2\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(f"{bad}:3: alpah: unknown key")):
+        replay(small_trace(), config=bad)
+
+
+def test_sweep_returns_the_grid_as_a_table(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    write_trace(trace, small_trace())
+    table = sweep({"trace": str(trace), "grid": {"policy": ["fcfs", "lvf"], "alpha": [1, 3]}})
+    assert list(zip(table.policy, table.alpha, strict=True)) == [
+        ("fcfs", 1.0),
+        ("fcfs", 3.0),
+        ("lvf", 1.0),
+        ("lvf", 3.0),
+    ]
+    # alpha is LVF's: FCFS's rows do not change with it.
+    fcfs = table[table.policy == "fcfs"].drop(columns=["config_id", "alpha", "wall_s"])
+    assert fcfs.iloc[0].equals(fcfs.iloc[1])
+    with pytest.raises(ValueError, match="grid: alpha: a grid key takes a non-empty list"):
+        sweep({"trace": str(trace), "grid": {"alpha": 3}})

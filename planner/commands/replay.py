@@ -9,10 +9,18 @@ import contextlib
 import math
 import sys
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from planner.commands.config_file import (
+    NO_ORIGINS,
+    ConfigOrigins,
+    add_config_argument,
+    origins_of,
+)
+from planner.commands.knobs import add_knob_arguments
 from planner.commands.trace import add_trace_argument, check_max_trace_bytes
 from planner.domain.offload import OFFLOAD_BACKEND_NAMES, backend_named
 from planner.domain.requests import Slo
@@ -23,8 +31,8 @@ from planner.output_paths import (
     check_output_folder,
 )
 from planner.profiles.errors import ProfileError
-from planner.replay.cfs_paging import DEFAULT_PEER_KV_GB, Paging, paging_target
-from planner.replay.cfs_scheduler import DEFAULT_RESCHEDULE_EVERY, CfsKnobs
+from planner.replay.cfs_paging import Paging, paging_target
+from planner.replay.cfs_scheduler import CfsKnobs
 from planner.replay.cluster_engine import ClusterEngine, ClusterRun
 from planner.replay.cluster_report import (
     ClusterMetrics,
@@ -33,8 +41,6 @@ from planner.replay.cluster_report import (
     summarize_cluster,
 )
 from planner.replay.cluster_setup import (
-    DEFAULT_INSTANCES,
-    DEFAULT_LINK_GBPS,
     ClusterKnobs,
     cluster_config,
 )
@@ -80,14 +86,6 @@ from planner.replay.serverless_report import (
     serverless_sweep_table,
 )
 from planner.replay.serverless_setup import (
-    DEFAULT_MIG,
-    DEFAULT_SWITCH_SETUP_S,
-    LOAD_LINKS,
-    MAX_DRAIN_S,
-    MIN_HOLD_TTFT,
-    STARVE_AFTER_S,
-    URGENT_SLACK_TTFT,
-    VICTIM_SLACK_MARGIN_S,
     ServerlessKnobs,
     describe,
     serverless_config,
@@ -146,245 +144,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="NAME",
         help="a policy to run (repeat; " + _policy_choices_help() + ")",
     )
-    p.add_argument("--slo-ttft", type=float, default=5.0, help="TTFT SLO, s (default 5)")
-    p.add_argument("--slo-tbt", type=float, default=0.1, help="TBT SLO, s (default 0.1)")
     p.add_argument(
         "--rate-scale",
         type=float,
         action="append",
         help="replay arrivals this many times faster (repeat to sweep load; default 1)",
     )
-    p.add_argument("--alpha", type=float, default=3.0, help="LVF: rotary weight (default 3)")
-    p.add_argument("--beta-tbt", type=float, default=0.0, help="LVF (default 0)")
-    p.add_argument("--beta-ttft", type=float, default=0.5, help="LVF (default 0.5)")
-    p.add_argument(
-        "--transfer-budget-blocks",
-        type=int,
-        help="LVF: blocks the link may move per iteration, every copy charged (lvf-paper: "
-        "B_xfer, the blocks preemption may free); default: the link curve at the block size "
-        "x the previous iteration's compute time",
-    )
-    defaults = RotationParams()
-    p.add_argument(
-        "--preempt-slack-tbts",
-        type=float,
-        default=defaults.preempt_slack_tbts,
-        help="lvf: a running request may be preempted only with this much TPOT slack, in "
-        f"TBT SLOs (default {defaults.preempt_slack_tbts:g})",
-    )
-    p.add_argument(
-        "--resume-slack-tbts",
-        type=float,
-        default=defaults.resume_slack_tbts,
-        help="lvf: a rotary request may displace a running one once its TPOT slack is down "
-        f"to this, in TBT SLOs (default {defaults.resume_slack_tbts:g})",
-    )
-    p.add_argument(
-        "--lost-slack-tbts",
-        type=float,
-        default=defaults.lost_slack_tbts,
-        help="lvf: a request this far behind its TPOT SLO, in TBT SLOs, has lost it: it may "
-        f"be preempted and displaces no one (default {defaults.lost_slack_tbts:g}; negative: "
-        "never lost)",
-    )
-    p.add_argument(
-        "--max-batched-tokens",
-        type=int,
-        default=2048,
-        help="chunked-prefill token budget per iteration (default 2048)",
-    )
-    p.add_argument(
-        "--max-running",
-        type=int,
-        help=f"running requests at most (default 256; {LONG_CONTEXT}: the decode batch size, "
-        "default 8, paused requests included)",
-    )
-    p.add_argument(
-        "--cpu-kv-gb", type=float, help="CPU memory for swapped KV, GB (default 90%% of host)"
-    )
-    e = p.add_argument_group(
-        f"the engine's own limits ({ROTATION} topology)",
-        "what a real engine was started with, to replay it as it is (vLLM: --block-size, "
-        "--num-gpu-blocks-override, the swap connector's num_cpu_blocks)",
-    )
-    e.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
-    e.add_argument(
-        "--gpu-kv-blocks",
-        type=int,
-        help="GPU KV blocks (default: what the profile's memory leaves at 90%% utilization)",
-    )
-    e.add_argument(
-        "--cpu-kv-blocks", type=int, help="CPU KV blocks for swapped KV (overrides --cpu-kv-gb)"
-    )
-    e.add_argument(
-        "--prefix-cache",
-        choices=("on", "off"),
-        default="off",
-        help="automatic prefix caching over the trace's prefix_block_ids, as vLLM's: shared "
-        "prompt blocks held once, cached tokens not prefilled, freed blocks evicted least "
-        "recently used first (default off: every prompt is prefilled in full)",
-    )
-    e.add_argument(
-        "--prefix-block-tokens",
-        type=int,
-        default=512,
-        help="prompt tokens each prefix_block_ids entry stands for (default 512, Mooncake's)",
-    )
-    p.add_argument(
-        "--compute-jitter",
-        type=float,
-        default=0.0,
-        metavar="CV",
-        help="multiply each iteration's modelled time by seeded lognormal noise with mean 1 "
-        "and this coefficient of variation (default 0: the model exactly)",
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of every random draw of a run (--compute-jitter); the same seed gives the "
-        "same numbers (default 0)",
-    )
-    a = p.add_argument_group(
-        "cfs policies (AQUA)",
-        "cfs pages KV to host DRAM over the engine's PCIe link (the --cpu-kv-gb pool); "
-        "cfs-peer pages it to memory a peer GPU lends over NVLink",
-    )
-    a.add_argument(
-        "--peer-kv-gb",
-        type=float,
-        default=DEFAULT_PEER_KV_GB,
-        help=f"cfs-peer: GPU memory the peer lends, GB (default {DEFAULT_PEER_KV_GB:g}; give "
-        "it --cpu-kv-gb's size to compare the two links alone)",
-    )
-    a.add_argument(
-        "--cfs-every",
-        type=int,
-        default=DEFAULT_RESCHEDULE_EVERY,
-        metavar="K",
-        help="cfs, cfs-peer: re-partition the batch every K iterations or when a request "
-        f"completes (default {DEFAULT_RESCHEDULE_EVERY})",
-    )
-    a.add_argument(
-        "--dram-copy-kib",
-        type=float,
-        help="cfs: page to DRAM in copies of this many KiB (vLLM swaps each layer's K and V "
-        "of a block apart: 32 for llama-3-8b; default: one copy per block)",
-    )
-    g = p.add_argument_group(f"{LONG_CONTEXT} topology")
-    g.add_argument(
-        "--gpu-kv-gb",
-        type=float,
-        help="GPU memory for KV, GB (default: what the profile leaves at 90%% utilization); "
-        f"with --topology {CLUSTER}: each instance's KV region",
-    )
-    g.add_argument(
-        "--slo-scale",
-        type=float,
-        help="TBT SLO = this x OrbitFlow's base latency (one decode step of --max-running "
-        "requests filling the GPU KV memory, nothing offloaded); overrides --slo-tbt",
-    )
-    g.add_argument(
-        "--offload-time-limit",
-        type=float,
-        help="orbitflow: wall-clock limit of one plan's solves, s, a backstop behind the "
-        f"node limit (default {REPLAY_OFFLOAD_PARAMS.time_limit_s:g})",
-    )
-    g.add_argument(
-        "--offload-node-limit",
-        type=int,
-        help="orbitflow: work limit of one plan's branch and bound, nodes; the same plans on "
-        f"any machine (default {REPLAY_OFFLOAD_PARAMS.node_limit})",
-    )
-    g.add_argument(
-        "--offload-backend",
-        choices=OFFLOAD_BACKENDS,
-        help="orbitflow: the planner's solver (default "
-        f"{REPLAY_OFFLOAD_PARAMS.backend}; see planner.domain.offload.OffloadParams)",
-    )
-    c = p.add_argument_group(f"{CLUSTER} topology")
-    c.add_argument(
-        "--instances",
-        type=int,
-        help=f"serving instances, one full replica each (default {DEFAULT_INSTANCES})",
-    )
-    c.add_argument(
-        "--link-gbps",
-        type=float,
-        help="instance-to-instance bandwidth, GB/s: activations, KV exchange and migration "
-        f"(default {DEFAULT_LINK_GBPS:g}, the paper's 200 Gbps RDMA)",
-    )
-    c.add_argument(
-        "--static-group-size",
-        type=int,
-        help="static-pp: instances per fixed pipeline group (default 2)",
-    )
-    c.add_argument(
-        "--restore-hold",
-        type=float,
-        help="kunserve: seconds a group's demand must stay under the low watermark before "
-        f"it restores (default {ClusterKnobs().restore.hold_s:g})",
-    )
-    v = p.add_argument_group(f"{SERVERLESS} topology")
-    v.add_argument(
-        "--mig",
-        help="the GH200 MIG configuration: 1, 2, 3, 4 or 7 slices (C2CServe Table 1; "
-        f"default {DEFAULT_MIG})",
-    )
-    v.add_argument(
-        "--c2c-gbps",
-        type=float,
-        help="sustained host-to-device C2C bandwidth the slices share, GB/s (default 405)",
-    )
-    v.add_argument(
-        "--load-link",
-        choices=LOAD_LINKS,
-        help="dedicated, sllm, aegaeon: the link weights load over on a model switch "
-        "(default: pcie at 55 GB/s for dedicated, c2c for sllm and aegaeon)",
-    )
-    v.add_argument(
-        "--models-per-slice",
-        type=int,
-        help="c2cserve: models resident on one slice at once, taking turns (default "
-        f"{ServerlessKnobs().max_models_per_slice})",
-    )
-    v.add_argument(
-        "--urgent-slack",
-        type=float,
-        help="policies that preempt: a waiting model may take a slice from an active one "
-        "once its most urgent request has this much slack left, s (TTFT deadline - now, or "
-        f"the pause its mean TPOT allows; default {URGENT_SLACK_TTFT:g} x the TTFT SLO)",
-    )
-    v.add_argument(
-        "--min-hold",
-        type=float,
-        help="policies that preempt: a model keeps a slice at least this long once ready, s "
-        f"(default {MIN_HOLD_TTFT:g} x the TTFT SLO)",
-    )
-    v.add_argument(
-        "--victim-slack",
-        type=float,
-        help="policies that preempt: the slack every request of a preempted model needs, s "
-        f"(default --starve-after + --min-hold + {VICTIM_SLACK_MARGIN_S:g})",
-    )
-    v.add_argument(
-        "--max-drain",
-        type=float,
-        help="policies that preempt: a starving model drains its victim (no new requests) "
-        f"for at most this long, then preempts the rest, s (default {MAX_DRAIN_S:g})",
-    )
-    v.add_argument(
-        "--starve-after",
-        type=float,
-        help="policies that preempt: after this long waiting a model preempts whatever the "
-        f"slack (the starvation backstop), s (default {STARVE_AFTER_S:g}: off)",
-    )
-    v.add_argument(
-        "--switch-setup",
-        type=float,
-        help="c2cserve and the streaming baselines: engine setup on a model switch, s "
-        f"(default {DEFAULT_SWITCH_SETUP_S:g})",
-    )
+    add_knob_arguments(p)
     p.add_argument(
         "--json-out", type=Path, help="write every number as JSON here (- for standard output)"
     )
@@ -398,6 +164,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--report-dir", type=Path, help="write PNG plots here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_config_argument(p)
     p.set_defaults(func=run)
 
 
@@ -411,12 +178,24 @@ def _policy_choices_help() -> str:
     return "; ".join(parts)
 
 
+# The options a --config file set, to name its line in an error.
+_origins: ContextVar[ConfigOrigins] = ContextVar("replay_config_origins", default=NO_ORIGINS)
+
+
 def _fail(message: str) -> int:
-    print(f"planner replay: {message}", file=sys.stderr)
+    print(f"planner replay: {_origins.get().locate(message)}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 
 def run(args: argparse.Namespace) -> int:
+    token = _origins.set(origins_of(args))
+    try:
+        return _run(args)
+    finally:
+        _origins.reset(token)
+
+
+def _run(args: argparse.Namespace) -> int:
     # With a document on standard output, the report goes to standard error.
     args.stdout = sys.stdout
     on_stdout = [f for f in ("json_out", "requests_out") if is_stdout(getattr(args, f))]

@@ -11,6 +11,7 @@ import threading
 from types import FrameType
 
 from planner.bearer_token import TOKEN_ENV, AuthConfigError, read_token
+from planner.commands.config_file import add_config_argument, origins_of
 from planner.replay.policy_registries import served_policies
 from planner.replay.role_oracle import ReplayRoleOracles
 from planner.service.connections import raise_descriptor_limit
@@ -119,10 +120,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", default="json", choices=["json", "text"])
+    add_config_argument(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    origins = origins_of(args)
     for name in (
         "max_workers",
         "max_concurrent_rpcs",
@@ -135,18 +138,17 @@ def run(args: argparse.Namespace) -> int:
     ):
         value = getattr(args, name)
         if not (math.isfinite(value) and value > 0):
-            print(f"planner serve: --{name.replace('_', '-')} must be > 0", file=sys.stderr)
+            message = f"--{name.replace('_', '-')} must be > 0"
+            print(f"planner serve: {origins.locate(message)}", file=sys.stderr)
             return 2
         if name.endswith("_s") and value > MAX_TIMEOUT_S:
-            print(
-                f"planner serve: --{name.replace('_', '-')} must be at most {MAX_TIMEOUT_S:g}",
-                file=sys.stderr,
-            )
+            message = f"--{name.replace('_', '-')} must be at most {MAX_TIMEOUT_S:g}"
+            print(f"planner serve: {origins.locate(message)}", file=sys.stderr)
             return 2
     try:
         config = _config(args)
     except (TlsConfigError, AuthConfigError) as exc:
-        print(f"planner serve: {exc}", file=sys.stderr)
+        print(f"planner serve: {origins.locate(str(exc))}", file=sys.stderr)
         return 2
     configure(args.log_level, args.log_format)
     # Handlers first: a supervisor may signal as soon as it reads the
@@ -163,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         server = PlannerServer(config)
         server.start()
     except TlsConfigError as exc:
-        print(f"planner serve: {exc}", file=sys.stderr)
+        print(f"planner serve: {origins.locate(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"planner serve: {exc}", file=sys.stderr)
