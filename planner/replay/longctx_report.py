@@ -27,6 +27,7 @@ from planner.replay.longctx_engine import LongctxRun, LongctxStats
 from planner.replay.metric_table import MetricRow, add_sections, lift_rows
 from planner.replay.metrics import PolicyMetrics, latency_samples, summarize
 from planner.replay.report import DASH, fmt_pct, fmt_seconds, goodput_rows, to_json
+from planner.solvers import Status
 
 TOPOLOGY = "long-context"
 
@@ -158,7 +159,7 @@ def _rows() -> list[tuple[str, list[_Row]]]:
 
 def _optimal_share(stats: LongctxStats) -> float | None:
     s = stats.solves
-    return s.statuses.get("OPTIMAL", 0) / s.solves if s.solves else None
+    return s.statuses.get(Status.OPTIMAL, 0) / s.solves if s.solves else None
 
 
 def _clock_stops(stats: LongctxStats) -> float | None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.solvers import SolveStats
+from planner.solvers import SolveStats, Status
 
 
 @dataclass(frozen=True, slots=True)
 class SolveSummary:
     solves: int
-    statuses: dict[str, int]
+    statuses: dict[Status, int]
     # (objective - bound) / objective over the solves that report both.
     gap_mean: float | None
     gap_max: float | None
@@ -25,7 +25,7 @@ class SolveSummary:
 @dataclass
 class SolveTally:
     solves: int = 0
-    statuses: dict[str, int] = field(default_factory=dict)
+    statuses: dict[Status, int] = field(default_factory=dict)
     gaps: list[float] = field(default_factory=list)
     nodes: int = 0
     wall_s: float = 0.0
@@ -33,8 +33,7 @@ class SolveTally:
 
     def add(self, stats: SolveStats) -> None:
         self.solves += 1
-        key = str(stats.status)
-        self.statuses[key] = self.statuses.get(key, 0) + 1
+        self.statuses[stats.status] = self.statuses.get(stats.status, 0) + 1
         gap = stats.gap
         if gap is not None:
             self.gaps.append(gap)

@@ -497,7 +497,6 @@ def descend(  # noqa: PLR0917
     nothing with stale changes is repeated with all of them recomputed
     before the search counts as converged."""
     num_r = choice.shape[0]
-    mem_coef = p[8]
     num_c = p[6].shape[0]
     rtol = p[13]
     scratch = step_scratch(num_r, p[0].shape[0])
@@ -514,7 +513,11 @@ def descend(  # noqa: PLR0917
     part_r = np.empty(moves, np.int64)
     part_c = np.empty(moves, np.int64)
     part_d = np.empty(moves)
+    part_x = np.empty(moves, np.int64)
     undo = choice.copy()
+    order = np.empty(0, np.int64)
+    gainers = 0
+    partners = 0
     refresh = False
     while True:
         tally[0] += 1
@@ -523,94 +526,61 @@ def descend(  # noqa: PLR0917
                 stamp[r, :] = -1
                 row_of[r] = choice[r]
         stale = False
-        # 1. Down moves that keep the memory row; the others that would
-        # shorten the step are the gainers.
-        round_best, round_tie, move_r, move_c = best, best_tie, -1, -1
-        gainers = 0
-        for r in range(num_r):
-            old = choice[r]
-            for c in range(num_c):
-                if mem_coef[0, r, c] <= mem_coef[0, r, old] or not _narrow(old, c):
-                    continue
-                _move(p, choice, layer_blocks, mem, r, c)
-                simulated = False
-                if _memory_held(p, layer_blocks, mem) > 0:
-                    lat, tie, simulated = _score(
-                        p, choice, layer_blocks, mem, round_best, round_tie, scratch
-                    )
-                    tally[1] += simulated
-                    if np.isfinite(lat):
-                        round_best, round_tie, move_r, move_c = lat, tie, r, c
-                    excess = 0
-                else:
-                    excess = _excess(p, layer_blocks, mem)
-                    if stamp[r, c] < 0 or (refresh and stamp[r, c] != version):
-                        lat = _latency(p, choice, best * (1 - rtol), scratch)
-                        change[r, c] = lat - best
-                        stamp[r, c] = version
-                        simulated = True
-                        tally[2] += 1
-                    elif stamp[r, c] != version:
-                        stale = True
-                _move(p, choice, layer_blocks, mem, r, old)
-                if excess > 0 and change[r, c] < -rtol * best:
-                    gain_r[gainers], gain_c[gainers], gain_d[gainers] = r, c, change[r, c]
-                    gain_x[gainers] = excess
-                    gainers += 1
-                if simulated and _tick(work, deadline):
-                    if move_r >= 0:
-                        _move(p, choice, layer_blocks, mem, move_r, move_c)
-                        return round_best, round_tie, False
-                    return best, best_tie, False
-        if move_r >= 0:
-            _move(p, choice, layer_blocks, mem, move_r, move_c)
-            best, best_tie = round_best, round_tie
-            version += 1
-            refresh = False
-            tally[6] += 1
-            continue
-        # 2. Up moves: each one's change of latency (kept when within the
-        # largest gain); one that improves on its own is taken.
-        order = np.argsort(gain_d[:gainers], kind="mergesort")[:MAX_GAINERS]
-        most_gain = -gain_d[order[0]] if gainers else 0.0
-        limit = max(best + most_gain, best * (1 + rtol))
-        partners = 0
-        for s in range(num_r):
-            old = choice[s]
-            for c in range(num_c):
-                if mem_coef[0, s, c] >= mem_coef[0, s, old] or not _narrow(old, c):
-                    continue
-                simulated = False
-                if stamp[s, c] < 0 or (refresh and stamp[s, c] != version):
-                    _move(p, choice, layer_blocks, mem, s, c)
-                    lat = _latency(p, choice, limit, scratch)
-                    change[s, c] = lat - best
-                    stamp[s, c] = version
-                    simulated = True
-                    tally[3] += 1
-                    if lat <= best * (1 + rtol):
-                        alone, alone_tie, _ = _score(
-                            p, choice, layer_blocks, mem, round_best, round_tie, scratch
-                        )
-                        if np.isfinite(alone):
-                            round_best, round_tie, move_r, move_c = alone, alone_tie, s, c
-                    _move(p, choice, layer_blocks, mem, s, old)
-                elif stamp[s, c] != version:
-                    stale = True
-                if change[s, c] < most_gain:
-                    part_r[partners], part_c[partners], part_d[partners] = s, c, change[s, c]
-                    partners += 1
-                if simulated and _tick(work, deadline):
-                    if move_r >= 0:
-                        _move(p, choice, layer_blocks, mem, move_r, move_c)
-                        return round_best, round_tie, False
-                    return best, best_tie, False
-        if move_r >= 0:
-            _move(p, choice, layer_blocks, mem, move_r, move_c)
-            best, best_tie = round_best, round_tie
-            version += 1
-            refresh = False
-            tally[7] += 1
+        # 1. Down moves that keep the memory row, the best that improves
+        # taken; the others that would shorten the step are the gainers.
+        # 2. Up moves: their changes of latency, kept (the partners) when
+        # within the largest gain; one that improves on its own is taken.
+        moved = False
+        for phase in range(2):
+            down = phase == 0
+            if down:
+                limit, keep_below = best * (1 - rtol), -rtol * best
+            else:
+                order = np.argsort(gain_d[:gainers], kind="mergesort")[:MAX_GAINERS]
+                keep_below = -gain_d[order[0]] if gainers else 0.0
+                limit = max(best + keep_below, best * (1 + rtol))
+            round_best, round_tie, move_r, move_c, listed, stale_here, stopped = _scan(
+                p,
+                choice,
+                layer_blocks,
+                mem,
+                best,
+                best_tie,
+                down,
+                limit,
+                keep_below,
+                refresh,
+                version,
+                change,
+                stamp,
+                gain_r if down else part_r,
+                gain_c if down else part_c,
+                gain_d if down else part_d,
+                gain_x if down else part_x,
+                work,
+                deadline,
+                scratch,
+                tally,
+            )
+            stale = stale or stale_here
+            if down:
+                gainers = listed
+            else:
+                partners = listed
+            if move_r >= 0:
+                _move(p, choice, layer_blocks, mem, move_r, move_c)
+            if stopped:
+                if move_r >= 0:
+                    return round_best, round_tie, False
+                return best, best_tie, False
+            if move_r >= 0:
+                best, best_tie = round_best, round_tie
+                version += 1
+                refresh = False
+                tally[6 + phase] += 1
+                moved = True
+                break
+        if moved:
             continue
         improved = False
         if gainers > 0 and partners > 0:
@@ -648,6 +618,91 @@ def descend(  # noqa: PLR0917
             refresh = True
             continue
         return best, best_tie, True
+
+
+@jit
+def _scan(  # noqa: PLR0917
+    p: Any,
+    choice: Any,
+    layer_blocks: Any,
+    mem: Any,
+    best: float,
+    best_tie: float,
+    down: bool,
+    limit: float,
+    keep_below: float,
+    refresh: bool,
+    version: int,
+    change: Any,
+    stamp: Any,
+    out_r: Any,
+    out_c: Any,
+    out_d: Any,
+    out_x: Any,
+    work: Any,
+    deadline: float,
+    scratch: Any,
+    tally: Any,
+) -> tuple[float, float, int, int, int, bool, bool]:
+    """descend's scan of the narrow moves of one direction (down: offload
+    less; up: offload more) from choice (of objective best, best_tie).
+
+    A down move that keeps the memory row is scored in full; any other move
+    gets its change of latency (simulated up to `limit`, or kept from an
+    earlier version of choice unless `refresh`), and an up move whose
+    latency does not grow is then scored in full. The best move scored that
+    improves is returned, not taken. The moves whose change is below
+    keep_below are listed in out_r, out_c, out_d (the change) and out_x (the
+    memory row's excess after a down move; 0 after an up move).
+
+    Returns (latency, tiebreak, r, c of the best move (-1, -1: none),
+    moves listed, stale: a change kept from an earlier version was listed
+    or passed over, stopped: the work ran out)."""
+    mem_coef, rtol = p[8], p[13]
+    num_r = choice.shape[0]
+    num_c = p[6].shape[0]
+    round_best, round_tie, move_r, move_c = best, best_tie, -1, -1
+    listed = 0
+    stale = False
+    for r in range(num_r):
+        old = choice[r]
+        for c in range(num_c):
+            grows = mem_coef[0, r, c] - mem_coef[0, r, old]
+            if grows == 0 or (grows > 0) != down or not _narrow(old, c):
+                continue
+            _move(p, choice, layer_blocks, mem, r, c)
+            simulated = False
+            if down and _memory_held(p, layer_blocks, mem) > 0:
+                lat, tie, simulated = _score(
+                    p, choice, layer_blocks, mem, round_best, round_tie, scratch
+                )
+                tally[1] += simulated
+                if np.isfinite(lat):
+                    round_best, round_tie, move_r, move_c = lat, tie, r, c
+            else:
+                excess = _excess(p, layer_blocks, mem) if down else 0
+                if stamp[r, c] < 0 or (refresh and stamp[r, c] != version):
+                    lat = _latency(p, choice, limit, scratch)
+                    change[r, c] = lat - best
+                    stamp[r, c] = version
+                    simulated = True
+                    tally[2 if down else 3] += 1
+                    if not down and lat <= best * (1 + rtol):
+                        alone, alone_tie, _ = _score(
+                            p, choice, layer_blocks, mem, round_best, round_tie, scratch
+                        )
+                        if np.isfinite(alone):
+                            round_best, round_tie, move_r, move_c = alone, alone_tie, r, c
+                elif stamp[r, c] != version:
+                    stale = True
+                if change[r, c] < keep_below:
+                    out_r[listed], out_c[listed], out_d[listed] = r, c, change[r, c]
+                    out_x[listed] = excess
+                    listed += 1
+            _move(p, choice, layer_blocks, mem, r, old)
+            if simulated and _tick(work, deadline):
+                return round_best, round_tie, move_r, move_c, listed, stale, True
+    return round_best, round_tie, move_r, move_c, listed, stale, False
 
 
 @jit
