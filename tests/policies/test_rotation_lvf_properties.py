@@ -164,7 +164,8 @@ def check_lvf_plan(snapshot: Snapshot, inputs: RotationInputs, plan: RotationPla
     # The link budget holds every copy (one swap-in alone may exceed it).
     budget = link_budget(snapshot.last_iteration_s, snapshot.block_size_tokens, inputs)
     assert (e.transfer_budget_blocks, e.d2h_budget_blocks) == (budget.h2d_blocks, budget.d2h_blocks)
-    swap_ins = [d.blocks for d in plan.prioritized if d.state == ROTARY]
+    # Zero-block swap-ins move nothing: "alone" counts the others.
+    swap_ins = [d.blocks for d in plan.prioritized if d.state == ROTARY and d.blocks > 0]
     out = e.swap_out_blocks + e.eager_blocks
     if budget.shared:
         assert e.swap_in_blocks + out <= budget.h2d_blocks or (
