@@ -41,16 +41,30 @@ SECTION = "vllm-plugin"
 # is asked for (additional_config.planner.planning), and whether the swap
 # connector is on (off: every preemption, the planner's and vLLM's, is by
 # recompute, vLLM's own way; the planner's counters are then not on /metrics).
-# *-observe: plans asked for and logged, never applied (the adapter's cost
-# without its decisions).
-PLUGIN_CONFIGS = {
-    "grpc": ("grpc", "pipelined", True, True),
-    "grpc-sync": ("grpc", "synchronous", True, True),
-    "in-process": ("in-process", "pipelined", True, True),
-    "in-process-sync": ("in-process", "synchronous", True, True),
-    "in-process-recompute": ("in-process", "pipelined", False, True),
-    "in-process-observe": ("in-process", "pipelined", True, False),
-    "grpc-observe": ("grpc", "pipelined", True, False),
+# Each: where the planner runs, the planning mode, whether the swap
+# connector is on, and other adapter settings. *-observe: plans asked for
+# and logged, never applied (the adapter's cost without its decisions);
+# *-reorder-always: the plan's order of the waiting queue applied at every
+# step, not only with its preemptions (the adapter before that rule).
+PLUGIN_CONFIGS: dict[str, tuple[str, str, bool, dict[str, Any]]] = {
+    "grpc": ("grpc", "pipelined", True, {}),
+    "grpc-sync": ("grpc", "synchronous", True, {}),
+    "in-process": ("in-process", "pipelined", True, {}),
+    "in-process-sync": ("in-process", "synchronous", True, {}),
+    "in-process-recompute": ("in-process", "pipelined", False, {}),
+    "in-process-observe": ("in-process", "pipelined", True, {"apply_plans": False}),
+    "grpc-observe": ("grpc", "pipelined", True, {"apply_plans": False}),
+    "in-process-reorder-always": ("in-process", "pipelined", True, {"reorder": "always"}),
+    "grpc-reorder-always": ("grpc", "pipelined", True, {"reorder": "always"}),
+    # Victims need 20 TBT SLOs of TPOT slack instead of the planner's 160:
+    # rotation starts while long decodes are still young.
+    "grpc-slack-20": ("grpc", "pipelined", True, {"rotation": {"preempt_slack_tbts": 20}}),
+    "in-process-slack-20": (
+        "in-process",
+        "pipelined",
+        True,
+        {"rotation": {"preempt_slack_tbts": 20}},
+    ),
 }
 CONFIGS = ("plain", *PLUGIN_CONFIGS)
 # vLLM's CPU backend reserves an extra core for any KV connector; this one
@@ -228,10 +242,9 @@ def run_one(
     }
     swap = on
     if on:
-        where, planning, swap, apply_plans = PLUGIN_CONFIGS[config]
+        where, planning, swap, extra = PLUGIN_CONFIGS[config]
         planner["planning"] = planning
-        if not apply_plans:
-            planner["apply_plans"] = False
+        planner.update(extra)
         if args.decision_log:
             planner["decision_log"] = str(
                 (log_dir / f"{case.name}-{config}-{repeat}.decisions.jsonl").resolve()
@@ -239,7 +252,7 @@ def run_one(
         if where == "grpc":
             planner["target"] = planner_target
         if args.rotation is not None:
-            planner["rotation"] = args.rotation
+            planner["rotation"] = {**planner.get("rotation", {}), **args.rotation}
     server_config = VllmServerConfig(
         model_dir=model_dir,
         port=port,
