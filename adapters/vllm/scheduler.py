@@ -36,6 +36,7 @@ from planner.adapters.common.snapshot import (
     ViewState,
     build_rotation_request,
 )
+from planner.adapters.common.victim_gate import VictimGate
 from prometheus_client import REGISTRY
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
@@ -47,12 +48,21 @@ from vllm.v1.request import Request, RequestStatus
 from planner.v1 import common_pb2, rotation_pb2
 
 from .connector import PlannerSwapConnector
+from .decision_log import (
+    APPLIED,
+    FCFS,
+    NO_PLAN,
+    NO_VICTIM,
+    OBSERVED,
+    SAME_AS_ENGINE,
+    DecisionLog,
+)
 from .layer_offload import DecodeView, LayerOffloadPlanner
 from .output_deposit import OutputDeposit
 from .plugin import LOGGER_NAME
 from .preempted_blocks import HandsOverPreemptedBlocks
 from .request_clock import RequestClock
-from .settings import DEFAULT_TBT_SLO_S, PIPELINED, PlannerSettings
+from .settings import DEFAULT_TBT_SLO_S, PIPELINED, REORDER_WITH_PREEMPTION, PlannerSettings
 
 logger = logging.getLogger(LOGGER_NAME)
 # prometheus_client's multiprocess mode (vLLM's own, when several API
@@ -101,6 +111,20 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
         if self.planner_settings.slo_tbt_s is not None:
             self._slo.tbt_s = self.planner_settings.slo_tbt_s
         self.layer_planner = self._layer_planner()
+        self.victim_gate = (
+            VictimGate(
+                self.planner_settings.rotation,
+                self.planner_settings.slo_tbt_s or DEFAULT_TBT_SLO_S,
+            )
+            if self.planner_settings.apply_plans
+            and self.planner_settings.reorder == REORDER_WITH_PREEMPTION
+            else None
+        )
+        self.decision_log = (
+            DecisionLog(self.planner_settings.decision_log)
+            if self.planner_settings.decision_log is not None
+            else None
+        )
         offload = self.planner_settings.layer_offload
         self.output_deposit = (
             OutputDeposit() if offload is not None and offload.token_deposit else None
@@ -108,8 +132,8 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
         settings = self.planner_settings
         logger.info(
             "planner adapter on: %s, planner %s (deadline %.1f ms, %s), SLO TTFT %s TBT %s, "
-            "rotation %s, preemption by %s, layer offload %s, metrics %s, engine limits "
-            "%d tokens / %d requests per step",
+            "rotation %s, plan order applied %s, preemption by %s, layer offload %s, metrics %s, "
+            "engine limits %d tokens / %d requests per step",
             type(self).__name__,
             settings.target or "in process",
             settings.deadline_s * 1e3,
@@ -119,6 +143,7 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
             text_format.MessageToString(settings.rotation, as_one_line=True) or "default"
             if settings.rotation is not None
             else "default",
+            settings.reorder if settings.apply_plans else "never (observe)",
             f"swap ({swap.num_cpu_blocks} CPU blocks)" if swap is not None else "recompute",
             "on" if self.layer_planner is not None else "off",
             "vLLM KV connector stats"
@@ -160,19 +185,54 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
         now_s = self.now()
         if self.layer_planner is not None:
             self.layer_planner.before_step(self.decode_views())
+        asking = bool(self.waiting) and self._worth_asking(now_s)
         if not self.waiting:
             actions = None
         elif self.pipeline is not None:
             actions = self._take_sent_plan(self.pipeline, now_s)
-        else:
+        elif asking:
             actions = self._ask_planner(now_s)
-        self.last_actions = actions
+        else:
+            actions = None
+        log = self.decision_log if self.waiting else None
+        if log is not None:
+            engine_order = [r.request_id for r in self.waiting]
+            free_before = self.kv_cache_manager.block_pool.get_num_free_blocks()
+            running_before = len(self.running)
         if actions is None or actions.fcfs:
+            applied = FCFS if actions is not None else NO_PLAN if asking else NO_VICTIM
+            output = super().schedule(throttle_prefills)
+        elif not self.planner_settings.apply_plans:
+            applied = OBSERVED
+            output = super().schedule(throttle_prefills)
+        elif not actions.preempt and self.planner_settings.reorder == REORDER_WITH_PREEMPTION:
+            applied = SAME_AS_ENGINE
             output = super().schedule(throttle_prefills)
         else:
+            applied = APPLIED
             output = self._schedule_per_plan(actions, now_s, throttle_prefills)
+        self.last_actions = actions if applied not in (OBSERVED, SAME_AS_ENGINE) else None
+        if log is not None:
+            log.step(
+                now_s=now_s,
+                engine_order=engine_order,
+                actions=actions,
+                applied=applied,
+                admitted=[
+                    *(r.req_id for r in output.scheduled_new_reqs),
+                    *output.scheduled_cached_reqs.resumed_req_ids,
+                ],
+                preempted=sorted(output.preempted_req_ids or ()),
+                free_blocks_before=free_before,
+                running_before=running_before,
+            )
         self.request_clock.mark_running((r.request_id for r in self.running), now_s)
-        if self.pipeline is not None and self.waiting and not self.pipeline.in_flight:
+        if (
+            self.pipeline is not None
+            and self.waiting
+            and not self.pipeline.in_flight
+            and self._worth_asking(self.now())
+        ):
             self._send_for_next_step(self.pipeline)
         return output
 
@@ -224,6 +284,19 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
         super()._preempt_request(request, timestamp, drop_stale_output)
 
     # ---- the planner's part ---------------------------------------------
+
+    def _worth_asking(self, now_s: float) -> bool:
+        """Whether a plan could change this step: with plans applied only
+        when they preempt, only while some running request could be a
+        victim (victim_gate.py); else always."""
+        gate = self.victim_gate
+        if gate is None:
+            return True
+        clock = self.request_clock
+        return gate.any_victim(
+            ((clock.first_token_s(r.request_id), r.num_output_tokens) for r in self.running),
+            now_s,
+        )
 
     def _ask_planner(self, now_s: float) -> PlanActions | None:
         """Synchronous: the plan for this step, waited for."""
@@ -357,6 +430,8 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
 
     def shutdown(self) -> None:
         self.planner_link.close()
+        if self.decision_log is not None:
+            self.decision_log.close()
         if self.layer_planner is not None:
             self.layer_planner.close()
         super().shutdown()

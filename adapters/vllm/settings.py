@@ -34,6 +34,15 @@ ROTATION_KEYS = ("variant", "preempt_slack_tbts", "resume_slack_tbts", "lost_sla
 PIPELINED = "pipelined"
 SYNCHRONOUS = "synchronous"
 PLANNING_MODES = (PIPELINED, SYNCHRONOUS)
+# When a plan's order of the waiting queue is applied: "with-preemption",
+# only in a step where the plan also preempts (the requests it makes room
+# for go first; otherwise vLLM's own order, since moving a request that
+# fits ahead of an older one that does not measured worse than vLLM's
+# first-come-first-served on every load tried, docs/adapters.md);
+# "always", whenever the plan prioritizes anything.
+REORDER_WITH_PREEMPTION = "with-preemption"
+REORDER_ALWAYS = "always"
+REORDER_MODES = (REORDER_WITH_PREEMPTION, REORDER_ALWAYS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +68,13 @@ class PlannerSettings:
     # tls_cert, tls_key, auth_token_file; the token also from
     # $PLANNER_AUTH_TOKEN), as for `planner call`.
     security: ChannelSecurity = field(default_factory=ChannelSecurity)
+    # False: plans are asked for (and logged) but never applied, every step
+    # is vLLM's own (what the adapter costs without what it decides).
+    apply_plans: bool = True
+    reorder: str = REORDER_WITH_PREEMPTION
+    # A file that gets one JSON line per step with requests waiting
+    # (decision_log.py); None: no log.
+    decision_log: str | None = None
 
     @classmethod
     def from_additional_config(cls, additional: Any) -> PlannerSettings:
@@ -75,6 +91,9 @@ class PlannerSettings:
             "layer_offload",
             "rotation",
             "planning",
+            "apply_plans",
+            "reorder",
+            "decision_log",
             *SECURITY_KEYS,
         }
         unknown = sorted(set(raw) - known)
@@ -93,6 +112,15 @@ class PlannerSettings:
                 f"additional_config.{CONFIG_KEY}.planning: one of {', '.join(PLANNING_MODES)}, "
                 f"got {planning!r}"
             )
+        apply_plans = raw.get("apply_plans", True)
+        if not isinstance(apply_plans, bool):
+            raise ValueError(f"additional_config.{CONFIG_KEY}.apply_plans: must be true or false")
+        reorder = raw.get("reorder", REORDER_WITH_PREEMPTION)
+        if reorder not in REORDER_MODES:
+            raise ValueError(
+                f"additional_config.{CONFIG_KEY}.reorder: one of {', '.join(REORDER_MODES)}, "
+                f"got {reorder!r}"
+            )
         paths = {key: _path(raw, key) for key in SECURITY_KEYS}
         security = ChannelSecurity.from_settings(
             target, **paths, where=f"additional_config.{CONFIG_KEY}"
@@ -108,6 +136,9 @@ class PlannerSettings:
             else None,
             rotation=_rotation(raw["rotation"]) if "rotation" in raw else None,
             security=security,
+            apply_plans=apply_plans,
+            reorder=reorder,
+            decision_log=_path(raw, "decision_log"),
         )
 
 

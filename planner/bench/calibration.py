@@ -363,6 +363,10 @@ def server_config(
             "slo_ttft_s": settings.slo_ttft_s,
             "slo_tbt_s": settings.slo_tbt_s,
             "deadline_ms": settings.deadline_ms,
+            # The replay applies every plan's order, as the adapter does with
+            # this setting (its default applies a plan only with preemptions
+            # and asks only when a victim exists).
+            "reorder": "always",
         }
     return VllmServerConfig(
         model_dir=model_dir,

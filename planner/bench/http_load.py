@@ -57,6 +57,49 @@ class BurstyLoad:
         return sorted(out, key=lambda r: (r.send_at_s, r.id))
 
 
+@dataclass(frozen=True, slots=True)
+class LongDecodesLoad:
+    """Lasting KV pressure: num_long requests with long prompts and long
+    outputs arrive first and hold most of the KV while they decode; then
+    num_short short requests arrive one every short_gap_s from short_start_s
+    and queue behind them (prompt words and output tokens drawn uniformly,
+    seeded)."""
+
+    num_long: int = 4
+    long_prompt_words: tuple[int, int] = (280, 320)
+    long_output_tokens: tuple[int, int] = (440, 520)
+    num_short: int = 60
+    short_start_s: float = 1.0
+    short_gap_s: float = 0.2
+    short_prompt_words: tuple[int, int] = (30, 60)
+    short_output_tokens: tuple[int, int] = (16, 32)
+    seed: int = 0
+
+    def requests(self) -> list[LoadRequest]:
+        rng = random.Random(self.seed)
+        out: list[LoadRequest] = []
+        for i in range(self.num_long):
+            out.append(
+                LoadRequest(
+                    id=f"long-{i}",
+                    send_at_s=0.05 * i,
+                    prompt=prompt_text(rng.randint(*self.long_prompt_words), self.seed * 7919 + i),
+                    max_tokens=rng.randint(*self.long_output_tokens),
+                )
+            )
+        for i in range(self.num_short):
+            n = len(out)
+            out.append(
+                LoadRequest(
+                    id=f"short-{i}",
+                    send_at_s=self.short_start_s + i * self.short_gap_s,
+                    prompt=prompt_text(rng.randint(*self.short_prompt_words), self.seed * 7919 + n),
+                    max_tokens=rng.randint(*self.short_output_tokens),
+                )
+            )
+        return sorted(out, key=lambda r: (r.send_at_s, r.id))
+
+
 @dataclass(slots=True)
 class RequestRecord:
     id: str
@@ -105,7 +148,9 @@ async def _one(
         "stream_options": {"include_usage": True},
     }
     try:
-        async with session.post(f"{url}/v1/completions", json=body) as response:
+        # vLLM names the request after this header (engine logs then match).
+        headers = {"X-Request-Id": request.id}
+        async with session.post(f"{url}/v1/completions", json=body, headers=headers) as response:
             if response.status != 200:
                 record.error = f"HTTP {response.status}: {(await response.text())[:200]}"
                 return record

@@ -38,6 +38,13 @@ NOW_S = 1000.0
 
 def snapshot(num_requests: int, seed: int = 0) -> rotation_pb2.PlanRotationRequest:
     """A quarter running, the rest waiting: a vLLM step under KV pressure."""
+    return build_rotation_request(*snapshot_views(num_requests, seed))
+
+
+def snapshot_views(
+    num_requests: int, seed: int = 0
+) -> tuple[list[EngineRequestView], PoolSizes, float]:
+    """What snapshot() is built from: the views, the pools and the time."""
     rng = random.Random(seed)
     views = []
     for i in range(num_requests):
@@ -56,7 +63,7 @@ def snapshot(num_requests: int, seed: int = 0) -> rotation_pb2.PlanRotationReque
                 last_token_s=NOW_S - 0.05 if running else None,
             )
         )
-    return build_rotation_request(views, PoolSizes(3, 32, 4096), NOW_S)
+    return views, PoolSizes(3, 32, 4096), NOW_S
 
 
 def measure(

@@ -29,7 +29,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from planner.adapters.common.counters import LATENCY_BUCKETS_S
-from planner.bench.http_load import BurstyLoad, RequestRecord, run_load
+from planner.bench.http_load import BurstyLoad, LongDecodesLoad, RequestRecord, run_load
 from planner.bench.machine import describe, describe_commit, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.server_process import ServerProcess
@@ -41,12 +41,30 @@ SECTION = "vllm-plugin"
 # is asked for (additional_config.planner.planning), and whether the swap
 # connector is on (off: every preemption, the planner's and vLLM's, is by
 # recompute, vLLM's own way; the planner's counters are then not on /metrics).
-PLUGIN_CONFIGS = {
-    "grpc": ("grpc", "pipelined", True),
-    "grpc-sync": ("grpc", "synchronous", True),
-    "in-process": ("in-process", "pipelined", True),
-    "in-process-sync": ("in-process", "synchronous", True),
-    "in-process-recompute": ("in-process", "pipelined", False),
+# Each: where the planner runs, the planning mode, whether the swap
+# connector is on, and other adapter settings. *-observe: plans asked for
+# and logged, never applied (the adapter's cost without its decisions);
+# *-reorder-always: the plan's order of the waiting queue applied at every
+# step, not only with its preemptions (the adapter before that rule).
+PLUGIN_CONFIGS: dict[str, tuple[str, str, bool, dict[str, Any]]] = {
+    "grpc": ("grpc", "pipelined", True, {}),
+    "grpc-sync": ("grpc", "synchronous", True, {}),
+    "in-process": ("in-process", "pipelined", True, {}),
+    "in-process-sync": ("in-process", "synchronous", True, {}),
+    "in-process-recompute": ("in-process", "pipelined", False, {}),
+    "in-process-observe": ("in-process", "pipelined", True, {"apply_plans": False}),
+    "grpc-observe": ("grpc", "pipelined", True, {"apply_plans": False}),
+    "in-process-reorder-always": ("in-process", "pipelined", True, {"reorder": "always"}),
+    "grpc-reorder-always": ("grpc", "pipelined", True, {"reorder": "always"}),
+    # Victims need 20 TBT SLOs of TPOT slack instead of the planner's 160:
+    # rotation starts while long decodes are still young.
+    "grpc-slack-20": ("grpc", "pipelined", True, {"rotation": {"preempt_slack_tbts": 20}}),
+    "in-process-slack-20": (
+        "in-process",
+        "pipelined",
+        True,
+        {"rotation": {"preempt_slack_tbts": 20}},
+    ),
 }
 CONFIGS = ("plain", *PLUGIN_CONFIGS)
 # vLLM's CPU backend reserves an extra core for any KV connector; this one
@@ -59,7 +77,7 @@ class LoadCase:
     name: str
     # KV blocks of 32 tokens.
     num_gpu_blocks: int
-    load: BurstyLoad
+    load: BurstyLoad | LongDecodesLoad
     what: str
     # The TTFT SLO of this load (judged and sent to the planner); None:
     # --slo-ttft-s.
@@ -78,6 +96,15 @@ LOADS = {
         64,
         BurstyLoad(num_bursts=4, burst_size=50, burst_gap_s=5.0),
         "the same 200 requests on 2k tokens of KV (the e2e test's load)",
+    ),
+    "long-decodes": LoadCase(
+        "long-decodes",
+        64,
+        LongDecodesLoad(),
+        "4 long requests (about 410 prompt tokens, 440-520 output tokens) holding most of "
+        "2k tokens of KV while 60 short ones (30-60 words, 16-32 tokens) arrive one every "
+        "0.2 s from 1 s on",
+        slo_ttft_s=1.0,
     ),
 }
 
@@ -215,12 +242,17 @@ def run_one(
     }
     swap = on
     if on:
-        where, planning, swap = PLUGIN_CONFIGS[config]
+        where, planning, swap, extra = PLUGIN_CONFIGS[config]
         planner["planning"] = planning
+        planner.update(extra)
+        if args.decision_log:
+            planner["decision_log"] = str(
+                (log_dir / f"{case.name}-{config}-{repeat}.decisions.jsonl").resolve()
+            )
         if where == "grpc":
             planner["target"] = planner_target
         if args.rotation is not None:
-            planner["rotation"] = args.rotation
+            planner["rotation"] = {**planner.get("rotation", {}), **args.rotation}
     server_config = VllmServerConfig(
         model_dir=model_dir,
         port=port,
@@ -254,6 +286,10 @@ def run_one(
     outputs = {r.id: r.text for r in records}
     (log_dir / f"{case.name}-{config}-{repeat}.outputs.json").write_text(
         json.dumps(outputs), encoding="utf-8"
+    )
+    timings = {r.id: {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s} for r in records}
+    (log_dir / f"{case.name}-{config}-{repeat}.timings.json").write_text(
+        json.dumps(timings), encoding="utf-8"
     )
     return result
 
@@ -362,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--port", type=int, help="vLLM's port (default: a free one for each server)"
+    )
+    parser.add_argument(
+        "--decision-log",
+        action="store_true",
+        help="each plugin run logs every step's plan and vLLM's own order (*.decisions.jsonl)",
     )
     parser.add_argument("--python", default=sys.executable, help="the engine environment's")
     parser.add_argument("--markdown", type=Path, help="write the table into this file's section")

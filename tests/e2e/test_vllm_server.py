@@ -96,7 +96,10 @@ def test_plugin_over_grpc_survives_the_planner_dying(
     planner_port = free_port()
     planner = ServerProcess("--port", str(planner_port))
     try:
-        config = _config(tiny_model, {"target": f"127.0.0.1:{planner_port}", "deadline_ms": 5})
+        # Every step with requests waiting asks the planner (with the
+        # default reorder rule, only steps with a possible victim do).
+        settings = {"target": f"127.0.0.1:{planner_port}", "deadline_ms": 5, "reorder": "always"}
+        config = _config(tiny_model, settings)
         with VllmServer(config, log_path=tmp_path / "vllm.log") as server:
             log = server.log_text()
             assert "planner adapter on: PlannerSyncScheduler" in log
@@ -134,8 +137,15 @@ def test_plugin_over_grpc_survives_the_planner_dying(
 def test_plugin_in_process_synchronous_gives_the_same_outputs(
     tiny_model: Path, plain_outputs: dict[str, str], tmp_path: Path
 ) -> None:
-    # The other planning mode: each step asks and waits.
-    config = _config(tiny_model, {"deadline_ms": 5, "planning": "synchronous"})
+    # The other planning mode: each step asks and waits. The default reorder
+    # rule (plans applied with their preemptions), with victims from 20 TBT
+    # SLOs of TPOT slack on (the planner's 160 are rarely reached here).
+    settings = {
+        "deadline_ms": 5,
+        "planning": "synchronous",
+        "rotation": {"preempt_slack_tbts": 20},
+    }
+    config = _config(tiny_model, settings)
     with VllmServer(config, log_path=tmp_path / "vllm.log") as server:
         assert "planner in process (deadline 5.0 ms, synchronous)" in server.log_text()
         records = _run(server, tiny_model)

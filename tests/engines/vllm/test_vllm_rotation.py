@@ -7,6 +7,8 @@ is stuck."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from . import SKIP_REASON
@@ -135,7 +137,9 @@ def test_pipelined_plan_applies_at_the_next_step_unless_stale(engine):
     """The plan sent after one step is what the next step carries out; when
     a request it admits has gone meanwhile (aborted here), that step is
     vLLM's own, counted as stale-plan, and nothing else is lost."""
-    run = engine({"deadline_ms": 10_000, "rotation": {"variant": "lvf-paper"}, **SLO})
+    run = engine(
+        {"deadline_ms": 10_000, "rotation": {"variant": "lvf-paper"}, "reorder": "always", **SLO}
+    )
     _load(run)
     aborted = None
     applied = 0
@@ -183,3 +187,58 @@ def test_plan_order_is_the_waiting_queue_order(engine):
     scheduler.waiting.remove_requests(first)
     scheduler.put_first(first)
     assert [r.request_id for r in scheduler.waiting] == ["r4", "r1", "r3", "r0", "r2", "r5"]
+
+
+def test_a_plan_that_preempts_nothing_leaves_vllms_order(engine, tmp_path):
+    """By default a plan's order is applied only with its preemptions: a step
+    whose plan only prioritizes admits exactly what vLLM's own order does
+    (the head of its waiting queue), and the decision log says so."""
+    log = tmp_path / "decisions.jsonl"
+    run = engine(
+        {
+            "deadline_ms": 10_000,
+            "planning": "synchronous",
+            "rotation": {"variant": "lvf-paper"},
+            "decision_log": str(log),
+            **SLO,
+        }
+    )
+    _load(run)
+    run.run()
+    _assert_all_finished_once(run)
+    steps = [json.loads(line) for line in log.read_text().splitlines()]
+    kept = [s for s in steps if s["applied"] == "engine-order"]
+    applied = [s for s in steps if s["applied"] == "applied"]
+    assert kept, "no plan prioritized without preempting"
+    for step in kept:
+        assert step["prioritized"] and not step["plan_preempted"]
+        # (new requests listed before resumed ones)
+        assert set(step["admitted"]) == set(step["engine_order"][: len(step["admitted"])])
+    for step in applied:
+        assert step["plan_preempted"]
+        assert set(step["plan_preempted"]) <= set(step["preempted"])
+        if step["prioritized"]:
+            assert step["prioritized"][0] in step["admitted"]
+    assert {s["applied"] for s in steps} <= {"engine-order", "applied", "fcfs", "none"}
+
+
+def test_no_call_while_no_running_request_could_be_a_victim(engine, tmp_path):
+    """The default `lvf` preempts only requests with 160 TBTs of TPOT slack
+    or a lost TPOT SLO: while no running request is one, the step is vLLM's
+    own and the planner is not asked."""
+    log = tmp_path / "decisions.jsonl"
+    run = engine(
+        {"deadline_ms": 10_000, "planning": "synchronous", "decision_log": str(log), **SLO}
+    )
+    _load(run)
+    run.run()
+    _assert_all_finished_once(run)
+    steps = [json.loads(line) for line in log.read_text().splitlines()]
+    skipped = [s for s in steps if s["applied"] == "no-victim"]
+    asked = [s for s in steps if s["applied"] != "no-victim"]
+    assert skipped
+    for step in skipped:
+        assert step["prioritized"] is None
+        # (new requests listed before resumed ones)
+        assert set(step["admitted"]) == set(step["engine_order"][: len(step["admitted"])])
+    assert run.scheduler.planner_counters.snapshot().calls == len(asked)

@@ -1,0 +1,1 @@
+from adapters.common.victim_gate import *  # noqa: F403
