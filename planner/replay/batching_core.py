@@ -40,6 +40,10 @@ from planner.replay.state import IntArray, Phase, RequestColumns, start_candidat
 from planner.replay.tokens import TokenTimes
 from planner.trace.records import TraceRequest
 
+# Plain ints: comparing with an enum member costs an attribute lookup each time.
+_QUEUED = int(Phase.QUEUED)
+_ROTARY = int(Phase.ROTARY)
+
 
 def never_fits(requests: RequestColumns, gpu_blocks: int, block_size: int) -> npt.NDArray[np.bool_]:
     """Which requests are rejected on arrival: those whose KV at the last
@@ -168,22 +172,26 @@ class BatchingCore:
         cfg = self.config
         s = self.state
         s.start_running(self.now_s)
-        plan = self.scheduler.plan(
-            EngineView(
-                now_s=self.now_s,
-                requests=self.requests,
-                queued=s.queued.rows,
-                running=s.running.rows,
-                rotary=s.rotary.rows,
-                free_gpu_blocks=s.free_gpu,
-                free_cpu_blocks=s.free_cpu,
-                block_size_tokens=cfg.block_size_tokens,
-                last_iteration_s=self._last_iteration_s,
-                max_batched_tokens=cfg.max_batched_tokens,
-                free_slots=cfg.max_running - len(s.running.rows) - len(s.in_transit.rows),
+        if self.scheduler.idle_unless_waiting and not (len(s.queued.rows) or len(s.rotary.rows)):
+            # Nobody waits: such a scheduler has nothing to say.
+            d2h_blocks = h2d_blocks = 0
+        else:
+            plan = self.scheduler.plan(
+                EngineView(
+                    now_s=self.now_s,
+                    requests=self.requests,
+                    queued=s.queued.rows,
+                    running=s.running.rows,
+                    rotary=s.rotary.rows,
+                    free_gpu_blocks=s.free_gpu,
+                    free_cpu_blocks=s.free_cpu,
+                    block_size_tokens=cfg.block_size_tokens,
+                    last_iteration_s=self._last_iteration_s,
+                    max_batched_tokens=cfg.max_batched_tokens,
+                    free_slots=cfg.max_running - len(s.running.rows) - len(s.in_transit.rows),
+                )
             )
-        )
-        d2h_blocks, h2d_blocks = self._apply(plan)
+            d2h_blocks, h2d_blocks = self._apply(plan)
         held = s.held_back(self.now_s) if s.not_before_s else None
         if held is not None and len(held):
             everyone = s.running.rows
@@ -296,7 +304,7 @@ class BatchingCore:
                 if in_order:
                     break
                 continue
-            if was == Phase.QUEUED:
+            if was == _QUEUED:
                 if prefill_room is None:
                     prefill_room = self._prefill_room()
                 if prefill_room <= 0:
@@ -306,7 +314,7 @@ class BatchingCore:
                 prefill_room -= int(r.prefill_target[row] - r.kv_tokens[row])
                 admitted.append(row)
                 admitted_needs.append(need)
-            elif was == Phase.ROTARY:
+            elif was == _ROTARY:
                 resumed.append(row)
                 resumed_needs.append(need)
             else:

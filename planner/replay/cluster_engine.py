@@ -532,28 +532,30 @@ class ClusterEngine:
     # --- one iteration (a round for a group) -------------------------------------
 
     def _check(self, unit: _Unit) -> None:
-        if unit.free() < 0 or unit.used < 0:
+        free = unit.core.state.free_gpu
+        if free < 0 or unit.capacity - free - unit.reserved < 0:
             self.stats.over_capacity += 1
 
     def _step(self, unit: _Unit, now: float) -> None:
         """The unit's core runs one iteration (a group: one round) from now."""
         core = unit.core
+        s = core.state
         core.now_s = now
+        finished = s.finished
         batch = core._iteration()
         self._check(unit)
         if not (batch.prefill_tokens or batch.decode_tokens):
-            held = core.state.not_before_s
-            if held and len(unit.running):  # requests still finishing elsewhere
+            held = s.not_before_s
+            if held and len(s.running.rows):  # requests still finishing elsewhere
                 unit.busy_until = min(held.values())
                 self._wake(unit, now)
             else:
                 unit.busy_until = now
             return
         self._iterations += 1
-        emitted = batch.emitting
-        self._pending -= int(np.count_nonzero(self.requests.phase[emitted] == Phase.FINISHED))
+        self._pending -= s.finished - finished
         unit.busy_until = core.now_s
-        if len(unit.running) or len(unit.waiting):
+        if len(s.running.rows) or len(s.queued.rows):
             self._wake(unit, core.now_s)
 
     def _round_s(self, unit: _Unit, batch: Batch) -> float:

@@ -62,6 +62,7 @@ class EngineState:
         self.preemptions = 0
         self.swap_outs = 0
         self.swap_ins = 0
+        self.finished = 0
         self.pinned: set[int] = set()
         self.not_before_s: dict[int, float] = {}
 
@@ -352,6 +353,7 @@ class EngineState:
         r.last_token_s[rows] = now_s
         done = rows[generated >= r.output_tokens[rows]]
         if len(done):
+            self.finished += len(done)
             r.phase[done] = FINISHED
             r.finish_s[done] = now_s
             self.free_gpu += int(r.gpu_blocks[done].sum())
