@@ -13,6 +13,8 @@ import numpy as np
 from planner.replay.engine_state import EngineState
 from planner.replay.state import IntArray
 
+_NONE: IntArray = np.zeros(0, dtype=np.int64)
+
 
 class Batch(NamedTuple):
     prefill_tokens: int
@@ -23,11 +25,26 @@ class Batch(NamedTuple):
     emitting: IntArray
     # Blocks copied out by preemptions while forming the batch.
     preempted_d2h_blocks: int
+    # The prefilling requests' rows and their chunks, in order (the first
+    # decode_tokens of emitting are the decoding requests).
+    prefill_rows: IntArray
+    prefill_chunks: IntArray
+
+    def prefill_attention_pairs(self, kv_tokens: IntArray) -> int:
+        """Causal attention pairs of the prefill chunks: each chunk's tokens
+        attend to the KV before it and to the chunk's tokens up to their own.
+        kv_tokens: the requests' KV after the batch."""
+        chunk = self.prefill_chunks
+        before = kv_tokens[self.prefill_rows] - chunk
+        return int((chunk * before + chunk * (chunk + 1) // 2).sum())
 
 
-def form_batch(state: EngineState, budget: int, now_s: float, swaps: bool) -> Batch:
-    """Decodes first, then prefill chunks; swaps: whether a preemption for a
-    block swaps (else it recomputes).
+def form_batch(
+    state: EngineState, budget: int, now_s: float, swaps: bool, max_chunk: int | None = None
+) -> Batch:
+    """Decodes first, then prefill chunks (of at most max_chunk tokens each,
+    when given); swaps: whether a preemption for a block swaps (else it
+    recomputes).
 
     The decodes go all at once up to the first that finds no free block; that
     one preempts for it, then the rest go on the same way. Preemptions take
@@ -84,9 +101,9 @@ def form_batch(state: EngineState, budget: int, now_s: float, swaps: bool) -> Ba
         start += stop + 1
     emitting = decoders[0] if len(decoders) == 1 else np.concatenate(decoders)
     if not pending:
-        return Batch(0, decode_tokens, context, emitting, copied)
-    prefill, prefill_context, done = _prefill(
-        state, _joined(pending), _joined(pending_left), budget, now_s
+        return Batch(0, decode_tokens, context, emitting, copied, _NONE, _NONE)
+    prefill, prefill_context, done, rows, chunks = _prefill(
+        state, _joined(pending), _joined(pending_left), budget, now_s, max_chunk=max_chunk
     )
     return Batch(
         prefill_tokens=prefill,
@@ -94,6 +111,8 @@ def form_batch(state: EngineState, budget: int, now_s: float, swaps: bool) -> Ba
         context_tokens=context + prefill_context,
         emitting=np.concatenate((emitting, done)) if len(done) else emitting,
         preempted_d2h_blocks=copied,
+        prefill_rows=rows,
+        prefill_chunks=chunks,
     )
 
 
@@ -102,20 +121,29 @@ def _joined(parts: list[IntArray]) -> IntArray:
 
 
 def _prefill(
-    state: EngineState, rows: IntArray, left: IntArray, budget: int, now_s: float
-) -> tuple[int, int, IntArray]:
+    state: EngineState,
+    rows: IntArray,
+    left: IntArray,
+    budget: int,
+    now_s: float,
+    *,
+    max_chunk: int | None,
+) -> tuple[int, int, IntArray, IntArray, IntArray]:
     """Chunks of what is left of the budget for prefilling rows (left tokens
     to go each), in order. Returns prefill tokens, their requests' KV after
-    it, and the rows whose prefill completes (they emit). The budget runs out
-    after a few prompts, so request by request."""
+    it, the rows whose prefill completes (they emit), and the rows that took
+    a chunk with their chunks. The budget runs out after a few prompts, so
+    request by request."""
     r = state.requests
     prefix = state.prefix
     prefill = context = 0
     done: list[int] = []
+    chunks: list[int] = []
+    cap = budget if max_chunk is None else max_chunk
     for row, to_go in zip(rows.tolist(), left.tolist(), strict=True):
         if budget <= 0:
             break
-        chunk = min(to_go, budget)
+        chunk = min(to_go, budget, cap)
         kv = int(r.kv_tokens[row]) + chunk
         r.kv_tokens[row] = kv
         if prefix is not None:
@@ -124,6 +152,13 @@ def _prefill(
         budget -= chunk
         prefill += chunk
         context += kv
+        chunks.append(chunk)
         if chunk == to_go:
             done.append(row)
-    return prefill, context, np.array(done, dtype=np.int64)
+    return (
+        prefill,
+        context,
+        np.array(done, dtype=np.int64),
+        rows[: len(chunks)],
+        np.array(chunks, dtype=np.int64),
+    )

@@ -23,18 +23,41 @@ once (planner.replay.batch).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from planner.domain.requests import Slo
-from planner.replay.batch import form_batch
+from planner.replay.batch import Batch, form_batch
 from planner.replay.engine_state import EngineState
-from planner.replay.models import IterationCost, TransferCost
+from planner.replay.models import AttentionPairsCost, IterationCost, TransferCost
 from planner.replay.prefix_cache import PrefixCache
-from planner.replay.records import TimelineSample
+from planner.replay.records import RequestOutcome, TimelineSample
 from planner.replay.schedulers import EngineView, SchedulePlan, Scheduler
 from planner.replay.state import IntArray, Phase, RequestColumns, start_candidates
+from planner.replay.tokens import TokenTimes
+from planner.trace.records import TraceRequest
+
+# Plain ints: comparing with an enum member costs an attribute lookup each time.
+_QUEUED = int(Phase.QUEUED)
+_ROTARY = int(Phase.ROTARY)
+
+
+def never_fits(requests: RequestColumns, gpu_blocks: int, block_size: int) -> npt.NDArray[np.bool_]:
+    """Which requests are rejected on arrival: those whose KV at the last
+    token (prompt plus output minus one tokens) needs more blocks than the
+    whole GPU pool, which could never finish, and those whose prompt does not
+    fit with one block to spare."""
+    r = requests
+    most = np.maximum(
+        -(-(r.prompt_tokens + r.output_tokens - 1) // block_size),
+        -(-r.prompt_tokens // block_size) + 1,
+    )
+    fits_not: npt.NDArray[np.bool_] = most > gpu_blocks
+    return fits_not
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,26 +81,85 @@ class EngineConfig:
     # standing for prefix_block_tokens tokens (planner.replay.prefix_cache).
     prefix_cache: bool = False
     prefix_block_tokens: int = 512
+    # Options for topologies wiring several cores: a prefill chunk takes at
+    # most this many tokens (None: the budget); an iteration with nothing to
+    # compute or copy takes no time and is not counted (else it takes the
+    # cost model's time of an empty batch); a timeline sample per iteration.
+    max_chunk_tokens: int | None = None
+    skips_empty_iterations: bool = False
+    records_timeline: bool = True
+
+
+def request_outcomes(
+    requests: RequestColumns,
+    trace: Sequence[TraceRequest],
+    tokens: TokenTimes,
+    slo: Slo,
+    cached_tokens: Sequence[int] | None = None,
+) -> list[RequestOutcome]:
+    """Each request's outcome (row i is trace[i]); slo: the default SLOs of
+    requests that name none; cached_tokens: each request's prompt tokens the
+    prefix cache held at its first start (none: no cache)."""
+    r = requests
+    cached = cached_tokens if cached_tokens is not None else [0] * len(r)
+    return [
+        RequestOutcome(
+            id=id,
+            arrival_s=t.arrival_s,
+            prompt_tokens=t.prompt_tokens,
+            output_tokens=t.output_tokens,
+            slo_ttft_s=t.slo_ttft_s if t.slo_ttft_s is not None else slo.ttft_s,
+            slo_tbt_s=t.slo_tbt_s if t.slo_tbt_s is not None else slo.tbt_s,
+            token_times_s=times,
+            finish_s=None if math.isnan(finish) else finish,
+            preemptions=preemptions,
+            swap_outs=swap_outs,
+            swap_ins=swap_ins,
+            recomputed_tokens=recomputed,
+            cached_tokens=hit,
+        )
+        for id, t, times, finish, preemptions, swap_outs, swap_ins, recomputed, hit in zip(
+            r.ids,
+            trace,
+            tokens.per_request(r.generated),
+            r.finish_s.tolist(),
+            r.preemptions.tolist(),
+            r.swap_outs.tolist(),
+            r.swap_ins.tolist(),
+            r.recomputed_tokens.tolist(),
+            cached,
+            strict=True,
+        )
+    ]
 
 
 class BatchingCore:
     """One engine's requests, KV pools, scheduler, cost and link, its clock
     and its run's counters; _iteration runs one iteration from now_s (the
-    topology that wires the core calls it)."""
+    topology that wires the core calls it).
+
+    pairs_cost, when given, times the iterations in place of cost and also
+    charges the prefill chunks' causal attention pairs. link may be None for
+    an engine that never copies KV (a recompute-only scheduler without eager
+    copies). tokens: token times shared with other cores over the same
+    request columns."""
 
     def __init__(
         self,
         config: EngineConfig,
         scheduler: Scheduler,
         cost: IterationCost,
-        link: TransferCost,
+        link: TransferCost | None,
         requests: RequestColumns,
         *,
         prefix: PrefixCache | None = None,
+        pairs_cost: AttentionPairsCost | None = None,
+        tokens: TokenTimes | None = None,
     ) -> None:
         self.config = config
         self.scheduler = scheduler
         self.cost = cost
+        self.pairs_cost = pairs_cost
         self.link = link
         self.requests = requests
         self.prefix = prefix
@@ -86,7 +168,8 @@ class BatchingCore:
             config.gpu_kv_blocks,
             config.cpu_kv_blocks,
             config.block_size_tokens,
-            prefix,
+            prefix=prefix,
+            tokens=tokens,
         )
         self.now_s = 0.0
         self.timeline: list[TimelineSample] = []
@@ -99,39 +182,57 @@ class BatchingCore:
 
     # -- one iteration ------------------------------------------------------
 
-    def _iteration(self) -> None:
-        """One iteration from now_s; now_s moves to its end."""
+    def _iteration(self) -> Batch:
+        """One iteration from now_s; now_s moves to its end (unless it was
+        empty and the config skips empty iterations). Returns its batch."""
         cfg = self.config
         s = self.state
         s.start_running(self.now_s)
-        plan = self.scheduler.plan(
-            EngineView(
-                now_s=self.now_s,
-                requests=self.requests,
-                queued=s.queued.rows,
-                running=s.running.rows,
-                rotary=s.rotary.rows,
-                free_gpu_blocks=s.free_gpu,
-                free_cpu_blocks=s.free_cpu,
-                block_size_tokens=cfg.block_size_tokens,
-                last_iteration_s=self._last_iteration_s,
-                max_batched_tokens=cfg.max_batched_tokens,
-                free_slots=cfg.max_running - len(s.running.rows) - len(s.in_transit.rows),
+        if self.scheduler.idle_unless_waiting and not (len(s.queued.rows) or len(s.rotary.rows)):
+            # Nobody waits: such a scheduler has nothing to say.
+            d2h_blocks = h2d_blocks = 0
+        else:
+            plan = self.scheduler.plan(
+                EngineView(
+                    now_s=self.now_s,
+                    requests=self.requests,
+                    queued=s.queued.rows,
+                    running=s.running.rows,
+                    rotary=s.rotary.rows,
+                    free_gpu_blocks=s.free_gpu,
+                    free_cpu_blocks=s.free_cpu,
+                    block_size_tokens=cfg.block_size_tokens,
+                    last_iteration_s=self._last_iteration_s,
+                    max_batched_tokens=cfg.max_batched_tokens,
+                    free_slots=cfg.max_running - len(s.running.rows) - len(s.in_transit.rows),
+                )
             )
+            d2h_blocks, h2d_blocks = self._apply(plan)
+        held = s.held_back(self.now_s) if s.not_before_s else None
+        if held is not None and len(held):
+            everyone = s.running.rows
+            s.running.rows = everyone[~np.isin(everyone, held)]
+        batch = form_batch(
+            s, cfg.max_batched_tokens, self.now_s, self.scheduler.swaps, cfg.max_chunk_tokens
         )
-        d2h_blocks, h2d_blocks = self._apply(plan)
-        batch = form_batch(s, cfg.max_batched_tokens, self.now_s, self.scheduler.swaps)
+        if held is not None and len(held):
+            # Back in their places (finished ones leave at emit, below).
+            s.running.rows = everyone[self.requests.phase[everyone] == Phase.RUNNING]
         d2h_blocks += batch.preempted_d2h_blocks
-        compute_s = self.cost.iteration_time_s(
-            batch.prefill_tokens, batch.decode_tokens, batch.context_tokens
-        )
         d2h_bytes = d2h_blocks * cfg.block_bytes
         h2d_bytes = h2d_blocks * cfg.block_bytes
-        transfer_s = (
-            self.link.transfer_time_s(d2h_bytes, h2d_bytes, cfg.block_bytes)
-            if d2h_bytes or h2d_bytes
-            else 0.0
-        )
+        if (
+            cfg.skips_empty_iterations
+            and not (batch.prefill_tokens or batch.decode_tokens)
+            and not (d2h_bytes or h2d_bytes)
+        ):
+            return batch
+        compute_s = self._compute_s(batch)
+        transfer_s = 0.0
+        if d2h_bytes or h2d_bytes:
+            if self.link is None:
+                raise ValueError("this engine has no link to copy KV over")
+            transfer_s = self.link.transfer_time_s(d2h_bytes, h2d_bytes, cfg.block_bytes)
         stall_s = max(transfer_s - compute_s, 0.0)
         self.now_s += compute_s + stall_s
         self._last_iteration_s = compute_s
@@ -143,6 +244,8 @@ class BatchingCore:
         self._peak_gpu = max(self._peak_gpu, cfg.gpu_kv_blocks - s.free_gpu)
         if len(batch.emitting):
             s.emit(batch.emitting, self.now_s)
+        if not cfg.records_timeline:
+            return batch
         self.timeline.append(
             TimelineSample(
                 time_s=self.now_s,
@@ -156,6 +259,22 @@ class BatchingCore:
                 prefill_tokens=batch.prefill_tokens,
                 decode_tokens=batch.decode_tokens,
             )
+        )
+        return batch
+
+    def _compute_s(self, batch: Batch) -> float:
+        """Seconds the batch computes."""
+        if self.pairs_cost is not None:
+            return self.pairs_cost.iteration_time_s(
+                batch.prefill_tokens,
+                batch.decode_tokens,
+                batch.context_tokens,
+                batch.prefill_attention_pairs(self.requests.kv_tokens)
+                if len(batch.prefill_rows)
+                else 0,
+            )
+        return self.cost.iteration_time_s(
+            batch.prefill_tokens, batch.decode_tokens, batch.context_tokens
         )
 
     # -- carrying out a plan ------------------------------------------------
@@ -202,7 +321,7 @@ class BatchingCore:
                 if in_order:
                     break
                 continue
-            if was == Phase.QUEUED:
+            if was == _QUEUED:
                 if prefill_room is None:
                     prefill_room = self._prefill_room()
                 if prefill_room <= 0:
@@ -212,7 +331,7 @@ class BatchingCore:
                 prefill_room -= int(r.prefill_target[row] - r.kv_tokens[row]) - cached
                 admitted.append(row)
                 admitted_needs.append(need)
-            elif was == Phase.ROTARY:
+            elif was == _ROTARY:
                 resumed.append(row)
                 resumed_needs.append(need)
             else:

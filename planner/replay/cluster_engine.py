@@ -3,16 +3,23 @@ least-loaded dispatcher (DESIGN.md §3.3, §4; KunServe and its baselines).
 
 Model (simulated time; deterministic, and random only through seeded noise):
 
-- **Instance**: an iteration-level continuous batcher with chunked prefill
-  (``max_batched_tokens`` per iteration), at most ``max_running`` requests,
-  paged KV in blocks of ``block_size`` tokens, a KV capacity of its own (the
-  HBM the full replica leaves). Admission is FCFS without skipping: the head
-  of the queue joins when its prompt (plus one decode token) fits. A decode
-  that needs a new block when none is free preempts the most recently
-  admitted request (recompute, vLLM's default: its KV is freed, it goes back
-  to the queue's head and prefills prompt + generated tokens again). The
-  iteration time is the profile's cost model
-  ``iteration_time_s(prefill, decode, attended context, causal pairs)``.
+- **Instance**: a batching core (planner.replay.batching_core, the single
+  engine's: continuous batching with chunked prefill, ``max_batched_tokens``
+  per iteration, at most ``max_running`` requests, paged KV in blocks of
+  ``block_size`` tokens) over a KV region of its own (the HBM the full
+  replica leaves), with the fcfs scheduler. Admission is in queue order
+  without skipping: the head joins while its prompt's blocks fit and the
+  iteration's token budget has room for its prefill. A decode that needs a
+  new block when none is free preempts the most recently admitted request
+  not being migrated (the grower itself included; recompute, vLLM's
+  default: its KV is freed, it goes back to the queue's head and prefills
+  prompt + generated tokens again). The iteration time is the profile's cost
+  model ``iteration_time_s(prefill, decode, attended context, causal
+  pairs)`` (the core's pairs option). The cluster is wiring: one set of
+  request columns, one core per unit, requests handed between cores
+  (EngineState.hand_over) when units merge, restore, balance queues or
+  migrate, and the core's two hooks: a request being migrated is pinned
+  (never a victim), and one migrated runs from its last token's time.
 - **Unit**: what the dispatcher sees, one instance or a buddy group. A group
   of g instances holds one replica split into g contiguous layer ranges
   (planner.policies.buddy's plan); its KV capacity is its members' regions
@@ -25,15 +32,17 @@ Model (simulated time; deterministic, and random only through seeded noise):
   inter-instance link; a request gets one token per round, round = g x the
   slowest micro-batch's stage time (each micro-batch passes every stage
   once, so a lone request pays the whole pipeline: bubbles) + (g - 1)
-  activation hops. The chunked-prefill budget is per micro-batch (a chunk is
-  at most ``max_batched_tokens``; g of them per round).
+  activation hops. The unit's core gets a budget of g x
+  ``max_batched_tokens`` per round, a chunk at most ``max_batched_tokens``
+  (one micro-batch's).
 - **Dispatcher** (every policy): a new request goes to a unit whose KV
   demand leaves room for it (demand = allocated blocks + the queued
-  requests' prompt blocks, the paper's "in-processing and head-of-line
-  queuing" count), the one with the fewest queued prompt tokens per
-  instance, then the lowest demand / capacity; when no unit has room, the
-  lowest demand / capacity. (Memory alone would herd a burst onto a freshly
-  merged group, whose capacity jumps while its compute does not.)
+  requests' prompt blocks as the core admits them, the paper's
+  "in-processing and head-of-line queuing" count), the one with the fewest
+  queued prompt tokens per instance, then the lowest demand / capacity;
+  when no unit has room, the lowest demand / capacity. (Memory alone would
+  herd a burst onto a freshly merged group, whose capacity jumps while its
+  compute does not.)
 - **KunServe** (policy ``kunserve``): every ``monitor_interval_s`` each
   lone instance's demand and capacity feed its drop trigger
   (planner.policies.buddy.InstanceMonitor: drop when exhaustion is predicted
@@ -70,8 +79,10 @@ Model (simulated time; deterministic, and random only through seeded noise):
   KunServe's throughput profile stays the model's.
 
 Memory is checked after every change (``over_capacity`` counts violations,
-which would be a bug). Requests whose prompt + output tokens cannot fit one
-instance's region are rejected on arrival (every policy alike).
+which would be a bug). Requests are rejected on arrival by the single
+engine's rule over one instance's region (batching_core.never_fits: the KV
+at the last token, or the prompt with a block to spare, does not fit), every
+policy alike.
 """
 
 from __future__ import annotations
@@ -79,9 +90,10 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from planner.domain.cluster import ClusterInputs, Instance, Strategy, ThroughputProfile
 from planner.domain.requests import Slo
@@ -93,6 +105,13 @@ from planner.policies.buddy import (
     exchange_chunk_bytes,
     plan_buddy_groups,
 )
+from planner.replay.batch import Batch
+from planner.replay.batching_core import (
+    BatchingCore,
+    EngineConfig,
+    never_fits,
+    request_outcomes,
+)
 from planner.replay.cluster_events import (
     ClusterWiring,
     MigrationEnds,
@@ -102,10 +121,14 @@ from planner.replay.cluster_events import (
     UnitSteps,
 )
 from planner.replay.cluster_policies import CLUSTER_POLICIES
+from planner.replay.engine_state import EngineState
 from planner.replay.events import EventLoop
 from planner.replay.models import AttentionPairsCost
 from planner.replay.noise import JitteredAttentionPairsCost
-from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
+from planner.replay.records import ReplayResult, ReplayTotals, TimelineSample
+from planner.replay.schedulers import Fcfs
+from planner.replay.state import IntArray, Phase, RequestColumns, blocks_needed_one
+from planner.replay.tokens import TokenTimes
 from planner.trace.records import TraceRequest
 
 ACTIVATION_BYTES = 2  # bf16 hidden state per token
@@ -114,6 +137,7 @@ NO_PROGRESS_S = 1e6
 # kv-migration moves a request only to an instance this much less loaded
 # (KV demand / capacity).
 MIGRATION_MARGIN = 0.1
+_NONE: IntArray = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,42 +225,46 @@ class ClusterRun:
     stats: ClusterStats
 
 
-@dataclass(slots=True)
-class _Req:
-    out: RequestOutcome
-    prompt: int
-    output: int
-    target: int  # tokens to prefill (prompt, or prompt + generated after a preemption)
-    prefilled: int = 0
-    kv_tokens: int = 0
-    blocks: int = 0
-    admitted_seq: int = 0
-    ready_at: float = 0.0  # time of its last token: no batch may start before it
-    migrating: bool = False
-    victim: bool = False  # decoding by remote attention while its KV moves
+class _UnitCore(BatchingCore):
+    """A unit's batching core: a buddy group's round is timed as its
+    pipeline (ClusterEngine._round_s); a lone instance's iteration as the
+    core times it, with the prefill's causal attention pairs."""
 
-    @property
-    def generated(self) -> int:
-        return len(self.out.token_times_s)
+    def __init__(self, unit: _Unit, engine: ClusterEngine, config: EngineConfig) -> None:
+        super().__init__(
+            config,
+            Fcfs(),
+            engine.cost,
+            None,
+            engine.requests,
+            pairs_cost=engine.cost,
+            tokens=engine.tokens,
+        )
+        self.unit = unit
+        self.engine = engine
+
+    def _compute_s(self, batch: Batch) -> float:
+        if self.unit.size == 1:
+            return super()._compute_s(batch)
+        return self.engine._round_s(self.unit, batch)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Unit:
     uid: int
     members: tuple[int, ...]  # instance indices, pipeline order
     shares: tuple[float, ...]  # layer share of each stage
     capacity: int  # blocks
     base_capacity: int  # blocks of the members' own regions (full replicas)
-    running: list[_Req] = field(default_factory=list)
-    waiting: deque[_Req] = field(default_factory=deque)
-    used: int = 0
+    core: _UnitCore = field(init=False)
     reserved: int = 0  # blocks held for incoming migrations
     busy_until: float = 0.0
     scheduled: bool = False
     alive: bool = True
     formed_at: float = 0.0
     exchange_left: float = 0.0  # bytes still to move on the busiest link
-    exchange_chunk: int = 0
+    # Rows decoding by remote attention while their KV moves (from a merge).
+    victims: set[int] = field(default_factory=set)
     restoring_until: float | None = None
     restore_monitor: RestoreMonitor = field(default_factory=RestoreMonitor)
     last_used: int = 0
@@ -248,14 +276,30 @@ class _Unit:
     def size(self) -> int:
         return len(self.members)
 
+    @property
+    def state(self) -> EngineState:
+        return self.core.state
+
+    @property
+    def used(self) -> int:
+        return self.capacity - self.core.state.free_gpu - self.reserved
+
+    @property
+    def running(self) -> IntArray:
+        return self.core.state.running.rows
+
+    @property
+    def waiting(self) -> IntArray:
+        return self.core.state.queued.rows
+
     def free(self) -> int:
-        return self.capacity - self.used - self.reserved
+        return self.core.state.free_gpu
 
-    def queued_blocks(self, block_size: int) -> int:
-        return sum(-(-(r.target + 1) // block_size) for r in self.waiting)
+    def queued_blocks(self) -> int:
+        return int(self.core.requests.start_blocks[self.waiting].sum())
 
-    def demand(self, block_size: int) -> int:
-        return self.used + self.reserved + self.queued_blocks(block_size)
+    def demand(self) -> int:
+        return self.used + self.reserved + self.queued_blocks()
 
 
 def throughput_profile(
@@ -317,6 +361,9 @@ class ClusterEngine:
             else cost
         )
         self.trace = sorted(trace, key=lambda t: t.arrival_s)
+        # Every unit's core works on these columns (row i is self.trace[i]).
+        self.requests = RequestColumns.from_trace(self.trace, config.slo)
+        self.tokens = TokenTimes(self.requests.output_tokens)
         self.stats = ClusterStats()
         self.units: list[_Unit] = []
         self.unit_of: list[_Unit] = []  # instance index -> its unit
@@ -325,15 +372,13 @@ class ClusterEngine:
         self.monitors: dict[int, InstanceMonitor] = {}
         self._events: EventLoop[ClusterWiring] = EventLoop()
         self._migrations = 0  # migrations started (each one's key)
-        self._admit_seq = 0
         self._uid = 0
         self._pending = 0
         self._iterations = 0
         self._timeline: list[TimelineSample] = []
-        self._reqs: list[_Req] = []
         self.profile = throughput_profile(cost, config, min(config.max_group_size, 64))
         self._last_arrival = self.trace[-1].arrival_s if self.trace else 0.0
-        self._mig_state: dict[int, tuple[_Req, _Unit, _Unit, int]] = {}
+        self._mig_state: dict[int, tuple[int, _Unit, _Unit, int]] = {}
 
     # --- setup -------------------------------------------------------------------
 
@@ -355,6 +400,23 @@ class ClusterEngine:
             formed_at=now,
             last_tick=now,
             dynamic=dynamic,
+        )
+        # A group's budget is g micro-batches' (a chunk at most one's).
+        unit.core = _UnitCore(
+            unit,
+            self,
+            EngineConfig(
+                gpu_kv_blocks=unit.capacity,
+                cpu_kv_blocks=0,
+                block_bytes=c.block_bytes,
+                block_size_tokens=c.block_size,
+                max_batched_tokens=c.max_batched_tokens * g,
+                max_running=c.max_running,
+                slo=c.slo,
+                max_chunk_tokens=c.max_batched_tokens if g > 1 else None,
+                skips_empty_iterations=True,
+                records_timeline=False,
+            ),
         )
         self._uid += 1
         self.units.append(unit)
@@ -382,7 +444,7 @@ class ClusterEngine:
             self._events.push(UnitSteps(max(now, unit.busy_until), unit.uid))
 
     def dispatch(self, row: int, now_s: float) -> None:
-        self._dispatch(self._reqs[row], now_s)
+        self._dispatch(row, now_s)
 
     def step(self, uid: int, now_s: float) -> None:
         unit = self._units_by_uid[uid]
@@ -400,34 +462,23 @@ class ClusterEngine:
         started = time.perf_counter()
         c = self.c
         self._initial_units()
-        limit_tokens = c.kv_blocks_per_instance * c.block_size
-        for idx, t in enumerate(self.trace):
-            out = RequestOutcome(
-                id=t.id if t.id is not None else str(idx),
-                arrival_s=t.arrival_s,
-                prompt_tokens=t.prompt_tokens,
-                output_tokens=t.output_tokens,
-                slo_ttft_s=t.slo_ttft_s if t.slo_ttft_s is not None else c.slo.ttft_s,
-                slo_tbt_s=t.slo_tbt_s if t.slo_tbt_s is not None else c.slo.tbt_s,
-            )
-            req = _Req(out=out, prompt=t.prompt_tokens, output=t.output_tokens, target=0)
-            req.target = max(t.prompt_tokens, 1)
-            self._reqs.append(req)
-            if t.output_tokens < 1 or t.prompt_tokens + t.output_tokens + 1 > limit_tokens:
-                self.stats.rejected += 1
-                continue
+        r = self.requests
+        rejected = never_fits(r, c.kv_blocks_per_instance, c.block_size)
+        r.phase[rejected] = Phase.REJECTED
+        self.stats.rejected = int(rejected.sum())
+        for row in (~rejected).nonzero()[0].tolist():
             self._pending += 1
-            self._events.push(RequestArrives(t.arrival_s, idx))
+            self._events.push(RequestArrives(self.trace[row].arrival_s, row))
         if self._pending:
-            first = self.trace[0].arrival_s if self.trace else 0.0
-            self._events.push(MonitorTicks(first))
+            self._events.push(MonitorTicks(self.trace[0].arrival_s))
         self._progress = progress
         self._events.run(self, lambda: self._pending <= 0)
-        end = max((r.out.finish_s or 0.0) for r in self._reqs) if self._reqs else 0.0
+        finish = r.finish_s[~np.isnan(r.finish_s)]
+        end = float(finish.max()) if len(finish) else 0.0
         for u in self.units:
             if u.alive and u.size > 1 and u.dynamic:
                 self.stats.grouped_instance_s += u.size * max(end - u.formed_at, 0.0)
-        total_blocks = c.instances * c.kv_blocks_per_instance
+        self.stats.preemptions = int(r.preemptions.sum())
         totals = ReplayTotals(
             iterations=self._iterations,
             simulated_s=end,
@@ -439,11 +490,11 @@ class ClusterEngine:
             swap_outs=0,
             swap_ins=0,
             peak_gpu_kv_blocks=max((s.gpu_kv_blocks_used for s in self._timeline), default=0),
-            gpu_kv_blocks_total=total_blocks,
+            gpu_kv_blocks_total=c.instances * c.kv_blocks_per_instance,
         )
         result = ReplayResult(
             policy=self.policy,
-            requests=[r.out for r in self._reqs],
+            requests=request_outcomes(r, self.trace, self.tokens, c.slo),
             timeline=self._timeline,
             totals=totals,
         )
@@ -452,143 +503,112 @@ class ClusterEngine:
     # --- dispatch ----------------------------------------------------------------
 
     def _load(self, unit: _Unit) -> float:
-        return unit.demand(self.c.block_size) / unit.capacity
+        return unit.demand() / unit.capacity
 
-    def _dispatch(self, req: _Req, now: float) -> None:
+    def _dispatch(self, row: int, now: float) -> None:
         """Least loaded: among the units whose KV demand leaves room for the
         request, the one with the fewest queued prompt tokens per instance
         (its compute), then the lowest KV demand / capacity; when none has
         room, the lowest KV demand / capacity."""
-        bs = self.c.block_size
-        need = -(-(req.target + 1) // bs)
+        r = self.requests
+        need = blocks_needed_one(0, int(r.prefill_target[row]), self.c.block_size)
 
         def key(u: _Unit) -> tuple[int, float, float, int]:
-            demand = u.demand(bs)
+            demand = u.demand()
             if demand + need <= u.capacity:
-                queued = sum(r.target for r in u.waiting)
+                queued = int(r.prefill_target[u.waiting].sum())
                 return (0, queued / u.size, demand / u.capacity, u.uid)
             return (1, 0.0, demand / u.capacity, u.uid)
 
         best = min((u for u in self.units if u.alive), key=key)
-        best.waiting.append(req)
+        best.state.arrive(np.array([row], dtype=np.int64), _NONE)
         self._wake(best, now)
 
     # --- one iteration (a round for a group) -------------------------------------
 
     def _check(self, unit: _Unit) -> None:
-        if unit.used + unit.reserved > unit.capacity or unit.used < 0:
+        free = unit.core.state.free_gpu
+        if free < 0 or unit.capacity - free - unit.reserved < 0:
             self.stats.over_capacity += 1
 
-    def _preempt(self, unit: _Unit, victim: _Req) -> None:
-        unit.running.remove(victim)
-        unit.used -= victim.blocks
-        victim.blocks = 0
-        victim.kv_tokens = 0
-        victim.prefilled = 0
-        victim.target = victim.prompt + victim.generated
-        victim.out.preemptions += 1
-        victim.out.recomputed_tokens += victim.target
-        victim.victim = False
-        unit.waiting.appendleft(victim)
-        self.stats.preemptions += 1
-
     def _step(self, unit: _Unit, now: float) -> None:
-        c = self.c
-        bs = c.block_size
-        # Admission: FCFS, no skipping.
-        while unit.waiting and len(unit.running) < c.max_running:
-            head = unit.waiting[0]
-            need = -(-(head.target + 1) // bs)
-            if need > unit.free():
-                break
-            unit.waiting.popleft()
-            head.blocks = need
-            unit.used += need
-            self._admit_seq += 1
-            head.admitted_seq = self._admit_seq
-            unit.running.append(head)
+        """The unit's core runs one iteration (a group: one round) from now."""
+        core = unit.core
+        s = core.state
+        core.now_s = now
+        finished = s.finished
+        batch = core._iteration()
         self._check(unit)
-        ready = [r for r in unit.running if r.ready_at <= now + 1e-12]
-        if not ready:
-            if unit.running:  # a request still finishing elsewhere in time
-                unit.busy_until = min(r.ready_at for r in unit.running)
+        if not (batch.prefill_tokens or batch.decode_tokens):
+            held = s.not_before_s
+            if held and len(s.running.rows):  # requests still finishing elsewhere
+                unit.busy_until = min(held.values())
                 self._wake(unit, now)
+            else:
+                unit.busy_until = now
             return
+        self._iterations += 1
+        self._pending -= s.finished - finished
+        unit.busy_until = core.now_s
+        if len(s.running.rows) or len(s.queued.rows):
+            self._wake(unit, core.now_s)
+
+    def _round_s(self, unit: _Unit, batch: Batch) -> float:
+        """A group's round for the batch: micro-batches balanced by tokens
+        (prefill chunks largest first, then decodes, each to the micro-batch
+        with the fewest tokens so far; ties: the lowest index), timed as the
+        pipeline (_round_time), plus remote attention while victims' KV
+        moves, which moves one exchange chunk in the link's idle gap."""
+        c = self.c
+        r = self.requests
         g = unit.size
-        budget = c.max_batched_tokens * g
-        decode = [r for r in ready if r.prefilled >= r.target]
-        # KV growth of the decodes: preempt the newest when a block is missing.
-        grown: list[_Req] = []
-        for r in sorted(decode, key=lambda r: r.admitted_seq):
-            if r.blocks == 0:  # preempted by an earlier one's growth
-                continue
-            while r.kv_tokens + 1 > r.blocks * bs and unit.free() < 1:
-                newest = max(
-                    (x for x in unit.running if x is not r and not x.migrating),
-                    key=lambda x: x.admitted_seq,
-                    default=None,
-                )
-                if newest is None:
-                    break
-                self._preempt(unit, newest)
-            if r.kv_tokens + 1 > r.blocks * bs:
-                if unit.free() < 1:
-                    continue  # cannot grow (alone and full): waits
-                r.blocks += 1
-                unit.used += 1
-            grown.append(r)
-        decode = [r for r in grown if r.blocks > 0]
-        budget -= len(decode)
-        prefill: list[tuple[_Req, int]] = []
-        for r in ready:
-            if budget <= 0:
-                break
-            if r.blocks > 0 and r.prefilled < r.target:
-                # A chunk fits one micro-batch's budget.
-                chunk = min(r.target - r.prefilled, budget, c.max_batched_tokens)
-                prefill.append((r, chunk))
-                budget -= chunk
-        if not decode and not prefill:
-            unit.busy_until = now
-            return
-        # Micro-batches, each [prefill, decode, context, pairs, tokens]:
-        # prefill chunks first, then decodes, each to the micro-batch with
-        # the fewest tokens so far (ties: the lowest index), so that stages
-        # are balanced.
-        m = max(1, min(g, len(decode) + len(prefill)))
+        kv = r.kv_tokens
+        decode = batch.emitting[: batch.decode_tokens]
+        chunks = batch.prefill_chunks.tolist()
+        after = kv[batch.prefill_rows].tolist()
+        # Each micro-batch: [prefill, decode, context, pairs, tokens].
+        m = max(1, min(g, len(decode) + len(chunks)))
         micro = [[0, 0, 0, 0, 0] for _ in range(m)]
         if m == 1:
             mb = micro[0]
-            for r, chunk in prefill:
+            for chunk, kv_after in zip(chunks, after, strict=True):
                 mb[0] += chunk
-                mb[2] += r.prefilled + chunk
-                mb[3] += chunk * r.prefilled + chunk * (chunk + 1) // 2
+                mb[2] += kv_after
+                mb[3] += chunk * (kv_after - chunk) + chunk * (chunk + 1) // 2
             mb[1] = len(decode)
-            mb[2] += sum(r.kv_tokens for r in decode) + len(decode)
+            mb[2] += int(kv[decode].sum())
             mb[4] = mb[0] + mb[1]
         else:
             loads = [(0, k) for k in range(m)]
-            for r, chunk in sorted(prefill, key=lambda x: -x[1]):
+            for chunk, kv_after in sorted(zip(chunks, after, strict=True), key=lambda x: -x[0]):
                 tokens, k = heapq.heappop(loads)
                 mb = micro[k]
                 mb[0] += chunk
-                mb[2] += r.prefilled + chunk
-                mb[3] += chunk * r.prefilled + chunk * (chunk + 1) // 2
+                mb[2] += kv_after
+                mb[3] += chunk * (kv_after - chunk) + chunk * (chunk + 1) // 2
                 mb[4] += chunk
                 heapq.heappush(loads, (tokens + chunk, k))
-            for r in decode:
+            for kv_after in kv[decode].tolist():
                 tokens, k = heapq.heappop(loads)
                 mb = micro[k]
                 mb[1] += 1
-                mb[2] += r.kv_tokens + 1
+                mb[2] += kv_after
                 mb[4] += 1
                 heapq.heappush(loads, (tokens + 1, k))
         batches = [(x[0], x[1], x[2], x[3], x[4]) for x in micro]
         dt = _round_time(self.cost, c, g, batches, unit.shares)
-        if g > 1 and unit.exchange_left > 0:
+        if unit.exchange_left > 0:
             # Remote attention: victims' activations go to the GPU that still
-            # holds their KV and back; the KV moves in the link's idle gap.
-            victims = sum(1 for r in decode if r.victim)
+            # holds their KV and back; the KV moves in the link's idle gap. A
+            # victim preempted and admitted again since the merge is not one.
+            victims = 0
+            if unit.victims:
+                admitted = r.admitted_at_s
+                victims = sum(
+                    1
+                    for row in decode.tolist()
+                    if row in unit.victims and admitted[row] <= unit.formed_at
+                )
             ra = 2 * victims * c.hidden_size * ACTIVATION_BYTES / c.link_bytes_per_s
             hops = (g - 1) * max(mb[4] for mb in micro) * c.hidden_size * ACTIVATION_BYTES
             gap = max(dt - hops / c.link_bytes_per_s, 0.0)
@@ -599,33 +619,8 @@ class ClusterEngine:
             self.stats.exchange_bytes += int(moved)
             if unit.exchange_left <= 0:
                 unit.exchange_left = 0.0
-                for r in unit.running:
-                    r.victim = False
-        end = now + dt
-        self._iterations += 1
-        for r in decode:
-            r.kv_tokens += 1
-            self._emit(unit, r, end)
-        for r, chunk in prefill:
-            r.prefilled += chunk
-            r.kv_tokens = r.prefilled
-            if r.prefilled >= r.target:
-                self._emit(unit, r, end)
-        unit.busy_until = end
-        self._check(unit)
-        if unit.running or unit.waiting:
-            self._wake(unit, end)
-
-    def _emit(self, unit: _Unit, r: _Req, t: float) -> None:
-        r.out.token_times_s.append(t)
-        r.ready_at = t
-        if r.generated >= r.output:
-            r.out.finish_s = t
-            unit.running.remove(r)
-            unit.used -= r.blocks
-            r.blocks = 0
-            r.victim = False
-            self._pending -= 1
+                unit.victims.clear()
+        return dt
 
     # --- monitor tick: policies' control -----------------------------------------
 
@@ -648,7 +643,7 @@ class ClusterEngine:
         if now > self._last_arrival + NO_PROGRESS_S:
             raise RuntimeError(f"cluster replay made no progress by {now:.0f} s (a bug)")
         for u in alive:
-            if u.waiting or u.running:
+            if len(u.waiting) or len(u.running):
                 self._wake(u, now)
         if self.rules.buddy_groups:
             self._kunserve_tick(now)
@@ -657,27 +652,25 @@ class ClusterEngine:
             self._start_migrations(now)
 
     def _blocked(self, u: _Unit) -> bool:
-        if not u.waiting:
-            return False
-        need = -(-(u.waiting[0].target + 1) // self.c.block_size)
-        return need > u.free()
+        """Its queue's head does not fit (the core admits in queue order)."""
+        waiting = u.waiting
+        return bool(len(waiting)) and int(self.requests.start_blocks[waiting[0]]) > u.free()
 
     def _balance_queues(self, now: float) -> None:
-        bs = self.c.block_size
+        start_blocks = self.requests.start_blocks
         for src in [u for u in self.units if u.alive]:
             while self._blocked(src) and len(src.waiting) > 0:
-                req = src.waiting[-1]  # the tail: the head keeps its place
-                need = -(-(req.target + 1) // bs)
+                row = int(src.waiting[-1])  # the tail: the head keeps its place
+                need = int(start_blocks[row])
                 dsts = [
                     u
                     for u in self.units
-                    if u.alive and u is not src and not u.waiting and u.free() >= need
+                    if u.alive and u is not src and not len(u.waiting) and u.free() >= need
                 ]
                 if not dsts:
                     break
                 dst = min(dsts, key=lambda u: (self._load(u), u.uid))
-                src.waiting.pop()
-                dst.waiting.append(req)
+                src.state.hand_over(np.array([row], dtype=np.int64), dst.state)
                 self.stats.queue_moves += 1
                 self._wake(dst, now)
                 if len(src.waiting) == 1:
@@ -685,51 +678,62 @@ class ClusterEngine:
 
     def _start_migrations(self, now: float) -> None:
         c = self.c
+        r = self.requests
         for src in [u for u in self.units if u.alive]:
             if src.migrating_out or not self._blocked(src):
                 continue
-            cands = [r for r in src.running if not r.migrating and r.prefilled >= r.target]
-            if not cands:
+            running = src.running
+            cands = running[r.kv_tokens[running] >= r.prefill_target[running]]
+            if src.state.pinned:
+                cands = cands[~np.isin(cands, list(src.state.pinned))]
+            if not len(cands):
                 continue
-            req = min(cands, key=lambda r: (r.blocks, r.admitted_seq))
+            # The smallest, then the earliest admitted.
+            row = int(cands[np.lexsort((cands, r.admitted_at_s[cands], r.gpu_blocks[cands]))[0]])
+            blocks = int(r.gpu_blocks[row])
             # Llumnix moves to a clearly less loaded instance (no ping-pong).
             dsts = [
                 u
                 for u in self.units
                 if u.alive
                 and u is not src
-                and u.free() >= req.blocks + 1
+                and u.free() >= blocks + 1
                 and not self._blocked(u)
                 and self._load(u) + MIGRATION_MARGIN < self._load(src)
             ]
             if not dsts:
                 continue
             dst = max(dsts, key=lambda u: (u.free(), -u.uid))
-            nbytes = req.blocks * c.block_bytes
-            dst.reserved += req.blocks + 1
-            req.migrating = True
+            nbytes = blocks * c.block_bytes
+            dst.reserved += blocks + 1
+            dst.state.resize_gpu(-(blocks + 1))
+            src.state.pinned.add(row)
             src.migrating_out = True
             self._check(dst)
             key = self._migrations
             self._migrations += 1
-            self._mig_state[key] = (req, src, dst, req.blocks + 1)
+            self._mig_state[key] = (row, src, dst, blocks + 1)
             self._events.push(MigrationEnds(now + nbytes / c.link_bytes_per_s, key))
 
     def finish_migration(self, migration: int, now_s: float) -> None:
-        req, src, dst, reserved = self._mig_state.pop(migration)
+        row, src, dst, reserved = self._mig_state.pop(migration)
+        r = self.requests
         src.migrating_out = False
         dst.reserved -= reserved
-        req.migrating = False
-        if req.out.finish_s is not None or req not in src.running:
+        dst.state.resize_gpu(reserved)
+        src.state.pinned.discard(row)
+        if r.phase[row] != Phase.RUNNING or row not in src.running:
             return
-        if dst.free() < req.blocks:
+        blocks = int(r.gpu_blocks[row])
+        if dst.free() < blocks:
             return  # it grew past the reservation: stays
-        src.running.remove(req)
-        src.used -= req.blocks
-        dst.running.append(req)
-        dst.used += req.blocks
+        src.state.hand_over(np.array([row], dtype=np.int64), dst.state)
+        # Its last token may come at the end of the source's iteration.
+        last = float(r.last_token_s[row])
+        if last > now_s:
+            dst.state.not_before_s[row] = last
         self.stats.migrations += 1
-        self.stats.migrated_bytes += req.blocks * self.c.block_bytes
+        self.stats.migrated_bytes += blocks * self.c.block_bytes
         self._check(src)
         self._check(dst)
         self._wake(dst, now_s)
@@ -739,13 +743,12 @@ class ClusterEngine:
 
     def _kunserve_tick(self, now: float) -> None:
         c = self.c
-        bs = c.block_size
         singles = [u for u in self.units if u.alive and u.size == 1]
         decisions = []
         for u in singles:
             i = u.members[0]
             mon = self.monitors.setdefault(i, InstanceMonitor(str(i)))
-            demand = u.demand(bs) * c.block_bytes
+            demand = u.demand() * c.block_bytes
             capacity = u.capacity * c.block_bytes
             decisions.append((u, mon.observe(now, demand, capacity, c.trigger), demand))
         if any(d.drop for _, d, _ in decisions) and len(singles) > 1:
@@ -780,10 +783,11 @@ class ClusterEngine:
         for u in [u for u in self.units if u.alive and u.size > 1 and u.dynamic]:
             if u.restoring_until is not None or u.exchange_left > 0:
                 continue
-            used_bytes = u.demand(bs) * c.block_bytes
+            used_bytes = u.demand() * c.block_bytes
             dt = now - u.last_tick
-            rate = (u.used - u.last_used) * c.block_bytes / dt if dt > 0 else 0.0
-            u.last_used, u.last_tick = u.used, now
+            used = u.used
+            rate = (used - u.last_used) * c.block_bytes / dt if dt > 0 else 0.0
+            u.last_used, u.last_tick = used, now
             decision = u.restore_monitor.observe(
                 now, used_bytes, u.base_capacity * c.block_bytes, c.restore, rate
             )
@@ -792,24 +796,24 @@ class ClusterEngine:
 
     def _merge(self, members: list[int], now: float) -> None:
         c = self.c
+        kv = self.requests.kv_tokens
         old = [self.unit_of[i] for i in members]
         unit = self._new_unit(members, now, dynamic=True)
         unit.busy_until = max(u.busy_until for u in old)
-        for o, i in zip(old, members, strict=True):
-            o.alive = False
-            self.monitors.pop(i, None)
-            unit.running.extend(o.running)
-            unit.used += o.used
-            unit.waiting.extend(o.waiting)
         # KV of the layers each member dropped moves to the stage holding them.
         moves = []
-        for o, share in zip(old, unit.shares, strict=True):
-            tokens = sum(r.kv_tokens for r in o.running)
-            moves.append(tokens * c.kv_bytes_per_token * (1 - share))
-            for r in o.running:
-                r.victim = True
+        for o, share, i in zip(old, unit.shares, members, strict=True):
+            o.alive = False
+            self.monitors.pop(i, None)
+            running = o.running
+            moves.append(int(kv[running].sum()) * c.kv_bytes_per_token * (1 - share))
+            unit.victims.update(running.tolist())
+            o.state.hand_over(running, unit.state)
+            o.state.hand_over(o.waiting, unit.state)
         unit.exchange_left = max(moves, default=0.0)
-        unit.waiting = deque(sorted(unit.waiting, key=lambda r: (r.out.arrival_s, r.out.id)))
+        unit.state.order_running_by_admission()
+        # The queue in arrival order (rows are in arrival order).
+        unit.state.queued.rows = np.sort(unit.waiting)
         self.stats.groups_formed += 1
         self.stats.max_merged_instances = max(self.stats.max_merged_instances, len(members))
         self._check(unit)
@@ -819,10 +823,11 @@ class ClusterEngine:
         c = self.c
         if u.used + u.reserved > u.base_capacity:
             return
+        u.state.resize_gpu(u.base_capacity - u.capacity)
         u.capacity = u.base_capacity
         reload_bytes = (u.size - 1) * c.param_bytes  # spread over the members' links
         per_member = reload_bytes / u.size
-        kv_bytes = sum(r.kv_tokens for r in u.running) * c.kv_bytes_per_token
+        kv_bytes = int(self.requests.kv_tokens[u.running].sum()) * c.kv_bytes_per_token
         duration = max(per_member / (c.reload_gbps * 1e9), kv_bytes / u.size / c.link_bytes_per_s)
         u.restoring_until = now + duration
         self.stats.reload_bytes += int(reload_bytes)
@@ -833,6 +838,7 @@ class ClusterEngine:
         u = self._units_by_uid[uid]
         if not u.alive:
             return
+        r = self.requests
         u.alive = False
         self.stats.restores += 1
         self.stats.grouped_instance_s += u.size * (now_s - u.formed_at)
@@ -840,26 +846,24 @@ class ClusterEngine:
         singles = [self._new_unit((i,), now_s) for i in u.members]
         for s in singles:
             s.busy_until = u.busy_until
-        # First-fit decreasing by blocks onto the member with the most room.
-        for r in sorted(u.running, key=lambda r: (-r.blocks, r.admitted_seq)):
+        # First-fit decreasing by blocks onto the member with the most room;
+        # one that fits nowhere is preempted (recompute) to that member's queue.
+        running = u.running
+        order = running[np.lexsort((running, r.admitted_at_s[running], -r.gpu_blocks[running]))]
+        queued = u.waiting
+        for row in order.tolist():
+            one = np.array([row], dtype=np.int64)
             dst = max(singles, key=lambda s: (s.free(), -s.uid))
-            if dst.free() >= r.blocks:
-                dst.running.append(r)
-                dst.used += r.blocks
+            if dst.free() >= int(r.gpu_blocks[row]):
+                u.state.hand_over(one, dst.state)
             else:
-                r.blocks = 0
-                r.kv_tokens = 0
-                r.prefilled = 0
-                r.target = r.prompt + r.generated
-                r.out.preemptions += 1
-                r.out.recomputed_tokens += r.target
-                self.stats.preemptions += 1
-                dst.waiting.appendleft(r)
+                u.state.preempt([row], swap=False)
+                u.state.hand_over(one, dst.state, front=True)
         for s in singles:
-            s.running.sort(key=lambda r: r.admitted_seq)
-        for r in u.waiting:
+            s.state.order_running_by_admission()
+        for row in queued.tolist():
             dst = min(singles, key=lambda s: (self._load(s), s.uid))
-            dst.waiting.append(r)
+            u.state.hand_over(np.array([row], dtype=np.int64), dst.state)
         for s in singles:
             self._check(s)
             self._wake(s, now_s)

@@ -33,7 +33,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.replay.batching_core import BatchingCore, EngineConfig
+from planner.replay.batching_core import (
+    BatchingCore,
+    EngineConfig,
+    never_fits,
+    request_outcomes,
+)
 from planner.replay.models import IterationCost, TransferCost
 from planner.replay.prefix_cache import PrefixCache
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
@@ -75,17 +80,14 @@ class Engine(BatchingCore):
             else None
         )
         super().__init__(config, scheduler, cost, link, requests, prefix=prefix)
+        self._link = link
         r = self.requests
         # Rows in arrival order (ties by trace order), and which of them can
         # never run: their KV at the last token, or their prompt with one
         # block to spare, exceeds the GPU pool.
         self._arrival_order = np.argsort(r.arrival_s, kind="stable")
         self._arrivals_s = [seen[i].arrival_s for i in self._arrival_order.tolist()]
-        bs = config.block_size_tokens
-        most = np.maximum(
-            -(-(r.prompt_tokens + r.output_tokens - 1) // bs), -(-r.prompt_tokens // bs) + 1
-        )
-        self._never_fits = most > config.gpu_kv_blocks
+        self._never_fits = never_fits(r, config.gpu_kv_blocks, config.block_size_tokens)
         self._next_arrival = 0
         self._stop_after_s = math.inf
 
@@ -253,7 +255,7 @@ class Engine(BatchingCore):
         next_arrival_s = (
             arrivals[self._next_arrival] if self._next_arrival < len(arrivals) else math.inf
         )
-        scheduler, link, cost = self.scheduler, self.link, self.cost
+        scheduler, link, cost = self.scheduler, self._link, self.cost
         no_rows = s.queued.rows
         now_s, stalled_s, peak = self.now_s, self._stall_s, self._peak_gpu
         last_s = self._last_iteration_s
@@ -341,41 +343,13 @@ class Engine(BatchingCore):
             return self._build_outcomes()
 
     def _build_outcomes(self) -> list[RequestOutcome]:
-        r = self.requests
-        slo = self.config.slo
-        return [
-            RequestOutcome(
-                id=id,
-                arrival_s=t.arrival_s,
-                prompt_tokens=t.prompt_tokens,
-                output_tokens=t.output_tokens,
-                slo_ttft_s=t.slo_ttft_s if t.slo_ttft_s is not None else slo.ttft_s,
-                slo_tbt_s=t.slo_tbt_s if t.slo_tbt_s is not None else slo.tbt_s,
-                token_times_s=times,
-                finish_s=None if math.isnan(finish) else finish,
-                preemptions=preemptions,
-                swap_outs=swap_outs,
-                swap_ins=swap_ins,
-                recomputed_tokens=recomputed,
-                cached_tokens=cached,
-            )
-            for id, t, times, finish, preemptions, swap_outs, swap_ins, recomputed, cached in zip(
-                r.ids,
-                self.trace,
-                self.state.tokens.per_request(r.generated),
-                r.finish_s.tolist(),
-                r.preemptions.tolist(),
-                r.swap_outs.tolist(),
-                r.swap_ins.tolist(),
-                r.recomputed_tokens.tolist(),
-                (
-                    np.maximum(self.prefix.first_hit_tokens, 0).tolist()
-                    if self.prefix
-                    else [0] * len(r)
-                ),
-                strict=True,
-            )
-        ]
+        return request_outcomes(
+            self.requests,
+            self.trace,
+            self.state.tokens,
+            self.config.slo,
+            np.maximum(self.prefix.first_hit_tokens, 0).tolist() if self.prefix else None,
+        )
 
 
 def _seen_by_engine(trace: Sequence[TraceRequest], latency_s: float) -> Sequence[TraceRequest]:

@@ -1,8 +1,10 @@
 """Where every request and every KV block is, and the only moves between
 those places: arrive, admit, preempt (by swap or recompute), swap in, eager
-copies, grow by a block, emit and finish (and quiet stretches of decoding).
-Each move keeps the block pools conserved (free plus held equals the pool)
-and each request in the one queue of its phase.
+copies, grow by a block, emit and finish (and quiet stretches of decoding),
+and, where a topology wires several engines over one set of request
+columns, a request handed to another engine. Each move keeps the block
+pools conserved (free plus held equals the pool) and each request in the one
+queue of its phase.
 
 With a prefix cache (planner.replay.prefix_cache) a block of prompt KV that
 several requests share is held once: a start references the cached blocks
@@ -39,7 +41,14 @@ _NONE: IntArray = np.zeros(0, dtype=np.int64)
 
 class EngineState:
     """The requests' columns, the four queues, the free blocks of both pools
-    and the run's preemption counters."""
+    and the run's preemption counters.
+
+    Engines wired over one set of request columns share their token times
+    (tokens). Two hooks for such wirings: rows in `pinned` are never chosen
+    to be preempted for a block (a request being copied to another engine),
+    and a row in `not_before_s` runs in no iteration that starts before that
+    time (a request handed over from an engine whose iteration emitting its
+    last token ends later)."""
 
     def __init__(
         self,
@@ -47,22 +56,26 @@ class EngineState:
         gpu_blocks: int,
         cpu_blocks: int,
         block_size: int,
+        *,
         prefix: PrefixCache | None = None,
+        tokens: TokenTimes | None = None,
     ) -> None:
         self.requests = requests
         self.prefix = prefix
         self.block_size = block_size
-        requests.start_blocks[:] = blocks_needed(requests, np.arange(len(requests)), block_size)
         self.free_gpu = gpu_blocks
         self.free_cpu = cpu_blocks
         self.queued = RequestQueue(Phase.QUEUED)
         self.running = RequestQueue(Phase.RUNNING)  # by admission (or resumption)
         self.rotary = RequestQueue(Phase.ROTARY)  # by preemption
         self.in_transit = RequestQueue(Phase.IN_TRANSIT)
-        self.tokens = TokenTimes(requests.output_tokens)
+        self.tokens = tokens if tokens is not None else TokenTimes(requests.output_tokens)
         self.preemptions = 0
         self.swap_outs = 0
         self.swap_ins = 0
+        self.finished = 0
+        self.pinned: set[int] = set()
+        self.not_before_s: dict[int, float] = {}
 
     def active(self) -> bool:
         return bool(
@@ -73,9 +86,63 @@ class EngineState:
         )
 
     def arrive(self, rows: IntArray, rejected: IntArray) -> None:
-        self.requests.phase[rejected] = REJECTED
-        self.requests.phase[rows] = QUEUED
+        r = self.requests
+        r.phase[rejected] = REJECTED
+        r.phase[rows] = QUEUED
+        r.start_blocks[rows] = blocks_needed(r, rows, self.block_size)
         self.queued.extend(rows)
+
+    # -- a request handed to another engine -----------------------------------
+
+    def hand_over(self, rows: IntArray, to: EngineState, front: bool = False) -> None:
+        """Queued or running rows leave for engine `to`, joining the end (or,
+        queued ones with front, the head) of their queue there in the order
+        given; running ones take their GPU blocks with them. The caller
+        checks that `to` has the blocks."""
+        if not len(rows):
+            return
+        r = self.requests
+        phase = r.phase[rows]
+        running = rows[phase == RUNNING]
+        queued = rows[phase == QUEUED]
+        if len(running):
+            blocks = int(r.gpu_blocks[running].sum())
+            self.free_gpu += blocks
+            to.free_gpu -= blocks
+            self.running.rows = self.running.rows[~np.isin(self.running.rows, running)]
+            to.running.extend(running)
+            for row in running.tolist():
+                self.pinned.discard(row)
+                ready_s = self.not_before_s.pop(row, None)
+                if ready_s is not None:
+                    to.not_before_s[row] = ready_s
+        if len(queued):
+            self.queued.rows = self.queued.rows[~np.isin(self.queued.rows, queued)]
+            if front:
+                to.queued.push_front(queued)
+            else:
+                to.queued.extend(queued)
+
+    def order_running_by_admission(self) -> None:
+        """Running rows by their latest admission (then row): after requests
+        from several engines joined, the tail is again the latest admitted."""
+        rows = self.running.rows
+        self.running.rows = rows[np.lexsort((rows, self.requests.admitted_at_s[rows]))]
+
+    def resize_gpu(self, blocks: int) -> None:
+        """The GPU pool grows (or shrinks, if that many are free) by blocks."""
+        self.free_gpu += blocks
+
+    def held_back(self, now_s: float) -> IntArray:
+        """The running rows that may not run in an iteration starting at now_s
+        (not_before_s); the others are forgotten there."""
+        waiting = {row: t for row, t in self.not_before_s.items() if t > now_s}
+        self.not_before_s = waiting
+        if not waiting:
+            return _NONE
+        running = self.running.rows
+        held: IntArray = running[np.isin(running, np.fromiter(waiting, np.int64, len(waiting)))]
+        return held
 
     def admit(self, rows: Sequence[int], needs: Sequence[int], now_s: float) -> None:
         """Queued rows start running with the blocks they need."""
@@ -247,12 +314,15 @@ class EngineState:
 
     def grow(self, row: int, swaps: bool) -> tuple[bool, int]:
         """One more block for row, preempting the most recently admitted
-        running requests (by swap, or recompute) while none is free. Returns
+        running requests not pinned (by swap, or recompute) while none is
+        free. Returns
         whether row got it (False when row itself had to go) and the blocks
         the preemptions copied out."""
         copied = 0
         while self.free_gpu == 0:
-            victim = self.running.last()
+            victim = self._victim()
+            if victim is None:
+                return False, copied
             before = self.free_gpu
             copied += self.preempt([victim], swaps)
             if victim == row or self.free_gpu == before:
@@ -260,6 +330,15 @@ class EngineState:
         self.free_gpu -= 1
         self.requests.gpu_blocks[row] += 1
         return True, copied
+
+    def _victim(self) -> int | None:
+        """The most recently admitted running row not pinned."""
+        if not self.pinned:
+            return self.running.last()
+        for row in self.running.rows[::-1].tolist():
+            if row not in self.pinned:
+                return int(row)
+        return None
 
     def quiet_growth(self, most: int) -> IntArray:
         """For a stretch of up to `most` quiet iterations from now, in which
@@ -319,6 +398,7 @@ class EngineState:
         r.last_token_s[rows] = now_s
         done = rows[generated >= r.output_tokens[rows]]
         if len(done):
+            self.finished += len(done)
             r.phase[done] = FINISHED
             r.finish_s[done] = now_s
             if self.prefix is None:

@@ -239,7 +239,7 @@ def shared_state() -> tuple[EngineState, PrefixCache]:
     trace = [req(0.0, 64, 8, [1, 2]), req(0.0, 64, 8, [1, 2]), req(0.0, 96, 1, [])]
     columns = RequestColumns.from_trace(trace, Slo())
     cache = PrefixCache([t.prefix_block_ids for t in trace], columns.prompt_tokens, POOL, 16, 32)
-    s = EngineState(columns, POOL, 20, 16, cache)
+    s = EngineState(columns, POOL, 20, 16, prefix=cache)
     s.arrive(np.array([0, 1, 2]), np.array([], dtype=np.int64))
     for row in (0, 1):
         s.admit([row], [4], 0.0)
