@@ -23,6 +23,8 @@ class Batch(NamedTuple):
     emitting: IntArray
     # Blocks copied out by preemptions while forming the batch.
     preempted_d2h_blocks: int
+    # Sequences that take a prefill chunk.
+    prefill_sequences: int = 0
 
 
 def form_batch(state: EngineState, budget: int, now_s: float, swaps: bool) -> Batch:
@@ -85,7 +87,7 @@ def form_batch(state: EngineState, budget: int, now_s: float, swaps: bool) -> Ba
     emitting = decoders[0] if len(decoders) == 1 else np.concatenate(decoders)
     if not pending:
         return Batch(0, decode_tokens, context, emitting, copied)
-    prefill, prefill_context, done = _prefill(
+    prefill, prefill_context, done, chunked = _prefill(
         state, _joined(pending), _joined(pending_left), budget, now_s
     )
     return Batch(
@@ -94,6 +96,7 @@ def form_batch(state: EngineState, budget: int, now_s: float, swaps: bool) -> Ba
         context_tokens=context + prefill_context,
         emitting=np.concatenate((emitting, done)) if len(done) else emitting,
         preempted_d2h_blocks=copied,
+        prefill_sequences=chunked,
     )
 
 
@@ -103,13 +106,14 @@ def _joined(parts: list[IntArray]) -> IntArray:
 
 def _prefill(
     state: EngineState, rows: IntArray, left: IntArray, budget: int, now_s: float
-) -> tuple[int, int, IntArray]:
+) -> tuple[int, int, IntArray, int]:
     """Chunks of what is left of the budget for prefilling rows (left tokens
     to go each), in order. Returns prefill tokens, their requests' KV after
-    it, and the rows whose prefill completes (they emit). The budget runs out
+    it, the rows whose prefill completes (they emit) and how many rows took a
+    chunk. The budget runs out
     after a few prompts, so request by request."""
     r = state.requests
-    prefill = context = 0
+    prefill = context = chunked = 0
     done: list[int] = []
     for row, to_go in zip(rows.tolist(), left.tolist(), strict=True):
         if budget <= 0:
@@ -120,7 +124,8 @@ def _prefill(
         r.last_prefill_s[row] = now_s
         budget -= chunk
         prefill += chunk
+        chunked += 1
         context += kv
         if chunk == to_go:
             done.append(row)
-    return prefill, context, np.array(done, dtype=np.int64)
+    return prefill, context, np.array(done, dtype=np.int64), chunked

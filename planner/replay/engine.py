@@ -73,6 +73,9 @@ class EngineConfig:
     # profile's request_latency_s). Each request reaches the engine this much
     # after its arrival; its latencies are still counted from the arrival.
     request_latency_s: float = 0.0
+    # Seconds an iteration spends per sequence it prefills (the cost model's
+    # prefill_s_per_sequence): charged on top of the cost model's time.
+    prefill_s_per_sequence: float = 0.0
 
 
 class Engine:
@@ -212,6 +215,8 @@ class Engine:
         compute_s = self.cost.iteration_time_s(
             batch.prefill_tokens, batch.decode_tokens, batch.context_tokens
         )
+        if batch.prefill_sequences:
+            compute_s += cfg.prefill_s_per_sequence * batch.prefill_sequences
         d2h_bytes = d2h_blocks * cfg.block_bytes
         h2d_bytes = h2d_blocks * cfg.block_bytes
         transfer_s = (
@@ -242,6 +247,7 @@ class Engine:
                 rotary=len(s.rotary.rows) + len(s.in_transit.rows),
                 prefill_tokens=batch.prefill_tokens,
                 decode_tokens=batch.decode_tokens,
+                prefill_sequences=batch.prefill_sequences,
             )
         )
 

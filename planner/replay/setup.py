@@ -67,6 +67,7 @@ class ReplaySetup:
             "max_batched_tokens": e.max_batched_tokens,
             "max_running": e.max_running,
             "request_latency_s": e.request_latency_s,
+            "prefill_s_per_sequence": e.prefill_s_per_sequence,
             "slo_ttft_s": e.slo.ttft_s,
             "slo_tbt_s": e.slo.tbt_s,
             "alpha": self.rotation.params.alpha,
@@ -125,6 +126,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         max_running=knobs.max_running,
         slo=knobs.slo,
         request_latency_s=request_latency_s,
+        prefill_s_per_sequence=cost.constants.prefill_s_per_sequence,
     )
     return ReplaySetup(
         profile=profile,
