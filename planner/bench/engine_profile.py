@@ -53,7 +53,6 @@ from planner.domain.requests import Slo
 from planner.profiles.fit import (
     CostFit,
     FloatArray,
-    IterationTime,
     LinearCost,
     RecordingCost,
     fit_costs,
@@ -212,10 +211,10 @@ def run_probes(
 
 @dataclass(frozen=True, slots=True)
 class ProbeRows:
-    """A probe run's observation: (iterations, sum P, sum D, sum A) and the
-    measured seconds (none when no request finished)."""
+    """A probe run's observation: (iterations, sum P, sum D, sum A, sum S)
+    and the measured seconds (none when no request finished)."""
 
-    rows: list[tuple[float, float, float, float]]
+    rows: list[tuple[float, float, float, float, float]]
     measured_s: list[float]
 
 
@@ -235,10 +234,10 @@ def probe_trace(records: Sequence[StreamRecord]) -> tuple[list[TraceRequest], fl
 
 
 def probe_rows(
-    records: Sequence[StreamRecord], cost: IterationTime, limits: EngineLimits
+    records: Sequence[StreamRecord], cost: LinearCost, limits: EngineLimits
 ) -> ProbeRows:
     """Replays one probe run with cost; for each request that finished, the
-    (iterations, sum P, sum D, sum A) of the iterations from the start of
+    (iterations, sum P, sum D, sum A, sum S) of the iterations from the start of
     the engine's busy stretch to its last token, and the measured time of
     that token from the stretch's start; averaged over the batch."""
     done = [r for r in records if r.done and r.finish_s is not None and r.prompt_tokens]
@@ -255,6 +254,7 @@ def probe_rows(
             max_batched_tokens=limits.max_batched_tokens,
             max_running=limits.max_running,
             slo=Slo(),
+            prefill_s_per_sequence=cost.prefill_s_per_sequence,
         ),
         Fcfs(),
         recording,
@@ -274,10 +274,11 @@ def probe_rows(
     stretch = np.cumsum(new_stretch) - 1
     stretch_start = starts[new_stretch][stretch]
     counts = np.ones(len(ends))
-    cumulative = np.column_stack((counts, features))
+    sequences = np.array([s.prefill_sequences for s in timeline], dtype=np.float64)
+    cumulative = np.column_stack((counts, features, sequences))
     # Cumulative sums restarting at each stretch.
     totals = np.cumsum(cumulative, axis=0)
-    before = np.vstack((np.zeros((1, 4)), totals[:-1]))[new_stretch][stretch]
+    before = np.vstack((np.zeros((1, cumulative.shape[1])), totals[:-1]))[new_stretch][stretch]
     within = totals - before
     rows: list[FloatArray] = []
     measured: list[float] = []
@@ -296,7 +297,7 @@ def probe_rows(
     # are one observation, not B. Their mean (the equations are linear) is
     # the batch's row.
     mean = np.mean(rows, axis=0)
-    return ProbeRows([(mean[0], mean[1], mean[2], mean[3])], [float(np.mean(measured))])
+    return ProbeRows([(mean[0], mean[1], mean[2], mean[3], mean[4])], [float(np.mean(measured))])
 
 
 def fit_probes(
@@ -304,10 +305,10 @@ def fit_probes(
 ) -> tuple[CostFit, int]:
     """Fits the linear cost model to every probe run (module docstring, 2);
     returns the fit and the rounds it took."""
-    cost = start or LinearCost(5e-3, 2e-5, 1e-4, 1e-7)
+    cost = start or LinearCost(5e-3, 2e-5, 1e-4, 1e-7, 1e-4)
     fit: CostFit | None = None
     for rounds in range(1, FIT_ROUNDS + 1):
-        rows: list[tuple[float, float, float, float]] = []
+        rows: list[tuple[float, float, float, float, float]] = []
         measured: list[float] = []
         for run in runs:
             part = probe_rows(run.records, cost, limits)

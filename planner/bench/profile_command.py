@@ -186,7 +186,8 @@ def summary(result: EngineProfile, model_name: str, out: Path) -> str:
             f"  per iteration: {1e3 * c.overhead_s:.3f} ms + "
             f"{1e6 * c.prefill_s_per_token:.2f} us/prefill token + "
             f"{1e6 * c.decode_s_per_token:.2f} us/decode token + "
-            f"{1e9 * c.attn_s_per_context_token:.2f} ns/attended context token",
+            f"{1e9 * c.attn_s_per_context_token:.2f} ns/attended context token + "
+            f"{1e6 * c.prefill_s_per_sequence:.1f} us/prefilling sequence",
             f"  client-side latency {1e3 * fit.latency_s:.2f} ms per request (request_latency_s)",
             f"  fit: median |error| {100 * fit.median_abs_error:.1f} %, p90 "
             f"{100 * fit.p90_abs_error:.1f} % over {fit.rows} times ({fit.dropped} outliers), "

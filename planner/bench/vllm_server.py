@@ -157,6 +157,11 @@ class VllmServer:
             return str(response.read().decode())
 
     @property
+    def pid(self) -> int:
+        """The API server's process id (its process group's id as well)."""
+        return self._proc.pid
+
+    @property
     def running(self) -> bool:
         return self._proc.poll() is None
 

@@ -604,6 +604,11 @@ def _show_cost(cost: IterationCostModel, args: argparse.Namespace) -> int:
             f"{inp['attention_flops_per_pair']:,} FLOP / "
             f"{inp['achievable_attention_tflops']:g} TFLOP/s",
         ),
+        (
+            "c_seq prefill_s_per_sequence",
+            _us(c.prefill_s_per_sequence) + " µs",
+            "not derived (0): per prefilling sequence, measured only",
+        ),
     )
     names = list(c.as_dict())
     for (label, value, src), n in zip(rows, names, strict=True):

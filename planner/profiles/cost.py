@@ -31,6 +31,12 @@ context tokens of KV in all, is an affine form with a weights-read floor::
   ``peak_bf16_tflops * attention_efficiency``. ``Q`` (optional, default 0) is
   the number of such pairs (:meth:`IterationCostModel.prefill_attention_pairs`);
   it matters for long prompts only (Llama-3-8B: 3% of a 2K prompt's FLOPs).
+- ``c_seq`` ``prefill_s_per_sequence`` — per sequence that takes a prefill
+  chunk in the iteration (a request admitted, or readmitted after a
+  preemption): its setup in the engine (scheduling, input preparation,
+  sampling state). Not derived (0); a measured profile fits it. The
+  single-engine replay charges it (``EngineConfig.prefill_s_per_sequence``,
+  from this constant), once per prefilling sequence of each iteration.
 
 The max() is the roofline: below ``ridge_tokens = W / c_decode`` tokens the
 iteration streams the weights (memory-bound), above it the GEMMs are
@@ -75,6 +81,7 @@ class CostConstants:
     decode_s_per_token: float
     attn_s_per_context_token: float
     prefill_attn_s_per_pair: float
+    prefill_s_per_sequence: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return {f.name: float(getattr(self, f.name)) for f in fields(self)}

@@ -6,13 +6,15 @@ it spans and what each of them did (from a replay of the same requests, or
 from the engine's own step log): a time is a fixed latency plus the sum of
 those iterations' times. With the linear part of the cost model,
 
-    t(P, D, A) = overhead_s + prefill_s_per_token * P + decode_s_per_token * D
-                 + attn_s_per_context_token * A
+    t(P, D, A, S) = overhead_s + prefill_s_per_token * P + decode_s_per_token * D
+                    + attn_s_per_context_token * A + prefill_s_per_sequence * S
 
-every measured time is linear in the constants:
+(S: the sequences the iteration prefills), every measured time is linear in
+the constants:
 
     measured = latency_s + overhead_s * iterations + prefill_s_per_token * sum P
                + decode_s_per_token * sum D + attn_s_per_context_token * sum A
+               + prefill_s_per_sequence * sum S
 
 so the constants are a non-negative least-squares fit (Lawson-Hanson), each
 row divided by its measured time (the fit minimizes relative errors: a 10 ms
@@ -47,6 +49,7 @@ FIT_TERMS: tuple[str, ...] = (
     "prefill_s_per_token",
     "decode_s_per_token",
     "attn_s_per_context_token",
+    "prefill_s_per_sequence",
 )
 # Scaled MADs beyond which a row is an outlier.
 DEFAULT_TRIM = 3.5
@@ -83,12 +86,14 @@ class RecordingCost:
 @dataclass(frozen=True, slots=True)
 class LinearCost:
     """The linear cost model: what a fit gives, and a cost model the replay
-    engine can run (IterationCost)."""
+    engine can run (IterationCost; the engine charges prefill_s_per_sequence
+    itself, EngineConfig.prefill_s_per_sequence)."""
 
     overhead_s: float
     prefill_s_per_token: float
     decode_s_per_token: float
     attn_s_per_context_token: float
+    prefill_s_per_sequence: float = 0.0
 
     def iteration_time_s(
         self, prefill_tokens: int, decode_tokens: int, attended_context_tokens: int
@@ -111,6 +116,7 @@ class LinearCost:
             "decode_s_per_token": self.decode_s_per_token,
             "attn_s_per_context_token": self.attn_s_per_context_token,
             "prefill_attn_s_per_pair": 0.0,
+            "prefill_s_per_sequence": self.prefill_s_per_sequence,
         }
 
 
@@ -169,9 +175,9 @@ def fit_costs(
     measured_s: Sequence[float],
     trim: float = DEFAULT_TRIM,
 ) -> CostFit:
-    """rows: per measured time, (iterations, sum P, sum D, sum A) of the
-    iterations it spans (finite, >= 0); measured_s: the times (> 0). Fits
-    latency_s and the four constants (module docstring). ValueError, naming
+    """rows: per measured time, (iterations, sum P, sum D, sum A, sum S) of
+    the iterations it spans (finite, >= 0); measured_s: the times (> 0).
+    Fits latency_s and the five constants (module docstring). ValueError, naming
     the row and the term, when there are fewer rows than terms, a time is
     not > 0 or a count is negative or not finite."""
     x = np.asarray(rows, dtype=np.float64)
@@ -209,9 +215,9 @@ def fit_costs(
         keep = chosen
         solution = _relative_fit(design, y, keep)
     relative = design[keep] @ solution / y[keep] - 1.0
-    latency, overhead, prefill, decode, attn = (float(v) for v in solution)
+    latency, overhead, prefill, decode, attn, per_sequence = (float(v) for v in solution)
     return CostFit(
-        cost=LinearCost(overhead, prefill, decode, attn),
+        cost=LinearCost(overhead, prefill, decode, attn, per_sequence),
         latency_s=latency,
         rows=int(keep.sum()),
         dropped=int((~keep).sum()),

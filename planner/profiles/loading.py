@@ -44,7 +44,7 @@ rejected; ``load_profile`` raises :class:`ProfileError` naming the field, e.g.
          "overhead_s": 0.0004, "decode_s_per_token": 2.1e-5, ...,
          "request_latency_s": 0.011,                      optional, >= 0: client-side
                                                            latency beyond the iterations
-         "notes": "..."}                                   any subset of the six constants;
+         "notes": "..."}                                   any subset of the seven constants;
                                                            notes: how they were obtained
       ]
     }
@@ -58,10 +58,12 @@ rejected; ``load_profile`` raises :class:`ProfileError` naming the field, e.g.
              "num_experts" (1), "experts_per_token" (1), "qkv_bias" (false),
              "tie_word_embeddings" (false), "param_bytes" (counted), "source"}
 
-The six cost constants (seconds; :mod:`planner.profiles.cost`): ``overhead_s``,
+The seven cost constants (seconds; :mod:`planner.profiles.cost`): ``overhead_s``,
 ``weights_floor_s``, ``prefill_s_per_token``, ``decode_s_per_token``,
-``attn_s_per_context_token``, ``prefill_attn_s_per_pair``. Those a cost entry
-gives replace the derived ones; the rest are derived from the hardware facts.
+``attn_s_per_context_token``, ``prefill_attn_s_per_pair``,
+``prefill_s_per_sequence`` (per sequence an iteration prefills; derived 0).
+Those a cost entry gives replace the derived ones; the rest are derived from
+the hardware facts.
 ``request_latency_s`` is not an iteration cost: it is what a client of the
 measured engine waits beyond its iterations (HTTP, tokenization,
 detokenization, streaming), which ``planner replay`` adds to every request's

@@ -77,6 +77,9 @@ class EngineConfig:
     # profile's request_latency_s). Each request reaches the engine this much
     # after its arrival; its latencies are still counted from the arrival.
     request_latency_s: float = 0.0
+    # Seconds an iteration spends per sequence it prefills (the cost model's
+    # prefill_s_per_sequence): charged on top of the cost model's time.
+    prefill_s_per_sequence: float = 0.0
     # Automatic prefix caching over the trace's prefix_block_ids, each id
     # standing for prefix_block_tokens tokens (planner.replay.prefix_cache).
     prefix_cache: bool = False
@@ -258,12 +261,18 @@ class BatchingCore:
                 rotary=len(s.rotary.rows) + len(s.in_transit.rows),
                 prefill_tokens=batch.prefill_tokens,
                 decode_tokens=batch.decode_tokens,
+                prefill_sequences=len(batch.prefill_rows),
             )
         )
         return batch
 
     def _compute_s(self, batch: Batch) -> float:
         """Seconds the batch computes."""
+        per_sequence = self.config.prefill_s_per_sequence * len(batch.prefill_rows)
+        return self._model_s(batch) + per_sequence
+
+    def _model_s(self, batch: Batch) -> float:
+        """The cost model's seconds for the batch."""
         if self.pairs_cost is not None:
             return self.pairs_cost.iteration_time_s(
                 batch.prefill_tokens,

@@ -45,6 +45,8 @@ class TimelineSample:
     rotary: int
     prefill_tokens: int
     decode_tokens: int
+    # Sequences that took a prefill chunk (the single engine's; 0 elsewhere).
+    prefill_sequences: int = 0
 
 
 @dataclass(frozen=True, slots=True)

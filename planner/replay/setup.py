@@ -73,6 +73,7 @@ class ReplaySetup:
             "request_latency_s": e.request_latency_s,
             "prefix_cache": e.prefix_cache,
             "prefix_block_tokens": e.prefix_block_tokens,
+            "prefill_s_per_sequence": e.prefill_s_per_sequence,
             "slo_ttft_s": e.slo.ttft_s,
             "slo_tbt_s": e.slo.tbt_s,
             "alpha": self.rotation.params.alpha,
@@ -133,6 +134,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         request_latency_s=request_latency_s,
         prefix_cache=knobs.prefix_cache,
         prefix_block_tokens=knobs.prefix_block_tokens,
+        prefill_s_per_sequence=cost.constants.prefill_s_per_sequence,
     )
     return ReplaySetup(
         profile=profile,

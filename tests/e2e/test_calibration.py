@@ -15,6 +15,7 @@ import pytest
 
 from planner.bench.calibration import (
     ALL_KEYS,
+    ENGINE_TARGET_METRICS,
     SIDES,
     TARGET_METRICS,
     Settings,
@@ -81,6 +82,6 @@ def test_calibration_runs_end_to_end_and_reports_every_error(
 
     text = markdown(cal, loads)
     verdicts = targets(cal.sides, [load.name for load in loads])
-    assert len(verdicts) == len(loads) * (len(TARGET_METRICS) + 1)
+    assert len(verdicts) == len(loads) * (len(TARGET_METRICS) + len(ENGINE_TARGET_METRICS) + 1)
     for what, _, numbers in verdicts:
         assert what in text and numbers in text

@@ -39,6 +39,7 @@ TRUE = LinearCost(
     prefill_s_per_token=60e-6,
     decode_s_per_token=180e-6,
     attn_s_per_context_token=40e-9,
+    prefill_s_per_sequence=300e-6,
 )
 LATENCY_S = 0.012
 
@@ -85,13 +86,15 @@ def _rows_for(cost: LinearCost, n: int, seed: int) -> tuple[list[list[float]], l
         p = rng.randint(0, 4000)
         d = rng.randint(0, 64 * k)
         a = rng.randint(d, 500 * k)
-        rows.append([k, p, d, a])
+        q = rng.randint(0, min(p, 64))
+        rows.append([k, p, d, a, q])
         times.append(
             LATENCY_S
             + cost.overhead_s * k
             + cost.prefill_s_per_token * p
             + cost.decode_s_per_token * d
             + cost.attn_s_per_context_token * a
+            + cost.prefill_s_per_sequence * q
         )
     return rows, times
 
@@ -107,38 +110,41 @@ def test_fit_costs_recovers_exact_constants():
 
 
 def test_fit_costs_solves_a_hand_made_system_exactly():
-    # Five times, five unknowns: 1 ms latency, 2 ms per iteration, 10 us per
-    # prefill token, 100 us per decode token, 1 us per attended token.
+    # Six times, six unknowns: 1 ms latency, 2 ms per iteration, 10 us per
+    # prefill token, 100 us per decode token, 1 us per attended token, 0.5 ms
+    # per prefilling sequence.
     rows = [
-        [1, 0, 0, 0],
-        [1, 100, 0, 0],
-        [1, 0, 10, 0],
-        [1, 0, 0, 1000],
-        [3, 200, 20, 500],
+        [1, 0, 0, 0, 0],
+        [1, 100, 0, 0, 0],
+        [1, 0, 10, 0, 0],
+        [1, 0, 0, 1000, 0],
+        [1, 0, 0, 0, 2],
+        [3, 200, 20, 500, 4],
     ]
-    times = [0.003, 0.004, 0.004, 0.004, 0.001 + 0.006 + 0.002 + 0.002 + 0.0005]
+    times = [0.003, 0.004, 0.004, 0.004, 0.004, 0.001 + 0.006 + 0.002 + 0.002 + 0.0005 + 0.002]
     fit = fit_costs(rows, times)
     assert fit.latency_s == pytest.approx(0.001, rel=1e-9)
     assert fit.cost.constants() == pytest.approx(
-        LinearCost(0.002, 10e-6, 100e-6, 1e-6).constants(), rel=1e-9
+        LinearCost(0.002, 10e-6, 100e-6, 1e-6, 0.5e-3).constants(), rel=1e-9
     )
-    assert fit.rows == 5 and fit.dropped == 0
+    assert fit.rows == 6 and fit.dropped == 0
 
 
 def test_fit_costs_gives_zero_to_a_term_the_times_do_not_pay_for():
-    free_attention = LinearCost(2.5e-3, 60e-6, 180e-6, 0.0)
+    free_attention = LinearCost(2.5e-3, 60e-6, 180e-6, 0.0, 300e-6)
     rows, times = _rows_for(free_attention, 30, seed=6)
     fit = fit_costs(rows, times)
     assert fit.cost.attn_s_per_context_token == pytest.approx(0.0, abs=1e-15)
     assert fit.cost.decode_s_per_token == pytest.approx(180e-6, rel=1e-6)
     # A term no row exercises is 0, the others exact.
-    rows = [[k, p, d, 0] for k, p, d, _ in rows]
+    rows = [[k, p, d, 0, 0] for k, p, d, _, _ in rows]
     times = [
         LATENCY_S + TRUE.overhead_s * k + TRUE.prefill_s_per_token * p + TRUE.decode_s_per_token * d
-        for k, p, d, _ in rows
+        for k, p, d, _, _ in rows
     ]
     fit = fit_costs(rows, times)
     assert fit.cost.attn_s_per_context_token == 0.0
+    assert fit.cost.prefill_s_per_sequence == 0.0
     assert fit.cost.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=1e-6)
 
 
@@ -149,14 +155,18 @@ def test_fit_costs_gives_zero_to_a_term_the_times_do_not_pay_for():
     st.floats(1e-6, 1e-3),
     st.floats(1e-6, 1e-3),
     st.floats(0.0, 1e-6),
+    st.floats(0.0, 1e-3),
     st.integers(0, 1000),
 )
 def test_fit_costs_recovers_any_non_negative_constants(
-    latency, overhead, prefill, decode, attn, seed
+    latency, overhead, prefill, decode, attn, per_sequence, seed
 ):
-    true = LinearCost(overhead, prefill, decode, attn)
+    true = LinearCost(overhead, prefill, decode, attn, per_sequence)
     rows, _ = _rows_for(true, 25, seed=seed)
-    times = [latency + overhead * k + prefill * p + decode * d + attn * a for k, p, d, a in rows]
+    times = [
+        latency + overhead * k + prefill * p + decode * d + attn * a + per_sequence * q
+        for k, p, d, a, q in rows
+    ]
     fit = fit_costs(rows, times)
     assert fit.dropped == 0
     # Exact up to the conditioning of the system: every time is reproduced.
@@ -197,6 +207,7 @@ def test_fit_costs_refuses_too_few_times_and_bad_ones():
         (1, float("nan"), "prefill_s_per_token"),
         (2, float("inf"), "decode_s_per_token"),
         (3, -5.0, "attn_s_per_context_token"),
+        (4, -1.0, "prefill_s_per_sequence"),
     ],
 )
 def test_fit_costs_names_the_row_and_term_of_a_bad_count(column, value, term):
@@ -234,6 +245,7 @@ def _measured_run(probe: Probe, repeat: int, send_gaps_s: float, seed: int) -> P
             max_batched_tokens=LIMITS.max_batched_tokens,
             max_running=LIMITS.max_running,
             slo=Slo(),
+            prefill_s_per_sequence=TRUE.prefill_s_per_sequence,
         ),
         Fcfs(),
         TRUE,

@@ -572,6 +572,31 @@ def test_a_request_latency_adds_to_ttft_and_shifts_nothing_else():
         assert b.token_times_s == pytest.approx([t + 0.025 for t in a.token_times_s])
 
 
+def test_the_per_sequence_cost_is_charged_once_per_prefilling_sequence():
+    # Three prompts prefill together in the first iteration, then decode:
+    # only that iteration pays, 3 x 10 ms; a fourth arrives later and its
+    # prefill iteration pays 10 ms more.
+    trace = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=40, output_tokens=4, id=str(i)) for i in range(3)
+    ] + [TraceRequest(arrival_s=1.0, prompt_tokens=40, output_tokens=2, id="late")]
+    cost = LinearCost(1e-3, 1e-5, 2e-4, 0.0)
+    link = LinkModel.flat(10.0, 10.0, full_duplex=True)
+
+    def run(per_sequence_s: float):
+        config = EngineConfig(
+            gpu_kv_blocks=64, cpu_kv_blocks=0, block_bytes=1, prefill_s_per_sequence=per_sequence_s
+        )
+        return Engine(config, Fcfs(), cost, link, trace).run()
+
+    plain, charged = run(0.0), run(0.01)
+    for a, b in zip(plain.requests[:3], charged.requests[:3], strict=True):
+        assert b.token_times_s == pytest.approx([t + 0.03 for t in a.token_times_s])
+    assert charged.requests[3].token_times_s == pytest.approx(
+        [t + 0.01 for t in plain.requests[3].token_times_s]
+    )
+    assert [s.prefill_sequences for s in charged.timeline if s.prefill_sequences] == [3, 1]
+
+
 @pytest.mark.parametrize(("policy", "b_preemptions"), [("fcfs", 1), ("fcfs-vllm", 0)])
 def test_fcfs_vllm_admits_nothing_in_an_iteration_whose_decodes_need_the_blocks(
     policy: str, b_preemptions: int
