@@ -13,9 +13,11 @@ from planner.domain.requests import Slo
 from planner.policies.serverless import choose_kernel
 from planner.profiles.c2c_cost import GemmTiles, model_pass_cost
 from planner.profiles.mig import GB
+from planner.replay.noise import JitterFactors
 from planner.replay.serverless_engine import (
     AEGAEON,
     C2CSERVE,
+    C2CSERVE_ALWAYS_SHARE,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
     C2CSERVE_PARTIAL,
@@ -83,6 +85,42 @@ def test_one_request_static_chunk_hand_checked() -> None:
     assert run.switches[0].latency_s == pytest.approx(cfg.switch_setup_s)
     # The C2C bytes moved fill the link for the busy time at most.
     assert 0 < run.stats.c2c_bytes <= cfg.link_gbps * GB * (out.finish_s - 1.0) + 1
+
+
+def test_jitter_scales_each_iteration_by_the_seeded_factor_stream() -> None:
+    """One request, one chunk: its first token comes after the switch plus
+    the prefill's modelled time times the first factor of the run's seeded
+    stream (planner.replay.noise, shared with the cluster topology); the
+    second token's iteration takes the second factor."""
+    req = [TraceRequest(arrival_s=1.0, prompt_tokens=300, output_tokens=3, model="a")]
+    plain = ServerlessEngine(config(), STATIC_CHUNK, req).run().result.requests[0]
+    cfg = config(jitter_cv=0.3, seed=7)
+    noisy = ServerlessEngine(cfg, STATIC_CHUNK, req).run().result.requests[0]
+    factors = JitterFactors(0.3, 7)
+    ready = 1.0 + cfg.switch_setup_s
+    first = factors.apply(1.0)
+    second = factors.apply(1.0)
+    assert first != pytest.approx(1.0, abs=1e-3)
+    prefill = plain.token_times_s[0] - ready
+    decode = plain.token_times_s[1] - plain.token_times_s[0]
+    assert noisy.token_times_s[0] == pytest.approx(ready + prefill * first)
+    assert noisy.token_times_s[1] - noisy.token_times_s[0] == pytest.approx(decode * second)
+
+
+@pytest.mark.parametrize("policy", [C2CSERVE, DEDICATED])
+def test_jitter_is_deterministic_for_a_seed_and_off_at_zero(policy: str) -> None:
+    reqs = trace(24, 4)
+
+    def times(**knobs: object) -> list[list[float]]:
+        run = ServerlessEngine(config(**knobs), policy, reqs).run()
+        return [o.token_times_s for o in run.result.requests]
+
+    plain = times()
+    assert times(jitter_cv=0.0, seed=5) == plain
+    seeded = times(jitter_cv=0.2, seed=1)
+    assert times(jitter_cv=0.2, seed=1) == seeded
+    assert seeded != plain
+    assert times(jitter_cv=0.2, seed=2) != seeded
 
 
 @pytest.mark.parametrize("policy", SERVERLESS_POLICY_NAMES)
@@ -230,6 +268,47 @@ def test_two_models_share_one_slice_taking_turns() -> None:
     assert a.token_times_s[0] < b.token_times_s[0] < b.finish_s < a.finish_s
     assert a.finish_s > a_alone.finish_s
     assert (a.finish_s - a.token_times_s[0]) / (len(a.token_times_s) - 1) <= 0.25
+
+
+def test_a_busy_slice_is_not_shared_and_a_busy_shared_slice_sheds() -> None:
+    # a runs 4 requests on the one slice: b (arriving at 0.5) does not join
+    # it under c2cserve (4 > share_max_in_flight = 2) and waits for a to be
+    # done, as under dedicated; c2cserve-always-share sets b up next to it.
+    busy = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=400, id=f"a{i}", model="a")
+        for i in range(4)
+    ]
+    b = [TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=5, id="b", model="b")]
+    light = ServerlessEngine(one_slice(), C2CSERVE, busy + b).run()
+    always = ServerlessEngine(one_slice(), C2CSERVE_ALWAYS_SHARE, busy + b).run()
+    assert light.stats.shares == 0 and always.stats.shares == 1
+    a_done = max(o.finish_s or 0.0 for o in light.result.requests[:4])
+    assert light.result.requests[4].token_times_s[0] >= a_done
+    assert always.result.requests[4].token_times_s[0] < a_done
+    # On one 24 GB slice (each keeps half its weights when sharing): a and b
+    # share while light (one request each); three more of a's make the
+    # slice busy: b, with the fewest in flight, finishes its request and
+    # leaves, and a's weights are copied back in (a top-up); kept, b holds
+    # its half.
+    cfg = config(mig="3")
+    cfg = replace(cfg, slices=cfg.slices[:1], slo=Slo(ttft_s=5.0, tbt_s=0.25))
+    reqs = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=1000, id="a", model="a"),
+        TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=200, id="b", model="b"),
+        *(
+            TraceRequest(arrival_s=3.0, prompt_tokens=100, output_tokens=20, id=f"x{i}", model="a")
+            for i in range(3)
+        ),
+    ]
+    run = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    kept = ServerlessEngine(cfg, C2CSERVE_ALWAYS_SHARE, reqs).run()
+    assert run.stats.shares == 1 and run.stats.sheds == 1 and kept.stats.sheds == 0
+    assert run.stats.preemptions == 0
+    assert all(o.finish_s is not None for o in run.result.requests)
+    set_up = sum(w.load_bytes for w in run.switches)
+    assert set_up < 2 * cfg.model.param_bytes  # they split the slice's HBM
+    assert run.stats.load_bytes > set_up  # the top-up after b left
+    assert kept.stats.load_bytes == sum(w.load_bytes for w in kept.switches)
 
 
 def test_starving_model_drains_the_victim_then_preempts_the_rest() -> None:
