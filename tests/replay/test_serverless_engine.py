@@ -123,6 +123,49 @@ def test_jitter_is_deterministic_for_a_seed_and_off_at_zero(policy: str) -> None
     assert times(jitter_cv=0.2, seed=2) != seeded
 
 
+W_8B = 16.06e9
+
+
+@pytest.mark.parametrize(
+    ("policy", "after_read_s", "warm_s"),
+    [
+        (C2CSERVE_STREAM, 0.05, 0.05),
+        (DEDICATED, W_8B / (PCIE_GBPS * GB), W_8B / (PCIE_GBPS * GB)),
+        # ServerlessLLM's copy runs alongside the read: only its engine work follows.
+        (SLLM, 1.7 - W_8B / (405.0 * GB), 1.7),
+        (AEGAEON, 0.119, 0.119),
+    ],
+)
+def test_a_cold_model_is_read_from_disk_first(
+    policy: str, after_read_s: float, warm_s: float
+) -> None:
+    cfg = config(disk_gbps=2.0)
+    assert cfg.model.param_bytes == pytest.approx(W_8B, rel=1e-3)
+    w = float(cfg.model.param_bytes)
+    req = [TraceRequest(arrival_s=1.0, prompt_tokens=300, output_tokens=3, model="a")]
+    run = ServerlessEngine(cfg, policy, req).run()
+    (switch,) = run.switches
+    assert switch.latency_s == pytest.approx(w / (2.0 * GB) + after_read_s, rel=1e-3)
+    assert run.stats.disk_reads == 1
+    warm = ServerlessEngine(config(), policy, req).run()
+    assert warm.stats.disk_reads == 0
+    assert warm.switches[0].latency_s == pytest.approx(warm_s, rel=1e-3)
+
+
+def test_host_memory_keeps_the_recently_used_models() -> None:
+    # Room for two models in host memory: a, b, a, c, a is read 3 times
+    # (a, b, c) and c pushes b out, not a (used more recently).
+    cfg = config(disk_gbps=50.0, host_memory_gb=2.5 * 16.06, mig="1", max_models_per_slice=1)
+    reqs = [
+        TraceRequest(arrival_s=100.0 * i, prompt_tokens=100, output_tokens=2, model=m)
+        for i, m in enumerate("abaca")
+    ]
+    run = ServerlessEngine(cfg, C2CSERVE_STREAM, reqs).run()
+    assert run.stats.disk_reads == 3 and run.stats.host_evictions == 1
+    again = [*reqs, TraceRequest(arrival_s=600.0, prompt_tokens=100, output_tokens=2, model="b")]
+    assert ServerlessEngine(cfg, C2CSERVE_STREAM, again).run().stats.disk_reads == 4
+
+
 @pytest.mark.parametrize("policy", SERVERLESS_POLICY_NAMES)
 def test_every_request_finishes_once(policy: str) -> None:
     reqs = trace(40, models=6)

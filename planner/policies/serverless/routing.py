@@ -12,8 +12,9 @@ entry with no model for an idle slice.
 2. IDLE: an idle slice that fits within the link budget (the smallest);
 3. EVICT an inactive model (nothing in flight), least recently used first;
 4. SHARE: with ``max_models_per_slice`` K > 1, become one more resident of
-   a slice with fewer than K whose residents have at most
-   ``share_max_in_flight`` requests in flight together (the fewest
+   a slice with fewer than K whose residents, with the ``requests`` the
+   model brings, have at most ``share_max_in_flight`` requests in flight
+   together (the fewest
    residents, then the fewest requests in flight), within the link budget:
    its residents then take
    turns, so each model's decode gets a token every k iterations, and the
@@ -190,14 +191,16 @@ def _share_slice(
     model: ServerlessModel,
     slices: Sequence[SliceState],
     budget: float,
+    *,
     max_models_per_slice: int,
     share_max_in_flight: float,
+    requests: int,
 ) -> str | None:
     if max_models_per_slice <= 1 or _demand(slices) + model.c2c_gbps > budget:
         return None
     options = []
     for sid, on in residents(slices).items():
-        light = sum(s.in_flight for s in on) <= share_max_in_flight
+        light = sum(s.in_flight for s in on) + requests <= share_max_in_flight
         if on and light and len(on) < max_models_per_slice and _fits(model, on[0]):
             options.append((len(on), sum(s.in_flight for s in on), sid))
     return min(options)[2] if options else None
@@ -216,6 +219,7 @@ def route_request(
     preemption: PreemptionParams | None = None,
     max_models_per_slice: int = 1,
     share_max_in_flight: float = math.inf,
+    requests: int = 1,
 ) -> RouteDecision:
     """Where one request for ``model`` runs, given every slice's state (one
     entry per resident model; see the module doc).
@@ -275,7 +279,14 @@ def route_request(
     }
     if order and order[0][1] == INACTIVE:
         return _evict(model, slices, order[0], **numbers)
-    shared = _share_slice(model, slices, budget, max_models_per_slice, share_max_in_flight)
+    shared = _share_slice(
+        model,
+        slices,
+        budget,
+        max_models_per_slice=max_models_per_slice,
+        share_max_in_flight=share_max_in_flight,
+        requests=requests,
+    )
     if shared is not None:
         on = residents(slices)[shared]
         return RouteDecision(
@@ -412,6 +423,7 @@ def schedule_waiting(
             preemption=preemption,
             max_models_per_slice=max_models_per_slice,
             share_max_in_flight=share_max_in_flight,
+            requests=w.requests,
         )
         out.append(ScheduledRoute(w.model.name, d))
         if d.action == QUEUE:
