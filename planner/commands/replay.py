@@ -351,8 +351,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     v.add_argument(
         "--share-max-in-flight",
         type=int,
-        help="c2cserve: a model joins a slice only while its residents have at most this "
-        "many requests in flight together, and a shared slice busier than that sheds a "
+        help="c2cserve-light-share: a model joins a slice only while its residents' requests "
+        "in flight and its own are at most this many, and a shared slice busier than that sheds a "
         f"resident (default {ServerlessKnobs().share_max_in_flight})",
     )
     v.add_argument(

@@ -17,14 +17,13 @@ what a model switch costs it.
   place for Q (the preempted requests' KV moves to host memory); idle
   slices prewarmed by ``plan_placement``; ``choose_chunk``; one
   ``RhoTuner`` per resident model; a switch costs engine set-up (the
-  paper's 50 ms). It shares only light slices: a model joins a slice whose
-  residents have at most ``share_max_in_flight`` requests in flight, and a
-  shared slice busier than that sheds the resident with the fewest (it
-  finishes what it has started and leaves, its HBM going to the others), so
-  that under saturation each slice runs one model with all its weights
-  resident, as dedicated does.
-- ``c2cserve-always-share``: c2cserve sharing any slice with room for one
-  more model, however busy, and never shedding (the rule before).
+  paper's 50 ms).
+- ``c2cserve-light-share``: c2cserve sharing only light slices: a model
+  joins a slice only if its residents' requests in flight and its own are
+  at most ``share_max_in_flight``, and a shared slice busier than that
+  sheds the resident with the fewest (it finishes what it has started and
+  leaves, its HBM going to the others), so that under saturation each slice
+  runs one model with all its weights resident, as dedicated does.
 - ``c2cserve-partial``: c2cserve keeping a part resident on slices too
   small for the whole model as well.
 - ``c2cserve-stream``: c2cserve streaming every weight on every pass,
@@ -110,7 +109,7 @@ class ServerlessPolicy:
 
 
 C2CSERVE = "c2cserve"
-C2CSERVE_ALWAYS_SHARE = "c2cserve-always-share"
+C2CSERVE_LIGHT_SHARE = "c2cserve-light-share"
 C2CSERVE_STREAM = "c2cserve-stream"
 C2CSERVE_PARTIAL = "c2cserve-partial"
 C2CSERVE_EXCLUSIVE = "c2cserve-exclusive"
@@ -126,21 +125,16 @@ SERVERLESS_POLICIES: dict[str, ServerlessPolicy] = {
     p.name: p
     for p in (
         ServerlessPolicy(
-            C2CSERVE,
+            C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True, keeps_resident=True
+        ),
+        ServerlessPolicy(
+            C2CSERVE_LIGHT_SHARE,
             streams=True,
             preempts=True,
             shares=True,
             prewarm=True,
             keeps_resident=True,
             shares_when_light=True,
-        ),
-        ServerlessPolicy(
-            C2CSERVE_ALWAYS_SHARE,
-            streams=True,
-            preempts=True,
-            shares=True,
-            prewarm=True,
-            keeps_resident=True,
         ),
         ServerlessPolicy(C2CSERVE_STREAM, streams=True, preempts=True, shares=True, prewarm=True),
         ServerlessPolicy(

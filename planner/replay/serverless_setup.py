@@ -55,7 +55,8 @@ class ServerlessKnobs:
     # Coefficient of variation of the iteration-time noise (0: none).
     jitter_cv: float = 0.0
     max_models_per_slice: int = 2
-    # c2cserve: the most requests in flight on a slice for a model to join it.
+    # c2cserve-light-share: the most requests in flight on a slice for a
+    # model to join it.
     share_max_in_flight: int = SHARE_MAX_IN_FLIGHT
     # Disk read into host memory, GB/s (None: every model in host memory),
     # and the host memory that holds weights (GH200's 480 GB x 0.9).

@@ -17,9 +17,9 @@ from planner.replay.noise import JitterFactors
 from planner.replay.serverless_engine import (
     AEGAEON,
     C2CSERVE,
-    C2CSERVE_ALWAYS_SHARE,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_LIGHT_SHARE,
     C2CSERVE_PARTIAL,
     C2CSERVE_STREAM,
     DEDICATED,
@@ -315,15 +315,15 @@ def test_two_models_share_one_slice_taking_turns() -> None:
 
 def test_a_busy_slice_is_not_shared_and_a_busy_shared_slice_sheds() -> None:
     # a runs 4 requests on the one slice: b (arriving at 0.5) does not join
-    # it under c2cserve (4 > share_max_in_flight = 2) and waits for a to be
-    # done, as under dedicated; c2cserve-always-share sets b up next to it.
+    # it under c2cserve-light-share (4 > share_max_in_flight = 2) and waits for a to be
+    # done, as under dedicated; c2cserve sets b up next to it.
     busy = [
         TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=400, id=f"a{i}", model="a")
         for i in range(4)
     ]
     b = [TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=5, id="b", model="b")]
-    light = ServerlessEngine(one_slice(), C2CSERVE, busy + b).run()
-    always = ServerlessEngine(one_slice(), C2CSERVE_ALWAYS_SHARE, busy + b).run()
+    light = ServerlessEngine(one_slice(), C2CSERVE_LIGHT_SHARE, busy + b).run()
+    always = ServerlessEngine(one_slice(), C2CSERVE, busy + b).run()
     assert light.stats.shares == 0 and always.stats.shares == 1
     a_done = max(o.finish_s or 0.0 for o in light.result.requests[:4])
     assert light.result.requests[4].token_times_s[0] >= a_done
@@ -343,8 +343,8 @@ def test_a_busy_slice_is_not_shared_and_a_busy_shared_slice_sheds() -> None:
             for i in range(3)
         ),
     ]
-    run = ServerlessEngine(cfg, C2CSERVE, reqs).run()
-    kept = ServerlessEngine(cfg, C2CSERVE_ALWAYS_SHARE, reqs).run()
+    run = ServerlessEngine(cfg, C2CSERVE_LIGHT_SHARE, reqs).run()
+    kept = ServerlessEngine(cfg, C2CSERVE, reqs).run()
     assert run.stats.shares == 1 and run.stats.sheds == 1 and kept.stats.sheds == 0
     assert run.stats.preemptions == 0
     assert all(o.finish_s is not None for o in run.result.requests)
