@@ -264,6 +264,26 @@ class ServerlessSettings:
         f"{ServerlessKnobs().max_models_per_slice})",
         group=SERVERLESS_GROUP,
     )
+    share_max_in_flight: int | None = knob(
+        None,
+        "c2cserve-light-share: a model joins a slice only while its residents' requests "
+        "in flight and its own are at most this many, and a shared slice busier than that sheds a "
+        f"resident (default {ServerlessKnobs().share_max_in_flight})",
+        group=SERVERLESS_GROUP,
+    )
+    disk_gbps: float | None = knob(
+        None,
+        "read each model's weights from disk into host memory at this bandwidth, GB/s, "
+        "the first time it is set up and after it left host memory (default: every model "
+        "already in pinned host memory, the warm-switch setting)",
+        group=SERVERLESS_GROUP,
+    )
+    host_memory_gb: float | None = knob(
+        None,
+        "with --disk-gbps: host memory holding model weights, GB (least recently used "
+        f"models not on a slice leave it; default {ServerlessKnobs().host_memory_gb:g})",
+        group=SERVERLESS_GROUP,
+    )
     urgent_slack: float | None = knob(
         None,
         "policies that preempt: a waiting model may take a slice from an active one "

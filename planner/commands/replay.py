@@ -324,6 +324,9 @@ def _replay(args: argparse.Namespace) -> int:
         "victim_slack",
         "starve_after",
         "max_drain",
+        "share_max_in_flight",
+        "disk_gbps",
+        "host_memory_gb",
     ):
         value = getattr(args, name)
         if value is None:
@@ -331,7 +334,9 @@ def _replay(args: argparse.Namespace) -> int:
         flag = f"--{name.replace('_', '-')}"
         if topology != SERVERLESS:
             return _fail(f"{flag} applies to --topology {SERVERLESS} only")
-        if name == "c2c_gbps" and not (math.isfinite(value) and value > 0):
+        if name in ("c2c_gbps", "disk_gbps", "host_memory_gb") and not (
+            math.isfinite(value) and value > 0
+        ):
             return _fail(f"{flag} must be a finite number > 0, got {value}")
         if name == "urgent_slack" and not math.isfinite(value):
             return _fail(f"{flag} must be a finite number, got {value}")
@@ -340,9 +345,14 @@ def _replay(args: argparse.Namespace) -> int:
         if name in ("starve_after", "victim_slack"):
             if not value >= 0:
                 return _fail(f"{flag} must be a number >= 0 (inf: never), got {value}")
-        elif name not in ("mig", "c2c_gbps", "load_link", "urgent_slack") and not (
-            math.isfinite(value) and value >= 0
-        ):
+        elif name not in (
+            "mig",
+            "c2c_gbps",
+            "disk_gbps",
+            "host_memory_gb",
+            "load_link",
+            "urgent_slack",
+        ) and not (math.isfinite(value) and value >= 0):
             return _fail(f"{flag} must be a finite number >= 0, got {value}")
     try:
         # The serverless topology takes merged per-model traces: sorted here.
@@ -735,8 +745,6 @@ def _run_serverless(
     scales: list[float],
 ) -> int:
     """The serverless topology (planner.replay.serverless_engine)."""
-    if args.compute_jitter:
-        return _fail(f"--compute-jitter is not available with --topology {SERVERLESS} yet")
     defaults = ServerlessKnobs()
     knobs = replace(
         defaults,
@@ -757,6 +765,16 @@ def _run_serverless(
         starve_after_s=args.starve_after,
         max_drain_s=args.max_drain,
         seed=args.seed,
+        jitter_cv=args.compute_jitter,
+        share_max_in_flight=(
+            args.share_max_in_flight
+            if args.share_max_in_flight is not None
+            else defaults.share_max_in_flight
+        ),
+        disk_gbps=args.disk_gbps,
+        host_memory_gb=(
+            args.host_memory_gb if args.host_memory_gb is not None else defaults.host_memory_gb
+        ),
     )
     try:
         config = serverless_config(setup, knobs)

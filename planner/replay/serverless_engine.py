@@ -30,6 +30,10 @@ they batch.
   HBM-resident baselines load the weights over their load link, shared
   fairly by the loads in flight (:class:`SharedLink`), then pay their engine
   work (``planner.profiles.switch_costs``).
+- Noise (``jitter_cv``, ``seed``): every iteration's modelled time is
+  multiplied by the next factor of planner.replay.noise's seeded lognormal
+  stream, one stream per run (the link rate it reports and the rho tuner's
+  latency see the noisy time).
 - Link sharing of streams: an iteration that starts while k - 1 other
   slices are streaming gets 1/k of the link's sustained bandwidth; its rate
   (C2C bytes / its time) is what the others see. Link utilization is the
@@ -91,6 +95,7 @@ from planner.profiles.c2c_cost import (
 )
 from planner.profiles.mig import GB, MigSliceProfile
 from planner.profiles.models import ModelProfile
+from planner.replay.noise import JitterFactors
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
 from planner.replay.serverless_link import SharedLink
 from planner.replay.serverless_policies import (
@@ -99,6 +104,7 @@ from planner.replay.serverless_policies import (
     C2CSERVE,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_LIGHT_SHARE,
     C2CSERVE_PARTIAL,
     C2CSERVE_STREAM,
     DEDICATED,
@@ -120,6 +126,7 @@ __all__ = [
     "C2CSERVE",
     "C2CSERVE_EXCLUSIVE",
     "C2CSERVE_INACTIVE",
+    "C2CSERVE_LIGHT_SHARE",
     "C2CSERVE_PARTIAL",
     "C2CSERVE_STREAM",
     "DEDICATED",
@@ -145,7 +152,7 @@ DEFAULT_PREEMPTION = PreemptionParams(
 # The least copy that tops a model's resident weights up.
 MIN_TOP_UP_BYTES = 1e9
 # Event kinds, in the order they run at one instant.
-_ARRIVAL, _ITERATION, _LOAD_START, _LOAD_DONE, _DRAIN_LIMIT = range(5)
+_ARRIVAL, _ITERATION, _LOAD_START, _LOAD_DONE, _DRAIN_LIMIT, _DISK_DONE = range(6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,11 +177,24 @@ class ServerlessConfig:
     # Policies that keep weights resident: KV tokens each model on a slice
     # keeps room for before weights take the rest of the HBM.
     kv_reserve_tokens: int = 16384
+    # Policies that share only light slices: the most requests in flight on
+    # a slice (all its residents) for a model to join it; above it a shared
+    # slice sheds residents.
+    share_max_in_flight: int = 2
     static_chunk: int = 2048
     max_running: int = 64
     replan_s: float = 10.0
+    # Seeds random placement and the jitter factors.
     seed: int = 0
     precision: str = "bf16"
+    # Disk read of a model's weights into host memory, GB/s, on its first
+    # set-up and after it left host memory (None: every model is in pinned
+    # host memory from the start), and the host memory that holds weights.
+    disk_gbps: float | None = None
+    host_memory_bytes: float = 432e9
+    # Every iteration's modelled time times a seeded lognormal factor with
+    # mean 1 and this coefficient of variation (planner.replay.noise).
+    jitter_cv: float = 0.0
 
     def check(self) -> None:
         if not self.slices:
@@ -189,6 +209,16 @@ class ServerlessConfig:
             raise ValueError(f"load_link must be one of {', '.join(LOAD_LINKS)}")
         if self.static_chunk <= 0 or self.max_running <= 0 or self.max_models_per_slice <= 0:
             raise ValueError("static_chunk, max_running and max_models_per_slice must be > 0")
+        if not (math.isfinite(self.jitter_cv) and self.jitter_cv >= 0):
+            raise ValueError(f"jitter_cv must be a finite number >= 0, got {self.jitter_cv}")
+        if self.disk_gbps is not None and not (
+            math.isfinite(self.disk_gbps) and self.disk_gbps > 0
+        ):
+            raise ValueError(f"disk_gbps must be a finite number > 0, got {self.disk_gbps}")
+        if not (math.isfinite(self.host_memory_bytes) and self.host_memory_bytes > 0):
+            raise ValueError(f"host_memory_bytes must be > 0, got {self.host_memory_bytes}")
+        if self.share_max_in_flight < 0:
+            raise ValueError(f"share_max_in_flight must be >= 0, got {self.share_max_in_flight}")
         if self.kv_reserve_tokens < 0:
             raise ValueError(f"kv_reserve_tokens must be >= 0, got {self.kv_reserve_tokens}")
         if self.model.param_bytes <= 0:
@@ -258,6 +288,11 @@ class ServerlessStats:
     max_waiting_models: int = 0
     max_iteration_s: float = 0.0
     max_switch_s: float = 0.0
+    # Residents shed by busy shared slices; with a disk: weight reads into
+    # host memory and models that left it.
+    sheds: int = 0
+    disk_reads: int = 0
+    host_evictions: int = 0
 
     @property
     def link_utilization(self) -> float | None:
@@ -338,6 +373,14 @@ class _Resident:
     # since then.
     successor: _Resident | None = None
     drain_since_s: float = 0.0
+    # Leaving its slice (shed from a busy shared slice): it takes no new
+    # requests and goes once those in flight are done.
+    leaving: bool = False
+    # Its weights are being read from disk into host memory; its weight
+    # copy into HBM finished meanwhile (a pipelined load); its switch record.
+    disk_pending: bool = False
+    copied: bool = False
+    record: int = -1
 
     @property
     def in_flight(self) -> int:
@@ -375,7 +418,14 @@ class _Slice:
 
     def resident(self, model: str) -> _Resident | None:
         """Its resident ``model`` that takes requests (not draining)."""
-        return next((r for r in self.residents if r.model == model and r.successor is None), None)
+        return next(
+            (
+                r
+                for r in self.residents
+                if r.model == model and r.successor is None and not r.leaving
+            ),
+            None,
+        )
 
 
 def _wait_key(r: _Req) -> tuple[float, int]:
@@ -392,6 +442,7 @@ class ServerlessEngine:
         self._p = SERVERLESS_POLICIES[policy]
         self.trace = trace
         self._rng = np.random.default_rng(config.seed)
+        self._jitter = JitterFactors(config.jitter_cv, config.seed)
         self._slices = [
             _Slice(
                 i,
@@ -420,6 +471,14 @@ class ServerlessEngine:
         self._load_link = SharedLink(config.load_gbps_of(self._p))
         self._load_version = 0
         self._loads: dict[int, _Resident] = {}
+        # Host memory as an LRU pool of models (with a disk), reads in flight.
+        self._disk = SharedLink(config.disk_gbps) if config.disk_gbps is not None else None
+        self._disk_version = 0
+        self._in_host: dict[str, None] = {}
+        self._reading: dict[int, str] = {}
+        self._disk_waiters: dict[str, list[tuple[int, _Resident, float]]] = {}
+        self._disk_reads = 0
+        self._host_evictions = 0
         # Copies of more resident weights in flight, by -1 - slice index.
         self._top_ups: dict[int, _Resident] = {}
         self._init_s = (
@@ -443,6 +502,7 @@ class ServerlessEngine:
         self._drains = 0
         self._max_drain = 0.0
         self._shares = 0
+        self._sheds = 0
         self._kv_swaps = 0
         self._rejected = 0
         self._placement_waits: list[float] = []
@@ -480,13 +540,18 @@ class ServerlessEngine:
         return max((q.priority for q in r.requests), default=r.priority)
 
     def _states(self, now: float) -> list[SliceState]:
-        """One entry per resident model, one empty entry per idle slice."""
+        """One entry per resident model, one empty entry per idle slice. A
+        resident leaving its slice is no place for its model: its requests
+        in flight and its C2C demand count on the first resident staying."""
         out: list[SliceState] = []
         for s in self._slices:
             if not s.residents:
                 out.append(SliceState(s.id, s.profile))
+            leavers = [r for r in s.residents if r.leaving]
+            extra_in_flight = sum(r.in_flight for r in leavers)
+            extra_demand = sum(self._demand(r) for r in leavers)
             for r in s.residents:
-                if r.successor is not None:
+                if r.successor is not None or r.leaving:
                     continue  # draining: its successor stands for the place
                 on = r.requests
                 out.append(
@@ -494,14 +559,15 @@ class ServerlessEngine:
                         s.id,
                         s.profile,
                         model=r.model,
-                        model_c2c_gbps=self._demand(r),
+                        model_c2c_gbps=self._demand(r) + extra_demand,
                         model_priority=self._priority(r),
-                        in_flight=len(on),
+                        in_flight=len(on) + extra_in_flight,
                         last_used_s=r.last_used_s,
                         active_since_s=r.active_since_s,
                         slack_s=min((q.slack_s(now) for q in on), default=math.inf),
                     )
                 )
+                extra_in_flight, extra_demand = 0, 0.0
         return out
 
     def _waiting(self, now: float) -> list[WaitingModel]:
@@ -605,6 +671,9 @@ class ServerlessEngine:
                 allow_preempt=self._p.preempts,
                 preemption=self.config.preemption if self._p.preempts else None,
                 max_models_per_slice=self._per_slice,
+                share_max_in_flight=(
+                    self.config.share_max_in_flight if self._p.shares_when_light else math.inf
+                ),
             )
         by_id = {s.id: s for s in self._slices}
         since = {w.model.name: w.waiting_since_s for w in waiting}
@@ -613,6 +682,9 @@ class ServerlessEngine:
             if d.action == QUEUE:
                 continue
             s = by_id[d.slice_id]
+            leaver = any(r.leaving for r in s.residents)
+            if d.action == SHARE and leaver and len(s.residents) >= self._per_slice:
+                continue  # a resident leaving still holds the place
             if d.action != ACTIVE:
                 self._placement_waits.append(now - since[route.model])
             if d.eviction:
@@ -821,13 +893,85 @@ class ServerlessEngine:
             kv_out_bytes=kv_out,
             preempted=kv_out > 0,
         )
+        reading = self._read_if_cold(model, now)
+        if reading:
+            r.disk_pending = True
+            self._disk_waiters.setdefault(model, []).append((s.index, r, free_at))
+        r.record = len(self._switches)
         if r.resident_bytes <= 0:
+            if reading:
+                self._switches.append(record)
+                return
             r.ready_s = r.active_since_s = free_at + self.config.switch_setup_s
             self._switches.append(dataclasses.replace(record, latency_s=r.ready_s - now))
             return
-        r.loading = len(self._switches)
+        r.loading = r.record
         self._switches.append(dataclasses.replace(record, load_bytes=r.resident_bytes))
+        if reading and not self._p.pipelined_load:
+            return  # the copy starts once the read is done
         self._push(free_at, _LOAD_START, s.index)
+
+    # -- the disk and host memory (with disk_gbps) --------------------------
+    def _read_if_cold(self, model: str, now: float) -> bool:
+        """Whether ``model``'s weights are still to come from disk (a read
+        starts unless one is in flight); a model in host memory is used."""
+        if self._disk is None:
+            return False
+        if model in self._in_host:
+            self._in_host.pop(model)
+            self._in_host[model] = None
+            return False
+        if model not in self._reading.values():
+            key = self._disk_reads
+            self._disk_reads += 1
+            self._reading[key] = model
+            self._disk.start(key, self._weight_bytes, now)
+            self._next_disk_event()
+        return True
+
+    def _next_disk_event(self) -> None:
+        assert self._disk is not None
+        self._disk_version += 1
+        t = self._disk.next_finish_s()
+        if t is not None:
+            self._push(t, _DISK_DONE, self._disk_version)
+
+    def _disk_done(self, now: float, version: int) -> None:
+        """Reads done: the model joins host memory (the least recently used
+        models on no slice leave it while it is over capacity), and each
+        slice waiting for it carries on with its switch."""
+        assert self._disk is not None
+        if version != self._disk_version:
+            return
+        for key in self._disk.finished(now):
+            model = self._reading.pop(key)
+            self._in_host[model] = None
+            on_slices = {r.model for x in self._slices for r in x.residents}
+            for old in list(self._in_host):
+                if len(self._in_host) * self._weight_bytes <= self.config.host_memory_bytes:
+                    break
+                if old != model and old not in on_slices:
+                    del self._in_host[old]
+                    self._host_evictions += 1
+            for index, r, free_at in self._disk_waiters.pop(model, []):
+                s = self._slices[index]
+                if r not in s.residents:
+                    continue
+                r.disk_pending = False
+                if r.resident_bytes <= 0:
+                    self._ready(s, r, max(now, free_at) + self.config.switch_setup_s, now)
+                elif self._p.pipelined_load:
+                    if r.copied:
+                        self._ready(s, r, now + self._init_s, now)
+                else:
+                    self._push(max(now, free_at), _LOAD_START, s.index)
+        self._next_disk_event()
+
+    def _ready(self, s: _Slice, r: _Resident, at: float, now: float) -> None:
+        r.ready_s = r.active_since_s = at
+        rec = self._switches[r.record]
+        self._switches[r.record] = dataclasses.replace(rec, latency_s=at - rec.time_s)
+        self._kick(s, now)
 
     def _assign_residency(self, s: _Slice, r: _Resident) -> None:
         """Split ``s``'s HBM among its residents and ``r`` joining them
@@ -902,7 +1046,14 @@ class ServerlessEngine:
     def _load_start(self, s: _Slice, now: float) -> None:
         if s.index in self._loads:
             return
-        r = next((x for x in s.residents if x.loading is not None), None)
+        r = next(
+            (
+                x
+                for x in s.residents
+                if x.loading is not None and not (x.disk_pending and not self._p.pipelined_load)
+            ),
+            None,
+        )
         if r is None:
             return  # evicted before its load began
         self._loads[s.index] = r
@@ -929,12 +1080,11 @@ class ServerlessEngine:
                 continue
             s = self._slices[index]
             r = self._loads.pop(index)
-            r.ready_s = r.active_since_s = now + self._init_s
-            assert r.loading is not None
-            rec = self._switches[r.loading]
-            self._switches[r.loading] = dataclasses.replace(rec, latency_s=r.ready_s - rec.time_s)
             r.loading = None
-            self._kick(s, now)
+            if r.disk_pending:
+                r.copied = True  # ready once the read it overlaps is done
+                continue
+            self._ready(s, r, now + self._init_s, now)
         self._next_load_event()
 
     # -- simulation ---------------------------------------------------------
@@ -1077,6 +1227,8 @@ class ServerlessEngine:
             self._finish_drain(s, done, now)
             if s.busy:
                 return
+        if self._p.shares_when_light and self._shed(s, now) and s.busy:
+            return
         if self._may_preempt(now):
             self._schedule(now)
             if s.busy:
@@ -1117,7 +1269,7 @@ class ServerlessEngine:
             tiles=self._tiles(s, tokens),
             resident_fraction=r.resident_bytes / self._weight_bytes if self._p.streams else 0.0,
         )
-        dt = cost.time_s
+        dt = self._jitter.apply(cost.time_s)
         if self._p.streams:
             s.rate_gbps = cost.c2c_bytes / dt / GB
             self._c2c_bytes += cost.c2c_bytes
@@ -1158,6 +1310,31 @@ class ServerlessEngine:
         s.iter_end_s = end
         self._push(end, _ITERATION, s.index)
         self._top_up(s, r, now)
+
+    def _shed(self, s: _Slice, now: float) -> bool:
+        """A shared slice busier than ``share_max_in_flight`` sheds the
+        resident with the fewest requests in flight (the latest to join on a
+        tie): it takes no new requests (those not started wait again) and
+        leaves once the rest are done, its HBM going to the others. Whether
+        a resident left now."""
+        staying = [r for r in s.residents if not r.leaving and r.successor is None]
+        if len(staying) > 1 and s.in_flight > self.config.share_max_in_flight:
+            i = min(range(len(staying)), key=lambda k: (staying[k].in_flight, -k))
+            r = staying[i]
+            r.leaving = True
+            self._sheds += 1
+            fresh = [q for q in r.queue if q.kv_tokens == 0 and not q.kv_in_host]
+            for q in fresh:
+                r.queue.remove(q)
+                bisect.insort(self._pending, q, key=_wait_key)
+            if fresh:
+                self._pending_changed()
+        gone = [r for r in s.residents if r.leaving and not r.in_flight]
+        for r in gone:
+            self._evict(s, r, now)
+        if gone:
+            self._schedule(now)
+        return bool(gone)
 
     def _replan(self, now: float, window: list[str]) -> None:
         counts: dict[str, int] = {}
@@ -1249,7 +1426,8 @@ class ServerlessEngine:
                 self._load_start(self._slices[index], now)
             elif kind == _DRAIN_LIMIT:
                 self._drain_limit(self._slices[index], now)
-
+            elif kind == _DISK_DONE:
+                self._disk_done(now, index)
             else:
                 self._loads_done(now, index)
         outcomes = [r.out for r in reqs]
@@ -1305,6 +1483,9 @@ class ServerlessEngine:
             max_waiting_models=self._max_waiting,
             max_iteration_s=self._max_iteration,
             max_switch_s=max_switch,
+            sheds=self._sheds,
+            disk_reads=self._disk_reads,
+            host_evictions=self._host_evictions,
         )
         return ServerlessRun(result, stats, self._switches)
 

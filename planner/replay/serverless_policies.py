@@ -18,6 +18,12 @@ what a model switch costs it.
   slices prewarmed by ``plan_placement``; ``choose_chunk``; one
   ``RhoTuner`` per resident model; a switch costs engine set-up (the
   paper's 50 ms).
+- ``c2cserve-light-share``: c2cserve sharing only light slices: a model
+  joins a slice only if its residents' requests in flight and its own are
+  at most ``share_max_in_flight``, and a shared slice busier than that
+  sheds the resident with the fewest (it finishes what it has started and
+  leaves, its HBM going to the others), so that under saturation each slice
+  runs one model with all its weights resident, as dedicated does.
 - ``c2cserve-partial``: c2cserve keeping a part resident on slices too
   small for the whole model as well.
 - ``c2cserve-stream``: c2cserve streaming every weight on every pass,
@@ -87,6 +93,16 @@ class ServerlessPolicy:
     # ... also on slices whose HBM cannot hold all of a model's weights next
     # to its KV reserve (else those stream every weight).
     partial_residency: bool = False
+    # Share a slice only while its residents are light (at most the config's
+    # share_max_in_flight requests in flight), and when a shared slice gets
+    # busier than that, the resident with the least in flight leaves it (no
+    # new requests; it goes once those in flight are done): under saturation
+    # one model per slice keeps all its weights resident, as dedicated does.
+    shares_when_light: bool = False
+    # With a disk read on the cold path: the copy into HBM runs alongside the
+    # read (ServerlessLLM's multi-tier loader pipelines SSD -> DRAM -> GPU)
+    # instead of after it.
+    pipelined_load: bool = False
 
     @property
     def respects_link_budget(self) -> bool:
@@ -94,6 +110,7 @@ class ServerlessPolicy:
 
 
 C2CSERVE = "c2cserve"
+C2CSERVE_LIGHT_SHARE = "c2cserve-light-share"
 C2CSERVE_STREAM = "c2cserve-stream"
 C2CSERVE_PARTIAL = "c2cserve-partial"
 C2CSERVE_EXCLUSIVE = "c2cserve-exclusive"
@@ -111,6 +128,15 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
     (
         ServerlessPolicy(
             C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True, keeps_resident=True
+        ),
+        ServerlessPolicy(
+            C2CSERVE_LIGHT_SHARE,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            keeps_resident=True,
+            shares_when_light=True,
         ),
         ServerlessPolicy(C2CSERVE_STREAM, streams=True, preempts=True, shares=True, prewarm=True),
         ServerlessPolicy(
@@ -160,6 +186,7 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
             preempts=False,
             chunk=STATIC,
             rho=NO_RHO,
+            pipelined_load=True,
             switch_profile=DENSE_SWITCH_PROFILES["sllm"],
         ),
         ServerlessPolicy(

@@ -76,6 +76,9 @@ class ServerlessMetrics:
             "max_waiting_models": s.max_waiting_models,
             "max_iteration_s": s.max_iteration_s,
             "max_switch_s": s.max_switch_s,
+            "sheds": s.sheds,
+            "disk_reads": s.disk_reads,
+            "host_evictions": s.host_evictions,
         }
 
 
@@ -152,6 +155,7 @@ def _rows() -> list[tuple[str, list[_Row]]]:
                 ),
                 _Row("Preemptions", lambda m: m.stats.preemptions, _int),
                 _Row("Shared slices (models taking turns)", lambda m: m.stats.shares, _int),
+                _Row("Residents shed (busy shared slice)", lambda m: m.stats.sheds, _int),
                 _Row("KV swaps (room)", lambda m: m.stats.kv_swaps, _int),
             ],
         ),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from planner.domain.serverless import PreemptionParams
 from planner.profiles.errors import ProfileError
-from planner.profiles.mig import GH200_C2C_LINK, mig_layout
+from planner.profiles.mig import GB, GH200_C2C_LINK, mig_layout
 from planner.replay.serverless_engine import LOAD_LINKS, ServerlessConfig
 from planner.replay.serverless_policies import SERVERLESS_POLICIES
 from planner.replay.setup import ReplaySetup
@@ -35,6 +35,11 @@ STARVE_AFTER_S = math.inf
 VICTIM_SLACK_MARGIN_S = 1.0
 MAX_DRAIN_S = 10.0
 
+# Shared slices: the residents' requests in flight together up to which a
+# model may join (docs/serverless.md, "Saturation": chosen by measurement).
+SHARE_MAX_IN_FLIGHT = 2
+HOST_MEMORY_GB = 480 * 0.9
+
 __all__ = ["DEFAULT_MIG", "DEFAULT_SWITCH_SETUP_S", "LOAD_LINKS", "PCIE_GBPS"]
 
 
@@ -47,7 +52,16 @@ class ServerlessKnobs:
     switch_setup_s: float = DEFAULT_SWITCH_SETUP_S
     replan_s: float = 10.0
     seed: int = 0
+    # Coefficient of variation of the iteration-time noise (0: none).
+    jitter_cv: float = 0.0
     max_models_per_slice: int = 2
+    # c2cserve-light-share: the most requests in flight on a slice for a
+    # model to join it.
+    share_max_in_flight: int = SHARE_MAX_IN_FLIGHT
+    # Disk read into host memory, GB/s (None: every model in host memory),
+    # and the host memory that holds weights (GH200's 480 GB x 0.9).
+    disk_gbps: float | None = None
+    host_memory_gb: float = HOST_MEMORY_GB
     # U, Q, V and W_s (None: from the TTFT target).
     urgent_slack_s: float | None = None
     min_hold_s: float | None = None
@@ -96,6 +110,10 @@ def serverless_config(setup: ReplaySetup, knobs: ServerlessKnobs) -> ServerlessC
         max_running=setup.engine.max_running,
         replan_s=knobs.replan_s,
         seed=knobs.seed,
+        jitter_cv=knobs.jitter_cv,
+        share_max_in_flight=knobs.share_max_in_flight,
+        disk_gbps=knobs.disk_gbps,
+        host_memory_bytes=knobs.host_memory_gb * GB,
     )
     try:
         config.check()
@@ -133,4 +151,9 @@ def describe(config: ServerlessConfig, policy: str) -> dict[str, object]:
         "static_chunk": config.static_chunk,
         "max_running": config.max_running,
         "replan_s": config.replan_s,
+        "compute_jitter_cv": config.jitter_cv,
+        "share_max_in_flight": config.share_max_in_flight if p.shares_when_light else None,
+        "disk_gbps": config.disk_gbps,
+        "host_memory_gb": config.host_memory_bytes / GB if config.disk_gbps else None,
+        "pipelined_load": p.pipelined_load if config.disk_gbps else None,
     }

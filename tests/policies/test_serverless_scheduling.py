@@ -341,3 +341,29 @@ def test_next_turn_earliest_deadline_then_round_robin() -> None:
     assert next_turn([1.0, 1.0, 1.0], after=2) == 0
     assert next_turn([None, None], after=0) is None
     assert next_turn([], after=0) is None
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "requests", "action"),
+    [(1, 1, "share"), (1, 2, QUEUE), (2, 1, QUEUE), (3, 1, QUEUE)],
+)
+def test_a_model_shares_only_a_light_slice(in_flight: int, requests: int, action: str) -> None:
+    # One busy slice of room for two; the waiting model may join it only
+    # while its resident's requests and its own are at most
+    # share_max_in_flight = 2 (so that joining never makes the slice shed).
+    slices = [busy("s0", "a", in_flight=in_flight, since=0.0)]
+    d = route_request(
+        model("b"),
+        slices,
+        priority=1.0,
+        link_budget_gbps=BUDGET,
+        now_s=1.0,
+        max_models_per_slice=2,
+        share_max_in_flight=2,
+        requests=requests,
+    )
+    assert d.action == action
+    unlimited = route_request(
+        model("b"), slices, priority=1.0, link_budget_gbps=BUDGET, max_models_per_slice=2
+    )
+    assert unlimited.action == "share"

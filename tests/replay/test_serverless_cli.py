@@ -127,7 +127,7 @@ def test_sweep_json_and_plots(
         (["--max-drain", "-1"], "--max-drain must be a finite number >= 0"),
         (["--models-per-slice", "0"], "--models-per-slice must be >= 1"),
         (["--min-hold", "inf"], "--min-hold must be a finite number >= 0"),
-        (["--compute-jitter", "0.1"], "--compute-jitter is not available"),
+        (["--compute-jitter", "-0.1"], "--compute-jitter must be a finite number >= 0"),
     ],
 )
 def test_bad_input_exits_2(
@@ -137,6 +137,40 @@ def test_bad_input_exits_2(
     assert code == 2
     assert message in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_jitter_and_seed_reach_the_run(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def run(name: str, *jitter: str) -> str:
+        out_json = tmp_path / f"{name}.json"
+        out_csv = tmp_path / f"{name}.csv"
+        code, _, err = replay(
+            capsys,
+            str(trace),
+            "--topology",
+            "serverless",
+            "--policy",
+            "c2cserve",
+            "--quiet",
+            *jitter,
+            "--json-out",
+            str(out_json),
+            "--requests-out",
+            str(out_csv),
+        )
+        assert code == 0, err
+        data = json.loads(out_json.read_text())
+        (p,) = data["policies"]
+        assert p["config"]["compute_jitter_cv"] == (float(jitter[1]) if jitter else 0.0)
+        assert p["config"]["seed"] == (int(jitter[3]) if jitter else 0)
+        return out_csv.read_text()
+
+    plain = run("plain")
+    a = run("a", "--compute-jitter", "0.25", "--seed", "3")
+    assert run("b", "--compute-jitter", "0.25", "--seed", "3") == a
+    assert a != plain
+    assert run("c", "--compute-jitter", "0.25", "--seed", "4") != a
 
 
 def test_serverless_flags_need_the_topology(

@@ -13,11 +13,13 @@ from planner.domain.requests import Slo
 from planner.policies.serverless import choose_kernel
 from planner.profiles.c2c_cost import GemmTiles, model_pass_cost
 from planner.profiles.mig import GB
+from planner.replay.noise import JitterFactors
 from planner.replay.serverless_engine import (
     AEGAEON,
     C2CSERVE,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_LIGHT_SHARE,
     C2CSERVE_PARTIAL,
     C2CSERVE_STREAM,
     DEDICATED,
@@ -83,6 +85,85 @@ def test_one_request_static_chunk_hand_checked() -> None:
     assert run.switches[0].latency_s == pytest.approx(cfg.switch_setup_s)
     # The C2C bytes moved fill the link for the busy time at most.
     assert 0 < run.stats.c2c_bytes <= cfg.link_gbps * GB * (out.finish_s - 1.0) + 1
+
+
+def test_jitter_scales_each_iteration_by_the_seeded_factor_stream() -> None:
+    """One request, one chunk: its first token comes after the switch plus
+    the prefill's modelled time times the first factor of the run's seeded
+    stream (planner.replay.noise, shared with the cluster topology); the
+    second token's iteration takes the second factor."""
+    req = [TraceRequest(arrival_s=1.0, prompt_tokens=300, output_tokens=3, model="a")]
+    plain = ServerlessEngine(config(), STATIC_CHUNK, req).run().result.requests[0]
+    cfg = config(jitter_cv=0.3, seed=7)
+    noisy = ServerlessEngine(cfg, STATIC_CHUNK, req).run().result.requests[0]
+    factors = JitterFactors(0.3, 7)
+    ready = 1.0 + cfg.switch_setup_s
+    first = factors.apply(1.0)
+    second = factors.apply(1.0)
+    assert first != pytest.approx(1.0, abs=1e-3)
+    prefill = plain.token_times_s[0] - ready
+    decode = plain.token_times_s[1] - plain.token_times_s[0]
+    assert noisy.token_times_s[0] == pytest.approx(ready + prefill * first)
+    assert noisy.token_times_s[1] - noisy.token_times_s[0] == pytest.approx(decode * second)
+
+
+@pytest.mark.parametrize("policy", [C2CSERVE, DEDICATED])
+def test_jitter_is_deterministic_for_a_seed_and_off_at_zero(policy: str) -> None:
+    reqs = trace(24, 4)
+
+    def times(**knobs: object) -> list[list[float]]:
+        run = ServerlessEngine(config(**knobs), policy, reqs).run()
+        return [o.token_times_s for o in run.result.requests]
+
+    plain = times()
+    assert times(jitter_cv=0.0, seed=5) == plain
+    seeded = times(jitter_cv=0.2, seed=1)
+    assert times(jitter_cv=0.2, seed=1) == seeded
+    assert seeded != plain
+    assert times(jitter_cv=0.2, seed=2) != seeded
+
+
+W_8B = 16.06e9
+
+
+@pytest.mark.parametrize(
+    ("policy", "after_read_s", "warm_s"),
+    [
+        (C2CSERVE_STREAM, 0.05, 0.05),
+        (DEDICATED, W_8B / (PCIE_GBPS * GB), W_8B / (PCIE_GBPS * GB)),
+        # ServerlessLLM's copy runs alongside the read: only its engine work follows.
+        (SLLM, 1.7 - W_8B / (405.0 * GB), 1.7),
+        (AEGAEON, 0.119, 0.119),
+    ],
+)
+def test_a_cold_model_is_read_from_disk_first(
+    policy: str, after_read_s: float, warm_s: float
+) -> None:
+    cfg = config(disk_gbps=2.0)
+    assert cfg.model.param_bytes == pytest.approx(W_8B, rel=1e-3)
+    w = float(cfg.model.param_bytes)
+    req = [TraceRequest(arrival_s=1.0, prompt_tokens=300, output_tokens=3, model="a")]
+    run = ServerlessEngine(cfg, policy, req).run()
+    (switch,) = run.switches
+    assert switch.latency_s == pytest.approx(w / (2.0 * GB) + after_read_s, rel=1e-3)
+    assert run.stats.disk_reads == 1
+    warm = ServerlessEngine(config(), policy, req).run()
+    assert warm.stats.disk_reads == 0
+    assert warm.switches[0].latency_s == pytest.approx(warm_s, rel=1e-3)
+
+
+def test_host_memory_keeps_the_recently_used_models() -> None:
+    # Room for two models in host memory: a, b, a, c, a is read 3 times
+    # (a, b, c) and c pushes b out, not a (used more recently).
+    cfg = config(disk_gbps=50.0, host_memory_gb=2.5 * 16.06, mig="1", max_models_per_slice=1)
+    reqs = [
+        TraceRequest(arrival_s=100.0 * i, prompt_tokens=100, output_tokens=2, model=m)
+        for i, m in enumerate("abaca")
+    ]
+    run = ServerlessEngine(cfg, C2CSERVE_STREAM, reqs).run()
+    assert run.stats.disk_reads == 3 and run.stats.host_evictions == 1
+    again = [*reqs, TraceRequest(arrival_s=600.0, prompt_tokens=100, output_tokens=2, model="b")]
+    assert ServerlessEngine(cfg, C2CSERVE_STREAM, again).run().stats.disk_reads == 4
 
 
 @pytest.mark.parametrize("policy", SERVERLESS_POLICY_NAMES)
@@ -230,6 +311,47 @@ def test_two_models_share_one_slice_taking_turns() -> None:
     assert a.token_times_s[0] < b.token_times_s[0] < b.finish_s < a.finish_s
     assert a.finish_s > a_alone.finish_s
     assert (a.finish_s - a.token_times_s[0]) / (len(a.token_times_s) - 1) <= 0.25
+
+
+def test_a_busy_slice_is_not_shared_and_a_busy_shared_slice_sheds() -> None:
+    # a runs 4 requests on the one slice: b (arriving at 0.5) does not join
+    # it under c2cserve-light-share (4 > share_max_in_flight = 2) and waits for a to be
+    # done, as under dedicated; c2cserve sets b up next to it.
+    busy = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=400, id=f"a{i}", model="a")
+        for i in range(4)
+    ]
+    b = [TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=5, id="b", model="b")]
+    light = ServerlessEngine(one_slice(), C2CSERVE_LIGHT_SHARE, busy + b).run()
+    always = ServerlessEngine(one_slice(), C2CSERVE, busy + b).run()
+    assert light.stats.shares == 0 and always.stats.shares == 1
+    a_done = max(o.finish_s or 0.0 for o in light.result.requests[:4])
+    assert light.result.requests[4].token_times_s[0] >= a_done
+    assert always.result.requests[4].token_times_s[0] < a_done
+    # On one 24 GB slice (each keeps half its weights when sharing): a and b
+    # share while light (one request each); three more of a's make the
+    # slice busy: b, with the fewest in flight, finishes its request and
+    # leaves, and a's weights are copied back in (a top-up); kept, b holds
+    # its half.
+    cfg = config(mig="3")
+    cfg = replace(cfg, slices=cfg.slices[:1], slo=Slo(ttft_s=5.0, tbt_s=0.25))
+    reqs = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=1000, id="a", model="a"),
+        TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=200, id="b", model="b"),
+        *(
+            TraceRequest(arrival_s=3.0, prompt_tokens=100, output_tokens=20, id=f"x{i}", model="a")
+            for i in range(3)
+        ),
+    ]
+    run = ServerlessEngine(cfg, C2CSERVE_LIGHT_SHARE, reqs).run()
+    kept = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    assert run.stats.shares == 1 and run.stats.sheds == 1 and kept.stats.sheds == 0
+    assert run.stats.preemptions == 0
+    assert all(o.finish_s is not None for o in run.result.requests)
+    set_up = sum(w.load_bytes for w in run.switches)
+    assert set_up < 2 * cfg.model.param_bytes  # they split the slice's HBM
+    assert run.stats.load_bytes > set_up  # the top-up after b left
+    assert kept.stats.load_bytes == sum(w.load_bytes for w in kept.switches)
 
 
 def test_starving_model_drains_the_victim_then_preempts_the_rest() -> None:

@@ -12,8 +12,11 @@ entry with no model for an idle slice.
 2. IDLE: an idle slice that fits within the link budget (the smallest);
 3. EVICT an inactive model (nothing in flight), least recently used first;
 4. SHARE: with ``max_models_per_slice`` K > 1, become one more resident of
-   a slice with fewer than K (the fewest residents, then the fewest
-   requests in flight), within the link budget: its residents then take
+   a slice with fewer than K whose residents, with the ``requests`` the
+   model brings, have at most ``share_max_in_flight`` requests in flight
+   together (the fewest
+   residents, then the fewest requests in flight), within the link budget:
+   its residents then take
    turns, so each model's decode gets a token every k iterations, and the
    link budget counts every resident's demand W / TPOT (a slice of k
    residents draws k of them to keep each one's TPOT);
@@ -188,13 +191,17 @@ def _share_slice(
     model: ServerlessModel,
     slices: Sequence[SliceState],
     budget: float,
+    *,
     max_models_per_slice: int,
+    share_max_in_flight: float,
+    requests: int,
 ) -> str | None:
     if max_models_per_slice <= 1 or _demand(slices) + model.c2c_gbps > budget:
         return None
     options = []
     for sid, on in residents(slices).items():
-        if on and len(on) < max_models_per_slice and _fits(model, on[0]):
+        light = sum(s.in_flight for s in on) + requests <= share_max_in_flight
+        if on and light and len(on) < max_models_per_slice and _fits(model, on[0]):
             options.append((len(on), sum(s.in_flight for s in on), sid))
     return min(options)[2] if options else None
 
@@ -211,6 +218,8 @@ def route_request(
     slack_s: float = math.inf,
     preemption: PreemptionParams | None = None,
     max_models_per_slice: int = 1,
+    share_max_in_flight: float = math.inf,
+    requests: int = 1,
 ) -> RouteDecision:
     """Where one request for ``model`` runs, given every slice's state (one
     entry per resident model; see the module doc).
@@ -270,7 +279,14 @@ def route_request(
     }
     if order and order[0][1] == INACTIVE:
         return _evict(model, slices, order[0], **numbers)
-    shared = _share_slice(model, slices, budget, max_models_per_slice)
+    shared = _share_slice(
+        model,
+        slices,
+        budget,
+        max_models_per_slice=max_models_per_slice,
+        share_max_in_flight=share_max_in_flight,
+        requests=requests,
+    )
     if shared is not None:
         on = residents(slices)[shared]
         return RouteDecision(
@@ -382,6 +398,7 @@ def schedule_waiting(
     allow_preempt: bool = True,
     preemption: PreemptionParams | None = None,
     max_models_per_slice: int = 1,
+    share_max_in_flight: float = math.inf,
 ) -> tuple[ScheduledRoute, ...]:
     """One decision per waiting model, in ``service_order``. Each decision
     sees the slices as the earlier ones left them: a model handed a place
@@ -405,6 +422,8 @@ def schedule_waiting(
             slack_s=w.slack_s,
             preemption=preemption,
             max_models_per_slice=max_models_per_slice,
+            share_max_in_flight=share_max_in_flight,
+            requests=w.requests,
         )
         out.append(ScheduledRoute(w.model.name, d))
         if d.action == QUEUE:
