@@ -201,6 +201,8 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
     summaries={
         C2CSERVE: "C2CServe: what fits of the weights resident next to the KV on slices that "
         "hold the whole model, the rest streamed over C2C; queue-aware scheduling",
+        C2CSERVE_LIGHT_SHARE: "c2cserve sharing a slice only while its requests in flight stay "
+        "within --share-max-in-flight, shedding a model from a busier one",
         C2CSERVE_STREAM: "C2CServe as the paper has it: every weight streamed on every pass",
         C2CSERVE_PARTIAL: "c2cserve keeping a part resident on slices too small for the model too",
         C2CSERVE_EXCLUSIVE: "c2cserve-stream with one model per slice (no sharing)",
