@@ -108,16 +108,18 @@ def test_stuck_planner_falls_back_at_the_deadline(engine, stuck_server, planning
     run.run()
     _assert_all_finished_once(run)
     counters = run.scheduler.planner_counters.snapshot()
-    assert counters.calls > 0
     assert counters.ok == 0
     late = counters.fallbacks[FallbackReason.DEADLINE]
+    assert late > 0
     assert late == counters.total_fallbacks
     if planning == "synchronous":
         # Each step waited for its own call.
         assert late == counters.calls
     else:
         # A call stays in flight over the steps it is late for, until it is
-        # too old: each of those steps is a fallback, the call counted once.
+        # too old: each of those steps is a fallback, the call counted once
+        # when it ends (the last one may still be in flight when the run
+        # ends, since the engine asks only while a victim is possible).
         assert late > counters.calls
 
 
