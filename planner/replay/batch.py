@@ -2,7 +2,12 @@
 finished its prefill decodes one token (in admission order, while the budget
 lasts), then prefilling ones take chunks of what is left in admission order.
 A decode that crosses a block boundary takes a new block; when none is free
-the most recently admitted request is preempted for it (EngineState.grow)."""
+the most recently admitted request is preempted for it (EngineState.grow).
+
+Two ways to the same batch: on whole columns for many running requests, and
+request by request on Python ints below SMALL_BATCH of them, where a few
+dozen numpy calls on tiny arrays cost more than the loop (a cluster's
+instances run a handful of requests each)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,9 @@ from planner.replay.engine_state import EngineState
 from planner.replay.state import IntArray
 
 _NONE: IntArray = np.zeros(0, dtype=np.int64)
+# Running requests from which a batch is formed on whole columns (measured:
+# docs/benchmarks.md, the small-batch path).
+SMALL_BATCH = 12
 
 
 class Batch(NamedTuple):
@@ -50,6 +58,8 @@ def form_batch(
     one preempts for it, then the rest go on the same way. Preemptions take
     from the tail of running, so never a request whose turn came already.
     """
+    if len(state.running.rows) < SMALL_BATCH:
+        return _form_small_batch(state, budget, now_s, swaps, max_chunk)
     r = state.requests
     decoders: list[IntArray] = []
     pending: list[IntArray] = []
@@ -103,7 +113,12 @@ def form_batch(
     if not pending:
         return Batch(0, decode_tokens, context, emitting, copied, _NONE, _NONE)
     prefill, prefill_context, done, rows, chunks = _prefill(
-        state, _joined(pending), _joined(pending_left), budget, now_s, max_chunk=max_chunk
+        state,
+        _joined(pending).tolist(),
+        _joined(pending_left).tolist(),
+        budget,
+        now_s,
+        max_chunk=max_chunk,
     )
     return Batch(
         prefill_tokens=prefill,
@@ -116,14 +131,90 @@ def form_batch(
     )
 
 
+def _form_small_batch(
+    state: EngineState, budget: int, now_s: float, swaps: bool, max_chunk: int | None
+) -> Batch:
+    """form_batch request by request: the same batch, the same moves in the
+    same order (a pass over running up to a decode that finds no free
+    block, that one grows by preempting, the next pass over what is left
+    of running after it)."""
+    r = state.requests
+    kv_column = r.kv_tokens
+    gpu_blocks = r.gpu_blocks
+    block_size = state.block_size
+    emitting: list[int] = []
+    pending: list[int] = []
+    pending_left: list[int] = []
+    context = copied = 0
+    start = 0  # position in running of the requests still to go
+    passes = 0
+    while True:
+        passes += 1
+        rows = state.running.rows[start:]
+        kvs = kv_column[rows].tolist()
+        targets = r.prefill_target[rows].tolist()
+        blocks = gpu_blocks[rows].tolist()
+        stop = -1
+        for i, row in enumerate(rows.tolist()):
+            kv = kvs[i]
+            left = targets[i] - kv
+            if left > 0:
+                pending.append(row)
+                pending_left.append(left)
+                continue
+            if budget <= 0:
+                continue
+            if kv >= blocks[i] * block_size:
+                if state.free_gpu <= 0:
+                    stop = i
+                    break
+                gpu_blocks[row] = blocks[i] + 1
+                state.free_gpu -= 1
+            kv_column[row] = kv + 1
+            emitting.append(row)
+            context += kv + 1
+            budget -= 1
+        if stop < 0:
+            break
+        row = int(rows[stop])
+        grown, moved = state.grow(row, swaps)
+        copied += moved
+        if grown:
+            kv_column[row] = kvs[stop] + 1
+            emitting.append(row)
+            context += kvs[stop] + 1
+            budget -= 1
+        start += stop + 1
+    decode_tokens = len(emitting)
+    if passes == 1 and decode_tokens == len(rows):
+        # Everyone decoded: the batch's rows are running's, in order.
+        decoding = rows
+    else:
+        decoding = np.array(emitting, dtype=np.int64)
+    if not pending:
+        return Batch(0, decode_tokens, context, decoding, copied, _NONE, _NONE)
+    prefill, prefill_context, done, prefill_rows, chunks = _prefill(
+        state, pending, pending_left, budget, now_s, max_chunk=max_chunk
+    )
+    return Batch(
+        prefill_tokens=prefill,
+        decode_tokens=decode_tokens,
+        context_tokens=context + prefill_context,
+        emitting=np.concatenate((decoding, done)) if len(done) else decoding,
+        preempted_d2h_blocks=copied,
+        prefill_rows=prefill_rows,
+        prefill_chunks=chunks,
+    )
+
+
 def _joined(parts: list[IntArray]) -> IntArray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _prefill(
     state: EngineState,
-    rows: IntArray,
-    left: IntArray,
+    rows: list[int],
+    left: list[int],
     budget: int,
     now_s: float,
     *,
@@ -140,7 +231,7 @@ def _prefill(
     done: list[int] = []
     chunks: list[int] = []
     cap = budget if max_chunk is None else max_chunk
-    for row, to_go in zip(rows.tolist(), left.tolist(), strict=True):
+    for row, to_go in zip(rows, left, strict=True):
         if budget <= 0:
             break
         chunk = min(to_go, budget, cap)
@@ -159,6 +250,6 @@ def _prefill(
         prefill,
         context,
         np.array(done, dtype=np.int64),
-        rows[: len(chunks)],
+        np.array(rows[: len(chunks)], dtype=np.int64),
         np.array(chunks, dtype=np.int64),
     )
