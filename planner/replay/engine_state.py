@@ -433,6 +433,6 @@ class EngineState:
             generated[row] = number
             if number >= last:
                 done.append(row)
-        self.tokens.record_each_row(each, numbers, now_s)
+        self.tokens.record_each_row(rows, numbers, now_s)
         r.last_token_s[rows] = now_s
         return np.array(done, dtype=np.int64) if done else _NONE

@@ -29,7 +29,7 @@ class TokenTimes:
         self._iteration[self._before_first[rows] + numbers] = len(self._ends_s)
         self._ends_s.append(time_s)
 
-    def record_each_row(self, rows: list[int], before: list[int], time_s: float) -> None:
+    def record_each_row(self, rows: IntArray, before: list[int], time_s: float) -> None:
         """record for a few rows, one by one: each of rows emitted its token
         number before[i] + 1 at time_s."""
         iteration = self._iteration
