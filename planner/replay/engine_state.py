@@ -426,12 +426,11 @@ class EngineState:
         each = rows.tolist()
         numbers = generated[rows].tolist()
         done: list[int] = []
-        for row, number, last in zip(each, numbers, r.output_tokens[rows].tolist(), strict=True):
-            if number == 0:
+        for row, before, last in zip(each, numbers, r.output_tokens[rows].tolist(), strict=True):
+            if before == 0:
                 first_token_s[row] = now_s
-            number += 1
-            generated[row] = number
-            if number >= last:
+            generated[row] = before + 1
+            if before + 1 >= last:
                 done.append(row)
         self.tokens.record_each_row(rows, numbers, now_s)
         r.last_token_s[rows] = now_s
