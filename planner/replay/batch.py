@@ -21,7 +21,7 @@ from planner.replay.state import IntArray
 _NONE: IntArray = np.zeros(0, dtype=np.int64)
 # Running requests from which a batch is formed on whole columns (measured:
 # docs/benchmarks.md, the small-batch path).
-SMALL_BATCH = 12
+SMALL_BATCH = 16
 
 
 class Batch(NamedTuple):
@@ -140,6 +140,7 @@ def _form_small_batch(
     of running after it)."""
     r = state.requests
     kv_column = r.kv_tokens
+    targets = r.prefill_target
     gpu_blocks = r.gpu_blocks
     block_size = state.block_size
     emitting: list[int] = []
@@ -151,24 +152,23 @@ def _form_small_batch(
     while True:
         passes += 1
         rows = state.running.rows[start:]
-        kvs = kv_column[rows].tolist()
-        targets = r.prefill_target[rows].tolist()
-        blocks = gpu_blocks[rows].tolist()
+        each = rows.tolist()
         stop = -1
-        for i, row in enumerate(rows.tolist()):
-            kv = kvs[i]
-            left = targets[i] - kv
+        for i, row in enumerate(each):
+            kv = kv_column.item(row)
+            left = targets.item(row) - kv
             if left > 0:
                 pending.append(row)
                 pending_left.append(left)
                 continue
             if budget <= 0:
                 continue
-            if kv >= blocks[i] * block_size:
+            blocks = gpu_blocks.item(row)
+            if kv >= blocks * block_size:
                 if state.free_gpu <= 0:
                     stop = i
                     break
-                gpu_blocks[row] = blocks[i] + 1
+                gpu_blocks[row] = blocks + 1
                 state.free_gpu -= 1
             kv_column[row] = kv + 1
             emitting.append(row)
@@ -176,13 +176,14 @@ def _form_small_batch(
             budget -= 1
         if stop < 0:
             break
-        row = int(rows[stop])
+        row = each[stop]
+        kv = kv_column.item(row)
         grown, moved = state.grow(row, swaps)
         copied += moved
         if grown:
-            kv_column[row] = kvs[stop] + 1
+            kv_column[row] = kv + 1
             emitting.append(row)
-            context += kvs[stop] + 1
+            context += kv + 1
             budget -= 1
         start += stop + 1
     decode_tokens = len(emitting)

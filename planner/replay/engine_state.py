@@ -38,7 +38,7 @@ FINISHED = np.int8(Phase.FINISHED)
 REJECTED = np.int8(Phase.REJECTED)
 _NONE: IntArray = np.zeros(0, dtype=np.int64)
 # Rows from which emit works on whole columns; fewer go request by request.
-SMALL_EMIT = 12
+SMALL_EMIT = 8
 
 
 class EngineState:
@@ -422,16 +422,20 @@ class EngineState:
         done."""
         r = self.requests
         generated = r.generated
+        output_tokens = r.output_tokens
         first_token_s = r.first_token_s
+        last_token_s = r.last_token_s
         each = rows.tolist()
-        numbers = generated[rows].tolist()
+        before: list[int] = []
         done: list[int] = []
-        for row, before, last in zip(each, numbers, r.output_tokens[rows].tolist(), strict=True):
-            if before == 0:
+        for row in each:
+            count = generated.item(row)
+            if count == 0:
                 first_token_s[row] = now_s
-            generated[row] = before + 1
-            if before + 1 >= last:
+            generated[row] = count + 1
+            last_token_s[row] = now_s
+            if count + 1 >= output_tokens.item(row):
                 done.append(row)
-        self.tokens.record_each_row(rows, numbers, now_s)
-        r.last_token_s[rows] = now_s
+            before.append(count)
+        self.tokens.record_rows(each, before, now_s)
         return np.array(done, dtype=np.int64) if done else _NONE
