@@ -110,24 +110,17 @@ def form_batch(
             budget -= 1
         start += stop + 1
     emitting = decoders[0] if len(decoders) == 1 else np.concatenate(decoders)
+    decodes = Batch(0, decode_tokens, context, emitting, copied, _NONE, _NONE)
     if not pending:
-        return Batch(0, decode_tokens, context, emitting, copied, _NONE, _NONE)
-    prefill, prefill_context, done, rows, chunks = _prefill(
+        return decodes
+    return _with_prefills(
         state,
+        decodes,
         _joined(pending).tolist(),
         _joined(pending_left).tolist(),
-        budget,
-        now_s,
+        budget=budget,
+        now_s=now_s,
         max_chunk=max_chunk,
-    )
-    return Batch(
-        prefill_tokens=prefill,
-        decode_tokens=decode_tokens,
-        context_tokens=context + prefill_context,
-        emitting=np.concatenate((emitting, done)) if len(done) else emitting,
-        preempted_d2h_blocks=copied,
-        prefill_rows=rows,
-        prefill_chunks=chunks,
     )
 
 
@@ -192,19 +185,11 @@ def _form_small_batch(
         decoding = rows
     else:
         decoding = np.array(emitting, dtype=np.int64)
+    decodes = Batch(0, decode_tokens, context, decoding, copied, _NONE, _NONE)
     if not pending:
-        return Batch(0, decode_tokens, context, decoding, copied, _NONE, _NONE)
-    prefill, prefill_context, done, prefill_rows, chunks = _prefill(
-        state, pending, pending_left, budget, now_s, max_chunk=max_chunk
-    )
-    return Batch(
-        prefill_tokens=prefill,
-        decode_tokens=decode_tokens,
-        context_tokens=context + prefill_context,
-        emitting=np.concatenate((decoding, done)) if len(done) else decoding,
-        preempted_d2h_blocks=copied,
-        prefill_rows=prefill_rows,
-        prefill_chunks=chunks,
+        return decodes
+    return _with_prefills(
+        state, decodes, pending, pending_left, budget=budget, now_s=now_s, max_chunk=max_chunk
     )
 
 
@@ -212,20 +197,21 @@ def _joined(parts: list[IntArray]) -> IntArray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _prefill(
+def _with_prefills(
     state: EngineState,
+    decodes: Batch,
     rows: list[int],
     left: list[int],
+    *,
     budget: int,
     now_s: float,
-    *,
     max_chunk: int | None,
-) -> tuple[int, int, IntArray, IntArray, IntArray]:
-    """Chunks of what is left of the budget for prefilling rows (left tokens
-    to go each), in order. Returns prefill tokens, their requests' KV after
-    it, the rows whose prefill completes (they emit), and the rows that took
-    a chunk with their chunks. The budget runs out after a few prompts, so
-    request by request."""
+) -> Batch:
+    """The batch of decodes with chunks of what is left of the budget for
+    prefilling rows (left tokens to go each), in order: their tokens, their
+    requests' KV after them in the context, the rows whose prefill completes
+    after the decodes in emitting. The budget runs out after a few prompts,
+    so request by request."""
     r = state.requests
     prefix = state.prefix
     prefill = context = 0
@@ -247,10 +233,11 @@ def _prefill(
         chunks.append(chunk)
         if chunk == to_go:
             done.append(row)
-    return (
-        prefill,
-        context,
-        np.array(done, dtype=np.int64),
-        np.array(rows[: len(chunks)], dtype=np.int64),
-        np.array(chunks, dtype=np.int64),
+    emitting = decodes.emitting
+    return decodes._replace(
+        prefill_tokens=prefill,
+        context_tokens=decodes.context_tokens + context,
+        emitting=np.concatenate((emitting, np.array(done, dtype=np.int64))) if done else emitting,
+        prefill_rows=np.array(rows[: len(chunks)], dtype=np.int64),
+        prefill_chunks=np.array(chunks, dtype=np.int64),
     )

@@ -21,26 +21,12 @@ from planner.replay import engine_state as engine_state_module
 from planner.replay.batch import Batch
 from planner.replay.batching_core import BatchingCore, EngineConfig
 from planner.replay.schedulers import Fcfs
+from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, build_setup
 from planner.replay.state import RequestColumns
 from planner.trace.records import TraceRequest
 
-
-class FlatCost:
-    def iteration_time_s(
-        self,
-        prefill_tokens: int,
-        decode_tokens: int,
-        attended_context_tokens: int,
-        prefill_attention_pairs: int = 0,
-    ) -> float:
-        return 0.001 + 1e-6 * (prefill_tokens + decode_tokens + attended_context_tokens)
-
-
-class FreeLink:
-    name = "free"
-
-    def transfer_time_s(self, d2h_bytes: int, h2d_bytes: int, segment_bytes: int) -> float:
-        return 0.0
+# The default profile's cost model and link.
+SETUP = build_setup(DEFAULT_PROFILE, ReplayKnobs())
 
 
 class SwappingFcfs(Fcfs):
@@ -100,9 +86,8 @@ def run_core(w: Workload, small: bool, monkeypatch: pytest.MonkeyPatch) -> list[
         skips_empty_iterations=True,
         records_timeline=False,
     )
-    core = BatchingCore(
-        config, SwappingFcfs() if w.swaps else Fcfs(), FlatCost(), FreeLink(), requests
-    )
+    scheduler = SwappingFcfs() if w.swaps else Fcfs()
+    core = BatchingCore(config, scheduler, SETUP.cost, SETUP.link, requests, pairs_cost=SETUP.cost)
     s = core.state
     s.arrive(np.arange(len(trace), dtype=np.int64), np.zeros(0, dtype=np.int64))
     s.pinned = set(w.pinned)
