@@ -26,6 +26,7 @@ from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
 from planner.replay.schedulers import Lvf
 from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, build_setup, scale_rate
 from planner.trace.arrivals import RateSchedule
+from planner.trace.errors import SpecError
 from planner.trace.generate import GenConfig, generate
 from planner.trace.importers.base import ImportOptions
 from planner.trace.importers.pipeline import import_trace
@@ -179,11 +180,13 @@ def run(args: argparse.Namespace) -> int:
         print("planner bench replay: --cluster-requests must be >= 1", file=sys.stderr)
         return 2
     policies = list(dict.fromkeys(args.policy or ["fcfs", "lvf"]))
+    try:
+        generated = _generated(args.rate, args.duration)
+    except SpecError as exc:
+        print(f"planner bench replay: {exc}", file=sys.stderr)
+        return 2
     workloads: list[tuple[str, list[TraceRequest]]] = [
-        (
-            f"generated: {args.rate:g} RPS Poisson, {args.duration:g} s, sharegpt lengths",
-            _generated(args.rate, args.duration),
-        )
+        (f"generated: {args.rate:g} RPS Poisson, {args.duration:g} s, sharegpt lengths", generated)
     ]
     if not args.no_azure:
         if AZURE_CONV.is_file():

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from planner.cli import main
 
 
@@ -46,3 +48,9 @@ def test_bench_replay_rejects_a_non_positive_cluster_size(capsys: object) -> Non
 
 def test_bench_replay_rejects_a_non_positive_rate(capsys: object) -> None:
     assert main(["bench", "replay", "--no-azure", "--rate", "0"]) == 2
+
+
+def test_bench_replay_names_a_workload_with_no_arrival(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "replay", "--no-azure", "--no-cluster", "--rate", "1", "--duration", "1"])
+    assert code == 2
+    assert "--duration" in capsys.readouterr().err
