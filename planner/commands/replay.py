@@ -398,12 +398,13 @@ def _replay(args: argparse.Namespace) -> int:
         setup = build_setup(args.profile, knobs)
     except (ProfileError, OSError) as exc:
         return _fail(str(exc))
+    asked = _Invocation(args, trace, policies, scales)
     if topology == LONG_CONTEXT:
-        return _run_long_context(args, trace, setup, policies, scales)
+        return _run_long_context(asked, setup)
     if topology == CLUSTER:
-        return _run_cluster(args, trace, setup, policies, scales)
+        return _run_cluster(asked, setup)
     if topology == SERVERLESS:
-        return _run_serverless(args, trace, setup, policies, scales)
+        return _run_serverless(asked, setup)
 
     for policy in policies:
         if SCHEDULERS[policy].paging is Paging.PEER and not setup.hardware.nvlink_gbps > 0:
@@ -428,7 +429,6 @@ def _replay(args: argparse.Namespace) -> int:
             dram_copy_bytes=dram_copy_bytes,
         )
 
-    asked = _Invocation(args, trace, policies, scales)
     runs = _sweep(
         asked, replay, summarize=compare, result_of=_same, summary_of=PolicyMetrics.to_json
     )
@@ -606,14 +606,9 @@ def _run_one(
     )
 
 
-def _run_long_context(
-    args: argparse.Namespace,
-    trace: list[TraceRequest],
-    setup: ReplaySetup,
-    policies: list[str],
-    scales: list[float],
-) -> int:
+def _run_long_context(asked: _Invocation, setup: ReplaySetup) -> int:
     """The long-context offload topology (planner.replay.longctx_engine)."""
+    args, trace = asked.args, asked.trace
     params = REPLAY_OFFLOAD_PARAMS
     if args.offload_time_limit is not None:
         params = replace(params, time_limit_s=args.offload_time_limit)
@@ -635,6 +630,17 @@ def _run_long_context(
         return _fail(f"--gpu-kv-gb: {exc}")
     design = design_tokens(trace)
 
+    def report(metrics: list[LongctxMetrics], scale: float) -> None:
+        gpu_gb = config.gpu_block_budget * config.layer_block_bytes / 1e9
+        print_longctx_report(
+            metrics,
+            title=f"Long-context replay of {args.trace} ({len(trace):,} requests, rate "
+            f"x{scale:g}, {setup.model.name} on {setup.hardware.name})",
+            caption=f"SLO TTFT {config.slo.ttft_s:g} s, TBT {config.slo.tbt_s * 1e3:.3g} ms; "
+            f"GPU KV {gpu_gb:.3g} GB ({config.gpu_block_budget:,} layer blocks); link "
+            f"{setup.hardware.h2d_gbps:g} GB/s; batch <= {config.max_running}",
+        )
+
     def replay(
         name: str, scaled: list[TraceRequest], scale: float, progress: Progress
     ) -> LongctxRun:
@@ -642,12 +648,7 @@ def _run_long_context(
         run = LongctxEngine(config, policy, setup.cost, scaled).run(progress=progress)
         run.result.config.update(
             {
-                **setup.describe(),
-                "topology": LONG_CONTEXT,
-                "policy": name,
-                "rate_scale": scale,
-                "compute_jitter_cv": args.compute_jitter,
-                "seed": args.seed,
+                **_wired_config(args, setup, LONG_CONTEXT, name, scale),
                 "slo_tbt_s": config.slo.tbt_s,
                 "slo_scale": args.slo_scale,
                 "max_running": config.max_running,
@@ -664,18 +665,6 @@ def _run_long_context(
         )
         return run
 
-    def report(metrics: list[LongctxMetrics], scale: float) -> None:
-        gpu_gb = config.gpu_block_budget * config.layer_block_bytes / 1e9
-        print_longctx_report(
-            metrics,
-            title=f"Long-context replay of {args.trace} ({len(trace):,} requests, rate "
-            f"x{scale:g}, {setup.model.name} on {setup.hardware.name})",
-            caption=f"SLO TTFT {config.slo.ttft_s:g} s, TBT {config.slo.tbt_s * 1e3:.3g} ms; "
-            f"GPU KV {gpu_gb:.3g} GB ({config.gpu_block_budget:,} layer blocks); link "
-            f"{setup.hardware.h2d_gbps:g} GB/s; batch <= {config.max_running}",
-        )
-
-    asked = _Invocation(args, trace, policies, scales)
     return _replay_wired(asked, replay, report=report, outputs=_LONGCTX_OUTPUTS)
 
 
@@ -725,6 +714,21 @@ _CLUSTER_OUTPUTS = _WiredOutputs(
 )
 
 
+def _wired_config(
+    args: argparse.Namespace, setup: ReplaySetup, topology: str, policy: str, scale: float
+) -> dict[str, Any]:
+    """The entries a wired topology's run config starts with: the setup,
+    the topology, the policy, the rate scale and the noise."""
+    return {
+        **setup.describe(),
+        "topology": topology,
+        "policy": policy,
+        "rate_scale": scale,
+        "compute_jitter_cv": args.compute_jitter,
+        "seed": args.seed,
+    }
+
+
 def _replay_wired(
     asked: _Invocation,
     replay: Callable[[str, list[TraceRequest], float, Progress], WiredRunT],
@@ -765,14 +769,9 @@ def _replay_wired(
     )
 
 
-def _run_cluster(
-    args: argparse.Namespace,
-    trace: list[TraceRequest],
-    setup: ReplaySetup,
-    policies: list[str],
-    scales: list[float],
-) -> int:
+def _run_cluster(asked: _Invocation, setup: ReplaySetup) -> int:
     """The cluster topology (planner.replay.cluster_engine)."""
+    args, trace = asked.args, asked.trace
     defaults = ClusterKnobs()
     restore = defaults.restore
     if args.restore_hold is not None:
@@ -796,6 +795,17 @@ def _run_cluster(
     except ValueError as exc:
         return _fail(str(exc))
 
+    def report(metrics: list[ClusterMetrics], scale: float) -> None:
+        kv_gb = config.kv_blocks_per_instance * config.block_bytes / 1e9
+        print_cluster_report(
+            metrics,
+            title=f"Cluster replay of {args.trace} ({len(trace):,} requests, rate x{scale:g}, "
+            f"{config.instances} x {setup.model.name} on {setup.hardware.name})",
+            caption=f"SLO TTFT {config.slo.ttft_s:g} s, TBT {config.slo.tbt_s * 1e3:g} ms; KV "
+            f"{kv_gb:.3g} GB and parameters {config.param_bytes / 1e9:.3g} GB per instance; "
+            f"link {config.link_gbps:g} GB/s",
+        )
+
     def replay(
         name: str, scaled: list[TraceRequest], scale: float, progress: Progress
     ) -> ClusterRun:
@@ -803,12 +813,7 @@ def _run_cluster(
         run = engine.run(progress=progress)
         run.result.config.update(
             {
-                **setup.describe(),
-                "topology": CLUSTER,
-                "policy": name,
-                "rate_scale": scale,
-                "compute_jitter_cv": config.jitter_cv,
-                "seed": config.seed,
+                **_wired_config(args, setup, CLUSTER, name, scale),
                 "instances": config.instances,
                 "kv_blocks_per_instance": config.kv_blocks_per_instance,
                 "param_bytes": config.param_bytes,
@@ -824,29 +829,12 @@ def _run_cluster(
         )
         return run
 
-    def report(metrics: list[ClusterMetrics], scale: float) -> None:
-        kv_gb = config.kv_blocks_per_instance * config.block_bytes / 1e9
-        print_cluster_report(
-            metrics,
-            title=f"Cluster replay of {args.trace} ({len(trace):,} requests, rate x{scale:g}, "
-            f"{config.instances} x {setup.model.name} on {setup.hardware.name})",
-            caption=f"SLO TTFT {config.slo.ttft_s:g} s, TBT {config.slo.tbt_s * 1e3:g} ms; KV "
-            f"{kv_gb:.3g} GB and parameters {config.param_bytes / 1e9:.3g} GB per instance; "
-            f"link {config.link_gbps:g} GB/s",
-        )
-
-    asked = _Invocation(args, trace, policies, scales)
     return _replay_wired(asked, replay, report=report, outputs=_CLUSTER_OUTPUTS)
 
 
-def _run_serverless(
-    args: argparse.Namespace,
-    trace: list[TraceRequest],
-    setup: ReplaySetup,
-    policies: list[str],
-    scales: list[float],
-) -> int:
+def _run_serverless(asked: _Invocation, setup: ReplaySetup) -> int:
     """The serverless topology (planner.replay.serverless_engine)."""
+    args, trace = asked.args, asked.trace
     defaults = ServerlessKnobs()
     knobs = replace(
         defaults,
@@ -916,14 +904,14 @@ def _run_serverless(
         )
 
     runs = _sweep(
-        _Invocation(args, trace, policies, scales),
+        asked,
         replay,
         summarize=compare_serverless,
         result_of=lambda run: run.result,
         summary_of=lambda m: {**m.metrics.to_json(), "serverless": m.serverless_json()},
         report=report,
     )
-    sweep = runs.by_scale if len(scales) > 1 else None
+    sweep = runs.by_scale if len(asked.scales) > 1 else None
     if sweep is not None:
         print_table(serverless_sweep_table(sweep))
     return _write_outputs(
