@@ -514,8 +514,15 @@ def build_profile(result: EngineProfile, model: ModelProfile, name: str) -> Meas
 
 
 def raw_runs(result: EngineProfile) -> dict[str, Any]:
-    """Every probe request's token times, the limits and the copy timings."""
+    """Every probe request's token times, the limits and the copy timings
+    (and where and when: engine_profile_from_raw reads it back)."""
     return {
+        "url": result.url,
+        "served_model": result.served_model,
+        "started": result.started,
+        "wall_s": result.wall_s,
+        "load_average_before": result.load_average_before,
+        "load_average_after": result.load_average_after,
         "limits": asdict(result.limits),
         "runs": [
             {
@@ -571,6 +578,38 @@ def profile_engine(
         wall_s=wall_s,
         load_average_before=before,
         load_average_after=after,
+        failed_requests=sum(1 for r in records if not r.done),
+        merged_chunks=sum(r.merged_chunks for r in records),
+    )
+
+
+def engine_profile_from_raw(raw: dict[str, Any]) -> EngineProfile:
+    """What raw_runs kept, fitted again (this version's fit): the same probe
+    runs and copy timings."""
+    limits = EngineLimits(**raw["limits"])
+    runs = [
+        ProbeRun(
+            Probe(**run["probe"]),
+            run["repeat"],
+            [StreamRecord(**r) for r in run["records"]],
+            run["load_average"],
+        )
+        for run in raw["runs"]
+    ]
+    fit, rounds = fit_probes(runs, limits)
+    records = [r for run in runs for r in run.records]
+    return EngineProfile(
+        fit=fit,
+        runs=runs,
+        copies=[CopyTiming(**c) for c in raw["copies"]],
+        limits=limits,
+        url=raw.get("url", "unknown"),
+        served_model=raw.get("served_model", "unknown"),
+        rounds=rounds,
+        started=raw.get("started", "unknown"),
+        wall_s=raw.get("wall_s", 0.0),
+        load_average_before=raw.get("load_average_before"),
+        load_average_after=raw.get("load_average_after"),
         failed_requests=sum(1 for r in records if not r.done),
         merged_chunks=sum(r.merged_chunks for r in records),
     )
