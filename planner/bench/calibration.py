@@ -7,8 +7,9 @@ on that server just before (`planner profile`) and the server's own limits
 (block size, KV blocks, max batched tokens, max running requests): vLLM's
 own scheduler against the replay's `fcfs-vllm` (fcfs in vLLM V1's order),
 and the planner's rotation (PlannerScheduler with the planner in process and
-PlannerSwapConnector) against the replay's `lvf`. Side by side: TTFT, TBT and TPOT p50/p90/p99,
-output tokens/s, preemptions and goodput, with the replay's relative error,
+PlannerSwapConnector, the adapter's defaults) against the replay's
+`lvf-vllm` (lvf as the adapter applies it). Side by side: TTFT, TBT and TPOT
+p50/p90/p99, output tokens/s, preemptions and goodput, with the replay's relative error,
 and the rotation's goodput gain over the default, measured and predicted.
 
 Per repeat: plain server -> profile -> each load -> stop; plugin server ->
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ from planner.bench.calibration_loads import LOADS, QUICK_LOADS, CalibrationLoad
 from planner.bench.core_pinning import CoreSplit, pin_server, pinned_here, split_for
 from planner.bench.engine_profile import (
     DECODE_PROBES,
+    PER_REQUEST_ADMISSION,
+    PER_REQUEST_WORK,
     PREFILL_PROBES,
     QUICK_PROBES,
     EngineLimits,
@@ -68,7 +71,7 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 # What each side of the comparison runs: the engine's scheduler and the
 # replay policy that models it.
-SIDES = (("vllm", "fcfs-vllm"), ("rotation", "lvf"))
+SIDES = (("vllm", "fcfs-vllm"), ("rotation", "lvf-vllm"))
 # vLLM's CPU backend reserves a core for KV connectors unless told
 # (docs/adapters.md).
 ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
@@ -93,6 +96,9 @@ class Settings:
     # The engine (engine core, worker) on the worker's cores, the API server
     # and the client on the others (planner.bench.core_pinning).
     pin_cores: bool = True
+    # Where the replayed profile charges the fitted per-request work
+    # (planner.bench.engine_profile.PER_REQUEST_WORK).
+    per_request: str = PER_REQUEST_ADMISSION
 
     @property
     def limits(self) -> EngineLimits:
@@ -644,12 +650,14 @@ def load_measurement(out_dir: Path) -> Measurement:
     )
 
 
-def refit_profile(raw_path: Path, model: ModelProfile, name: str, profile_path: Path) -> CostFit:
+def refit_profile(
+    raw_path: Path, model: ModelProfile, name: str, profile_path: Path, per_request: str
+) -> CostFit:
     """The repeat's profile fitted again from its raw probes (what the
     profiler measured), with this version's fit; written to profile_path."""
     raw = json.loads(raw_path.read_text(encoding="utf-8"))
     result = engine_profile_from_raw(raw)
-    save_profile(build_profile(result, model, name), profile_path)
+    save_profile(build_profile(result, model, name, per_request), profile_path)
     return result.fit
 
 
@@ -670,18 +678,28 @@ def predict(
     for info in m.profiles:
         repeat = int(info["repeat"])
         measured_path = Path(info["path"])
-        profile_path = out_dir / f"profile-{repeat}.fitted.json"
+        profile_path = out_dir / f"profile-{repeat}.{settings.per_request}.json"
         progress(f"repeat {repeat}: fitting the profile")
         fit = refit_profile(
-            measured_path.with_suffix(".raw.json"), model, f"{model_name}-engine", profile_path
+            measured_path.with_suffix(".raw.json"),
+            model,
+            f"{model_name}-engine",
+            profile_path,
+            settings.per_request,
         )
         fits[repeat] = (profile_path, fit)
+        constants = fit.cost.constants()
+        admission_s = 0.0
+        if settings.per_request == PER_REQUEST_ADMISSION:
+            admission_s = constants["prefill_s_per_sequence"]
+            constants["prefill_s_per_sequence"] = 0.0
         profiles.append(
             {
                 **info,
                 "path": str(profile_path),
-                "constants": fit.cost.constants(),
+                "constants": constants,
                 "latency_s": fit.latency_s,
+                "admission_s": admission_s,
                 "fit_median_abs_error": fit.median_abs_error,
                 "fit_p90_abs_error": fit.p90_abs_error,
                 "rows": fit.rows,
@@ -863,7 +881,8 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
             f"{1e6 * c['decode_s_per_token']:.1f} us per decode token + "
             f"{1e9 * c['attn_s_per_context_token']:.2f} ns per attended token + "
             f"{1e6 * c['prefill_s_per_sequence']:.0f} us per prefilling sequence; client latency "
-            f"{1e3 * p['latency_s']:.1f} ms; fit error median "
+            f"{1e3 * p['latency_s']:.1f} ms; admission queue "
+            f"{1e3 * p.get('admission_s', 0.0):.2f} ms per request; fit error median "
             f"{100 * p['fit_median_abs_error']:.0f} %, p90 {100 * p['fit_p90_abs_error']:.0f} %; "
             f"load average {p['load_average_before']} to {p['load_average_after']}"
         )
@@ -878,7 +897,7 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
             f"**{load.name}**: {load.what}.",
             "",
             "| | vLLM measured | replay fcfs-vllm | error "
-            "| rotation measured | replay lvf | error |",
+            "| rotation measured | replay lvf-vllm | error |",
             "|---|---|---|---|---|---|---|",
         ]
         for key, label, _ in METRICS:
@@ -969,6 +988,14 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--model", type=Path, help="a tiny_llama folder (default: the cache's)")
     p.add_argument("--markdown", type=Path, help="write the table into this file's section")
     p.add_argument(
+        "--per-request-work",
+        choices=PER_REQUEST_WORK,
+        default=d.per_request,
+        help="where the replayed profile charges the fitted per-request work: a queue in "
+        f"front of the engine (default {d.per_request}) or the iteration that prefills "
+        "the request",
+    )
+    p.add_argument(
         "--measure-only",
         action="store_true",
         help="serve and profile, save the measurements in --out, replay nothing",
@@ -1002,6 +1029,8 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--profile-repeats", str(args.profile_repeats)]
     if not args.pin_cores:
         parts.append("--no-pin-cores")
+    if args.per_request_work != d.per_request:
+        parts += ["--per-request-work", args.per_request_work]
     return " ".join(parts)
 
 
@@ -1024,6 +1053,7 @@ def run(args: argparse.Namespace) -> int:
         profile_repeats=args.profile_repeats,
         quick=args.quick,
         pin_cores=args.pin_cores,
+        per_request=args.per_request_work,
     )
 
     def progress(message: str) -> None:
@@ -1036,6 +1066,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"planner bench calibration: --from: {e}")
             return EXIT_BAD_INPUT
         args.out.mkdir(parents=True, exist_ok=True)
+        measurement.settings = replace(measurement.settings, per_request=args.per_request_work)
         cal = predict(measurement, args.from_dir, progress=progress)
         loads = list({run.load.name: run.load for run in measurement.runs}.values())
     else:
