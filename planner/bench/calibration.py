@@ -1031,6 +1031,12 @@ def command_line(args: argparse.Namespace) -> str:
         parts.append("--no-pin-cores")
     if args.per_request_work != d.per_request:
         parts += ["--per-request-work", args.per_request_work]
+    if args.measure_only:
+        parts.append("--measure-only")
+    if args.from_dir is not None:
+        return " ".join([*parts[:3], "--from", str(args.from_dir), *parts[3:]])
+    if args.out != Path("out/calibration"):
+        parts += ["--out", str(args.out)]
     return " ".join(parts)
 
 
@@ -1068,6 +1074,7 @@ def run(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         measurement.settings = replace(measurement.settings, per_request=args.per_request_work)
         cal = predict(measurement, args.from_dir, progress=progress)
+        cal.command = f"{measurement.command}` (measured), then `{command_line(args)}"
         loads = list({run.load.name: run.load for run in measurement.runs}.values())
     else:
         measurement = measure(
