@@ -7,8 +7,9 @@ on that server just before (`planner profile`) and the server's own limits
 (block size, KV blocks, max batched tokens, max running requests): vLLM's
 own scheduler against the replay's `fcfs-vllm` (fcfs in vLLM V1's order),
 and the planner's rotation (PlannerScheduler with the planner in process and
-PlannerSwapConnector) against the replay's `lvf`. Side by side: TTFT, TBT and TPOT p50/p90/p99,
-output tokens/s, preemptions and goodput, with the replay's relative error,
+PlannerSwapConnector, the adapter's defaults) against the replay's
+`lvf-vllm` (lvf as the adapter applies it). Side by side: TTFT, TBT and TPOT
+p50/p90/p99, output tokens/s, preemptions and goodput, with the replay's relative error,
 and the rotation's goodput gain over the default, measured and predicted.
 
 Per repeat: plain server -> profile -> each load -> stop; plugin server ->
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,13 @@ from planner.bench.calibration_loads import LOADS, QUICK_LOADS, CalibrationLoad
 from planner.bench.core_pinning import CoreSplit, pin_server, pinned_here, split_for
 from planner.bench.engine_profile import (
     DECODE_PROBES,
+    PER_REQUEST_ADMISSION,
+    PER_REQUEST_WORK,
     PREFILL_PROBES,
     QUICK_PROBES,
     EngineLimits,
     build_profile,
+    engine_profile_from_raw,
     model_from_config,
     profile_engine,
     raw_runs,
@@ -52,7 +56,9 @@ from planner.bench.markdown import write_section
 from planner.bench.openai_stream import StreamRecord, run_requests
 from planner.bench.tiny_llama import cached
 from planner.bench.vllm_server import VllmServer, VllmServerConfig
+from planner.profiles.fit import CostFit
 from planner.profiles.loading import save_profile
+from planner.profiles.models import ModelProfile
 from planner.replay.metrics import PolicyMetrics, summarize
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
 from planner.replay.report import metrics_from_json
@@ -65,7 +71,7 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 # What each side of the comparison runs: the engine's scheduler and the
 # replay policy that models it.
-SIDES = (("vllm", "fcfs-vllm"), ("rotation", "lvf"))
+SIDES = (("vllm", "fcfs-vllm"), ("rotation", "lvf-vllm"))
 # vLLM's CPU backend reserves a core for KV connectors unless told
 # (docs/adapters.md).
 ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
@@ -90,6 +96,9 @@ class Settings:
     # The engine (engine core, worker) on the worker's cores, the API server
     # and the client on the others (planner.bench.core_pinning).
     pin_cores: bool = True
+    # Where the replayed profile charges the fitted per-request work
+    # (planner.bench.engine_profile.PER_REQUEST_WORK).
+    per_request: str = PER_REQUEST_ADMISSION
 
     @property
     def limits(self) -> EngineLimits:
@@ -377,10 +386,6 @@ def server_config(
             "slo_ttft_s": settings.slo_ttft_s,
             "slo_tbt_s": settings.slo_tbt_s,
             "deadline_ms": settings.deadline_ms,
-            # The replay applies every plan's order, as the adapter does with
-            # this setting (its default applies a plan only with preemptions
-            # and asks only when a victim exists).
-            "reorder": "always",
         }
     return VllmServerConfig(
         model_dir=model_dir,
@@ -447,6 +452,8 @@ def replay(command: list[str], json_out: Path) -> PolicyMetrics:
 
 # --- the whole run ---------------------------------------------------------------
 
+MEASUREMENTS = "measurements.json"
+
 
 @dataclass(slots=True)
 class Calibration:
@@ -455,6 +462,20 @@ class Calibration:
     profiles: list[dict[str, Any]]
     machine: dict[str, Any]
     command: str
+
+
+@dataclass(slots=True)
+class Measurement:
+    """What the real server did, as saved in a run's folder (MEASUREMENTS,
+    each run's records, each repeat's profile and raw probes): all a
+    prediction needs."""
+
+    settings: Settings
+    runs: list[ServedRun]
+    profiles: list[dict[str, Any]]
+    machine: dict[str, Any]
+    command: str
+    model_dir: Path
 
 
 def calibrate(
@@ -469,17 +490,44 @@ def calibrate(
     progress: Callable[[str], None] = print,
     command: str = "",
 ) -> Calibration:
+    """Measures (measure) and predicts (predict) in out_dir."""
+    measurement = measure(
+        settings,
+        loads,
+        repeats,
+        out_dir,
+        python=python,
+        port=port,
+        model_dir=model_dir,
+        progress=progress,
+        command=command,
+    )
+    return predict(measurement, out_dir, progress=progress)
+
+
+def measure(
+    settings: Settings,
+    loads: Sequence[CalibrationLoad],
+    repeats: int,
+    out_dir: Path,
+    *,
+    python: str,
+    port: int,
+    model_dir: Path | None = None,
+    progress: Callable[[str], None] = print,
+    command: str = "",
+) -> Measurement:
+    """Per repeat: the plain server profiled and serving every load, then the
+    rotation plugin serving them; everything saved in out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     model_path = model_dir or cached(Path.home() / ".cache" / "planner-engines")
     config = json.loads((model_path / "config.json").read_text(encoding="utf-8"))
     model_name = model_path.resolve().name
     model = model_from_config(config, model_name)
     machine = machine_info()
-    sides: list[Side] = []
+    runs: list[ServedRun] = []
     profiles: list[dict[str, Any]] = []
-    latency_s = 0.0
     for repeat in range(repeats):
-        served: list[ServedRun] = []
         profile_path = out_dir / f"profile-{repeat}.json"
         for side, _ in SIDES:
             rotation = side == "rotation"
@@ -507,18 +555,10 @@ def calibrate(
                     profile_path.with_suffix(".raw.json").write_text(
                         json.dumps(raw_runs(result)), encoding="utf-8"
                     )
-                    fit = result.fit
-                    latency_s = fit.latency_s
                     profiles.append(
                         {
                             "repeat": repeat,
                             "path": str(profile_path),
-                            "constants": fit.cost.constants(),
-                            "latency_s": fit.latency_s,
-                            "fit_median_abs_error": fit.median_abs_error,
-                            "fit_p90_abs_error": fit.p90_abs_error,
-                            "rows": fit.rows,
-                            "dropped": fit.dropped,
                             "failed_requests": result.failed_requests,
                             "wall_s": result.wall_s,
                             "load_average_before": result.load_average_before,
@@ -526,46 +566,181 @@ def calibrate(
                         }
                     )
                 progress(f"repeat {repeat}: serving the loads ({side})")
-                served += serve_loads(server, str(model_path), loads, side, repeat)
-        for run in served:
-            policy = dict(SIDES)[run.side]
-            stem = out_dir / f"{run.load.name}-{run.side}-{repeat}"
-            trace_path = stem.with_suffix(".trace.jsonl")
-            write_trace(trace_path, run_trace(run.records))
-            (stem.with_suffix(".records.json")).write_text(
-                json.dumps([asdict(r) for r in run.records]), encoding="utf-8"
-            )
-            json_out = stem.with_suffix(".replay.json")
-            cmd = replay_command(
-                trace_path, f"{model_name}@{profile_path}", policy, settings, json_out
-            )
-            progress(f"repeat {repeat}: replaying {run.load.name} with {policy}")
-            predicted = replay(cmd, json_out)
-            measured = read_metrics(measured_metrics(run.records, settings, run.counters, run.side))
-            measured.update(engine_side(run.counters))
-            replayed = read_metrics(predicted)
-            replayed.update(engine_view(replayed, latency_s))
-            sides.append(
-                Side(
-                    load=run.load.name,
-                    side=run.side,
-                    policy=policy,
-                    repeat=repeat,
-                    measured=measured,
-                    predicted=replayed,
-                    requests=len(run.records),
-                    failed=sum(1 for r in run.records if not r.done),
-                    merged_chunks=sum(r.merged_chunks for r in run.records),
-                    bunched_gaps=bunched_fraction(run.records),
-                    wall_s=run.wall_s,
-                    load_average_before=run.load_average_before,
-                    load_average_after=run.load_average_after,
-                    engine_counters=run.counters,
-                    replay_command=" ".join(cmd[1:]),
-                )
-            )
+                runs += serve_loads(server, str(model_path), loads, side, repeat)
+        # Saved as it goes: a later repeat's failure keeps the earlier ones.
+        save_measurement(
+            Measurement(settings, runs, profiles, machine, command, model_path), out_dir
+        )
     machine["load_avg_1m_at_end"] = load_average()
-    return Calibration(settings, sides, profiles, machine, command)
+    measurement = Measurement(settings, runs, profiles, machine, command, model_path)
+    save_measurement(measurement, out_dir)
+    return measurement
+
+
+def _run_stem(out_dir: Path, run: ServedRun) -> Path:
+    return out_dir / f"{run.load.name}-{run.side}-{run.repeat}"
+
+
+def save_measurement(m: Measurement, out_dir: Path) -> None:
+    for run in m.runs:
+        _run_stem(out_dir, run).with_suffix(".records.json").write_text(
+            json.dumps([asdict(r) for r in run.records]), encoding="utf-8"
+        )
+    data = {
+        "command": m.command,
+        "settings": asdict(m.settings),
+        "machine": m.machine,
+        "model_dir": str(m.model_dir),
+        "profiles": m.profiles,
+        "runs": [
+            {
+                "load": asdict(run.load),
+                "side": run.side,
+                "repeat": run.repeat,
+                "counters": run.counters,
+                "wall_s": run.wall_s,
+                "load_average_before": run.load_average_before,
+                "load_average_after": run.load_average_after,
+            }
+            for run in m.runs
+        ],
+    }
+    (out_dir / MEASUREMENTS).write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+
+def load_measurement(out_dir: Path) -> Measurement:
+    """A measurement saved by measure in out_dir (ValueError when there is
+    none)."""
+    path = out_dir / MEASUREMENTS
+    if not path.is_file():
+        raise ValueError(f"{path}: no measurement there (run without --from first)")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    runs = []
+    for raw in data["runs"]:
+        load = raw["load"]
+        load = CalibrationLoad(
+            **{
+                **load,
+                "prompt_words": tuple(load["prompt_words"]),
+                "output_tokens": tuple(load["output_tokens"]),
+            }
+        )
+        run = ServedRun(
+            load=load,
+            side=raw["side"],
+            repeat=raw["repeat"],
+            records=[],
+            counters=raw["counters"],
+            wall_s=raw["wall_s"],
+            load_average_before=raw["load_average_before"],
+            load_average_after=raw["load_average_after"],
+        )
+        records = json.loads(
+            _run_stem(out_dir, run).with_suffix(".records.json").read_text(encoding="utf-8")
+        )
+        run.records = [StreamRecord(**r) for r in records]
+        runs.append(run)
+    return Measurement(
+        settings=Settings(**data["settings"]),
+        runs=runs,
+        profiles=data["profiles"],
+        machine=data["machine"],
+        command=data["command"],
+        model_dir=Path(data["model_dir"]),
+    )
+
+
+def refit_profile(
+    raw_path: Path, model: ModelProfile, name: str, profile_path: Path, per_request: str
+) -> CostFit:
+    """The repeat's profile fitted again from its raw probes (what the
+    profiler measured), with this version's fit; written to profile_path."""
+    raw = json.loads(raw_path.read_text(encoding="utf-8"))
+    result = engine_profile_from_raw(raw)
+    save_profile(build_profile(result, model, name, per_request), profile_path)
+    return result.fit
+
+
+def predict(
+    m: Measurement,
+    out_dir: Path,
+    *,
+    progress: Callable[[str], None] = print,
+) -> Calibration:
+    """Fits each repeat's profile from its raw probes and replays every run
+    with it: the predicted side of every Side."""
+    settings = m.settings
+    config = json.loads((m.model_dir / "config.json").read_text(encoding="utf-8"))
+    model_name = m.model_dir.resolve().name
+    model = model_from_config(config, model_name)
+    profiles: list[dict[str, Any]] = []
+    fits: dict[int, tuple[Path, CostFit]] = {}
+    for info in m.profiles:
+        repeat = int(info["repeat"])
+        measured_path = Path(info["path"])
+        profile_path = out_dir / f"profile-{repeat}.{settings.per_request}.json"
+        progress(f"repeat {repeat}: fitting the profile")
+        fit = refit_profile(
+            measured_path.with_suffix(".raw.json"),
+            model,
+            f"{model_name}-engine",
+            profile_path,
+            settings.per_request,
+        )
+        fits[repeat] = (profile_path, fit)
+        constants = fit.cost.constants()
+        admission_s = 0.0
+        if settings.per_request == PER_REQUEST_ADMISSION:
+            admission_s = constants["prefill_s_per_sequence"]
+            constants["prefill_s_per_sequence"] = 0.0
+        profiles.append(
+            {
+                **info,
+                "path": str(profile_path),
+                "constants": constants,
+                "latency_s": fit.latency_s,
+                "admission_s": admission_s,
+                "fit_median_abs_error": fit.median_abs_error,
+                "fit_p90_abs_error": fit.p90_abs_error,
+                "rows": fit.rows,
+                "dropped": fit.dropped,
+            }
+        )
+    sides: list[Side] = []
+    for run in m.runs:
+        profile_path, fit = fits[run.repeat]
+        policy = dict(SIDES)[run.side]
+        stem = _run_stem(out_dir, run)
+        trace_path = stem.with_suffix(".trace.jsonl")
+        write_trace(trace_path, run_trace(run.records))
+        json_out = stem.with_suffix(".replay.json")
+        cmd = replay_command(trace_path, f"{model_name}@{profile_path}", policy, settings, json_out)
+        progress(f"repeat {run.repeat}: replaying {run.load.name} with {policy}")
+        predicted = replay(cmd, json_out)
+        measured = read_metrics(measured_metrics(run.records, settings, run.counters, run.side))
+        measured.update(engine_side(run.counters))
+        replayed = read_metrics(predicted)
+        replayed.update(engine_view(replayed, fit.latency_s))
+        sides.append(
+            Side(
+                load=run.load.name,
+                side=run.side,
+                policy=policy,
+                repeat=run.repeat,
+                measured=measured,
+                predicted=replayed,
+                requests=len(run.records),
+                failed=sum(1 for r in run.records if not r.done),
+                merged_chunks=sum(r.merged_chunks for r in run.records),
+                bunched_gaps=bunched_fraction(run.records),
+                wall_s=run.wall_s,
+                load_average_before=run.load_average_before,
+                load_average_after=run.load_average_after,
+                engine_counters=run.counters,
+                replay_command=" ".join(cmd[1:]),
+            )
+        )
+    return Calibration(settings, sides, profiles, m.machine, m.command)
 
 
 def _pin(
@@ -706,7 +881,8 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
             f"{1e6 * c['decode_s_per_token']:.1f} us per decode token + "
             f"{1e9 * c['attn_s_per_context_token']:.2f} ns per attended token + "
             f"{1e6 * c['prefill_s_per_sequence']:.0f} us per prefilling sequence; client latency "
-            f"{1e3 * p['latency_s']:.1f} ms; fit error median "
+            f"{1e3 * p['latency_s']:.1f} ms; admission queue "
+            f"{1e3 * p.get('admission_s', 0.0):.2f} ms per request; fit error median "
             f"{100 * p['fit_median_abs_error']:.0f} %, p90 {100 * p['fit_p90_abs_error']:.0f} %; "
             f"load average {p['load_average_before']} to {p['load_average_after']}"
         )
@@ -721,7 +897,7 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
             f"**{load.name}**: {load.what}.",
             "",
             "| | vLLM measured | replay fcfs-vllm | error "
-            "| rotation measured | replay lvf | error |",
+            "| rotation measured | replay lvf-vllm | error |",
             "|---|---|---|---|---|---|---|",
         ]
         for key, label, _ in METRICS:
@@ -811,6 +987,26 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--python", default=sys.executable, help="the engine environment's interpreter")
     p.add_argument("--model", type=Path, help="a tiny_llama folder (default: the cache's)")
     p.add_argument("--markdown", type=Path, help="write the table into this file's section")
+    p.add_argument(
+        "--per-request-work",
+        choices=PER_REQUEST_WORK,
+        default=d.per_request,
+        help="where the replayed profile charges the fitted per-request work: a queue in "
+        f"front of the engine (default {d.per_request}) or the iteration that prefills "
+        "the request",
+    )
+    p.add_argument(
+        "--measure-only",
+        action="store_true",
+        help="serve and profile, save the measurements in --out, replay nothing",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_dir",
+        type=Path,
+        help="predict again from the measurements saved in this folder (no server): "
+        "each profile fitted again from its raw probes, every run replayed",
+    )
     p.set_defaults(func=run)
 
 
@@ -833,6 +1029,14 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--profile-repeats", str(args.profile_repeats)]
     if not args.pin_cores:
         parts.append("--no-pin-cores")
+    if args.per_request_work != d.per_request:
+        parts += ["--per-request-work", args.per_request_work]
+    if args.measure_only:
+        parts.append("--measure-only")
+    if args.from_dir is not None:
+        return " ".join([*parts[:3], "--from", str(args.from_dir), *parts[3:]])
+    if args.out != Path("out/calibration"):
+        parts += ["--out", str(args.out)]
     return " ".join(parts)
 
 
@@ -855,22 +1059,39 @@ def run(args: argparse.Namespace) -> int:
         profile_repeats=args.profile_repeats,
         quick=args.quick,
         pin_cores=args.pin_cores,
+        per_request=args.per_request_work,
     )
 
     def progress(message: str) -> None:
         print(f"calibration: {message}", file=sys.stderr, flush=True)
 
-    cal = calibrate(
-        settings,
-        loads,
-        args.repeat,
-        args.out,
-        python=args.python,
-        port=args.port,
-        model_dir=args.model,
-        progress=progress,
-        command=command_line(args),
-    )
+    if args.from_dir is not None:
+        try:
+            measurement = load_measurement(args.from_dir)
+        except (ValueError, OSError, KeyError, TypeError) as e:
+            print(f"planner bench calibration: --from: {e}")
+            return EXIT_BAD_INPUT
+        args.out.mkdir(parents=True, exist_ok=True)
+        measurement.settings = replace(measurement.settings, per_request=args.per_request_work)
+        cal = predict(measurement, args.from_dir, progress=progress)
+        cal.command = f"{measurement.command}` (measured), then `{command_line(args)}"
+        loads = list({run.load.name: run.load for run in measurement.runs}.values())
+    else:
+        measurement = measure(
+            settings,
+            loads,
+            args.repeat,
+            args.out,
+            python=args.python,
+            port=args.port,
+            model_dir=args.model,
+            progress=progress,
+            command=command_line(args),
+        )
+        if args.measure_only:
+            print(f"measured: {args.out / MEASUREMENTS} (predict with --from {args.out})")
+            return EXIT_OK
+        cal = predict(measurement, args.out, progress=progress)
     (args.out / "calibration.json").write_text(json.dumps(to_json(cal), indent=1), encoding="utf-8")
     text = markdown(cal, loads)
     (args.out / "table.md").write_text(text, encoding="utf-8")

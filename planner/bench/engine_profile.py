@@ -470,7 +470,25 @@ def cpu_model_name() -> str:
     return f"{cpu_model(text) or platform.processor() or 'unknown CPU'}, {os.cpu_count()} CPUs"
 
 
-def build_profile(result: EngineProfile, model: ModelProfile, name: str) -> MeasuredProfile:
+# Where a profile charges the fitted per-request work (prefill_s_per_sequence
+# of the fit): in the iteration that prefills the request, or as the service
+# time of a queue in front of the engine that requests pass one at a time
+# (admission_s_per_request; prefill_s_per_sequence 0).
+PER_REQUEST_ITERATION = "iteration"
+PER_REQUEST_ADMISSION = "admission"
+PER_REQUEST_WORK = (PER_REQUEST_ITERATION, PER_REQUEST_ADMISSION)
+
+
+def build_profile(
+    result: EngineProfile,
+    model: ModelProfile,
+    name: str,
+    per_request: str = PER_REQUEST_ITERATION,
+) -> MeasuredProfile:
+    """The profile of a fit; per_request: where it charges the fitted
+    per-request work (PER_REQUEST_WORK)."""
+    if per_request not in PER_REQUEST_WORK:
+        raise ValueError(f"per_request: one of {', '.join(PER_REQUEST_WORK)}, got {per_request!r}")
     limits = result.limits
     block_bytes = result.copies[0].block_bytes if result.copies else 1
     hardware = cpu_hardware(name, result.copies, limits.gpu_kv_blocks * block_bytes)
@@ -494,6 +512,16 @@ def build_profile(result: EngineProfile, model: ModelProfile, name: str) -> Meas
         f"average {load_text(result.load_average_before)} before, "
         f"{load_text(result.load_average_after)} after"
     )
+    constants = fit.cost.constants()
+    admission: dict[tuple[str, int], float] = {}
+    if per_request == PER_REQUEST_ADMISSION:
+        admission[(model.name, 1)] = constants["prefill_s_per_sequence"]
+        constants["prefill_s_per_sequence"] = 0.0
+        notes += (
+            f"; the fitted per-request work ({1e3 * admission[(model.name, 1)]:.2f} ms, "
+            "prefill_s_per_sequence) is charged as admission_s_per_request: a queue in front "
+            "of the engine that requests pass one at a time"
+        )
     return MeasuredProfile(
         name=name,
         hardware=hardware,
@@ -507,15 +535,23 @@ def build_profile(result: EngineProfile, model: ModelProfile, name: str) -> Meas
             "date": result.started,
         },
         models={model.name: model},
-        cost={(model.name, 1): fit.cost.constants()},
+        cost={(model.name, 1): constants},
         cost_notes={(model.name, 1): notes},
         request_latency={(model.name, 1): fit.latency_s},
+        admission=admission,
     )
 
 
 def raw_runs(result: EngineProfile) -> dict[str, Any]:
-    """Every probe request's token times, the limits and the copy timings."""
+    """Every probe request's token times, the limits and the copy timings
+    (and where and when: engine_profile_from_raw reads it back)."""
     return {
+        "url": result.url,
+        "served_model": result.served_model,
+        "started": result.started,
+        "wall_s": result.wall_s,
+        "load_average_before": result.load_average_before,
+        "load_average_after": result.load_average_after,
         "limits": asdict(result.limits),
         "runs": [
             {
@@ -571,6 +607,38 @@ def profile_engine(
         wall_s=wall_s,
         load_average_before=before,
         load_average_after=after,
+        failed_requests=sum(1 for r in records if not r.done),
+        merged_chunks=sum(r.merged_chunks for r in records),
+    )
+
+
+def engine_profile_from_raw(raw: dict[str, Any]) -> EngineProfile:
+    """What raw_runs kept, fitted again (this version's fit): the same probe
+    runs and copy timings."""
+    limits = EngineLimits(**raw["limits"])
+    runs = [
+        ProbeRun(
+            Probe(**run["probe"]),
+            run["repeat"],
+            [StreamRecord(**r) for r in run["records"]],
+            run["load_average"],
+        )
+        for run in raw["runs"]
+    ]
+    fit, rounds = fit_probes(runs, limits)
+    records = [r for run in runs for r in run.records]
+    return EngineProfile(
+        fit=fit,
+        runs=runs,
+        copies=[CopyTiming(**c) for c in raw["copies"]],
+        limits=limits,
+        url=raw.get("url", "unknown"),
+        served_model=raw.get("served_model", "unknown"),
+        rounds=rounds,
+        started=raw.get("started", "unknown"),
+        wall_s=raw.get("wall_s", 0.0),
+        load_average_before=raw.get("load_average_before"),
+        load_average_after=raw.get("load_average_after"),
         failed_requests=sum(1 for r in records if not r.done),
         merged_chunks=sum(r.merged_chunks for r in records),
     )

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from planner.bench.engine_profile import (
     DECODE_PROBES,
+    PER_REQUEST_ITERATION,
+    PER_REQUEST_WORK,
     PREFILL_PROBES,
     QUICK_PROBES,
     EngineLimits,
@@ -91,6 +93,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--out", type=Path, required=True, help="the profile JSON to write")
     p.add_argument(
         "--raw-out", type=Path, help="also write every probe request's token times as JSON"
+    )
+    p.add_argument(
+        "--per-request-work",
+        choices=PER_REQUEST_WORK,
+        default=PER_REQUEST_ITERATION,
+        help="where the profile charges the fitted per-request work: in the iteration that "
+        "prefills the request (prefill_s_per_sequence, the default) or as the service time "
+        "of a queue in front of the engine that requests pass one at a time "
+        "(admission_s_per_request: what `planner bench calibration` found vLLM to do)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
@@ -166,7 +177,9 @@ def run(args: argparse.Namespace) -> int:
             f"of the fit), e.g. {first}",
             file=sys.stderr,
         )
-    profile = build_profile(result, model, args.name or f"{model_name}-engine")
+    profile = build_profile(
+        result, model, args.name or f"{model_name}-engine", args.per_request_work
+    )
     save_profile(profile, args.out)
     if args.raw_out is not None:
         args.raw_out.parent.mkdir(parents=True, exist_ok=True)
@@ -187,7 +200,7 @@ def summary(result: EngineProfile, model_name: str, out: Path) -> str:
             f"{1e6 * c.prefill_s_per_token:.2f} us/prefill token + "
             f"{1e6 * c.decode_s_per_token:.2f} us/decode token + "
             f"{1e9 * c.attn_s_per_context_token:.2f} ns/attended context token + "
-            f"{1e6 * c.prefill_s_per_sequence:.1f} us/prefilling sequence",
+            f"{1e6 * c.prefill_s_per_sequence:.1f} us/prefilling sequence (per-request work)",
             f"  client-side latency {1e3 * fit.latency_s:.2f} ms per request (request_latency_s)",
             f"  fit: median |error| {100 * fit.median_abs_error:.1f} %, p90 "
             f"{100 * fit.p90_abs_error:.1f} % over {fit.rows} times ({fit.dropped} outliers), "

@@ -158,6 +158,14 @@ class RotationSettings:
         "prompt tokens each prefix_block_ids entry stands for (default 512, Mooncake's)",
         group=ENGINE_LIMITS,
     )
+    admission_queue: str = knob(
+        "on",
+        "a measured profile's admission queue (its admission_s_per_request: per-request "
+        "work the front end does one request at a time before the engine sees it) in "
+        "front of the engine (default on; profiles without one have no queue)",
+        group=ENGINE_LIMITS,
+        choices=("on", "off"),
+    )
     peer_kv_gb: float = knob(
         DEFAULT_PEER_KV_GB,
         f"cfs-peer: GPU memory the peer lends, GB (default {DEFAULT_PEER_KV_GB:g}; give "

@@ -393,6 +393,7 @@ def _replay(args: argparse.Namespace) -> int:
         cpu_kv_blocks=args.cpu_kv_blocks,
         prefix_cache=args.prefix_cache == "on",
         prefix_block_tokens=args.prefix_block_tokens,
+        admission_queue=args.admission_queue == "on",
     )
     try:
         setup = build_setup(args.profile, knobs)

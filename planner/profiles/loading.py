@@ -44,6 +44,8 @@ rejected; ``load_profile`` raises :class:`ProfileError` naming the field, e.g.
          "overhead_s": 0.0004, "decode_s_per_token": 2.1e-5, ...,
          "request_latency_s": 0.011,                      optional, >= 0: client-side
                                                            latency beyond the iterations
+         "admission_s_per_request": 0.003,                optional, >= 0: serial
+                                                           per-request work ahead of it
          "notes": "..."}                                   any subset of the seven constants;
                                                            notes: how they were obtained
       ]
@@ -67,7 +69,11 @@ the hardware facts.
 ``request_latency_s`` is not an iteration cost: it is what a client of the
 measured engine waits beyond its iterations (HTTP, tokenization,
 detokenization, streaming), which ``planner replay`` adds to every request's
-latencies (0 when not given).
+latencies (0 when not given). ``admission_s_per_request`` is not one either:
+the serving front end's per-request work (request setup, tokenization,
+handing the request to the engine) that requests go through one at a time
+before the engine sees them; ``planner replay`` models it as a queue in
+front of the engine (0 when not given: no queue).
 The link's curve semantics are in :mod:`planner.profiles.link`. The loaded
 hardware's ``h2d_gbps`` / ``d2h_gbps`` (what rotation uses) are the link's
 large-transfer rates with both directions busy.
@@ -120,6 +126,8 @@ class MeasuredProfile:
     cost_notes: dict[tuple[str, int], str] = field(default_factory=dict)
     # Client-side latency beyond the iterations, per cost entry.
     request_latency: dict[tuple[str, int], float] = field(default_factory=dict)
+    # Serial per-request work in front of the engine, per cost entry.
+    admission: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def find_model(self, name: str) -> ModelProfile | None:
         """A model of this file, else a built-in one (aliases allowed)."""
@@ -143,6 +151,13 @@ class MeasuredProfile:
         found = self.find_model(model)
         name = found.name if found is not None else model
         return self.request_latency.get((name, tensor_parallel), 0.0)
+
+    def admission_s_per_request(self, model: str, tensor_parallel: int = 1) -> float:
+        """The measured serial per-request work in front of the engine of
+        ``model``, 0 when the file gives none."""
+        found = self.find_model(model)
+        name = found.name if found is not None else model
+        return self.admission.get((name, tensor_parallel), 0.0)
 
 
 # --- Reading ------------------------------------------------------------------------
@@ -307,6 +322,7 @@ def profile_from_dict(doc: Any) -> MeasuredProfile:
         cost=entries.constants,
         cost_notes=entries.notes,
         request_latency=entries.request_latency,
+        admission=entries.admission,
     )
 
 
@@ -453,6 +469,7 @@ class _CostEntries:
     constants: dict[tuple[str, int], dict[str, float]]
     notes: dict[tuple[str, int], str]
     request_latency: dict[tuple[str, int], float]
+    admission: dict[tuple[str, int], float]
 
 
 def _cost_entries(
@@ -461,6 +478,7 @@ def _cost_entries(
     out: dict[tuple[str, int], dict[str, float]] = {}
     notes: dict[tuple[str, int], str] = {}
     latency: dict[tuple[str, int], float] = {}
+    admission: dict[tuple[str, int], float] = {}
     for i, item in enumerate(items):
         f = _Fields(item, f"cost[{i}]")
         name = f.string("model")
@@ -483,6 +501,8 @@ def _cost_entries(
             )
         if f.has("request_latency_s"):
             latency[key] = f.number("request_latency_s", check=_non_negative, expect=">= 0")
+        if f.has("admission_s_per_request"):
+            admission[key] = f.number("admission_s_per_request", check=_non_negative, expect=">= 0")
         note = f.string("notes", required=False)
         f.done()
         try:
@@ -493,7 +513,7 @@ def _cost_entries(
         out[key] = values
         if note:
             notes[key] = note
-    return _CostEntries(out, notes, latency)
+    return _CostEntries(out, notes, latency, admission)
 
 
 # --- Writing ------------------------------------------------------------------------
@@ -584,6 +604,11 @@ def profile_to_dict(profile: MeasuredProfile) -> dict[str, Any]:
                 **(
                     {"request_latency_s": profile.request_latency[(model, tp)]}
                     if (model, tp) in profile.request_latency
+                    else {}
+                ),
+                **(
+                    {"admission_s_per_request": profile.admission[(model, tp)]}
+                    if (model, tp) in profile.admission
                     else {}
                 ),
                 **(

@@ -77,6 +77,12 @@ class EngineConfig:
     # profile's request_latency_s). Each request reaches the engine this much
     # after its arrival; its latencies are still counted from the arrival.
     request_latency_s: float = 0.0
+    # Serial per-request work in front of the engine (a measured profile's
+    # admission_s_per_request: request setup, tokenization, the hand-over to
+    # the engine): past request_latency_s, requests go through it one at a
+    # time in arrival order, each taking this long, and reach the engine when
+    # done; their latencies are still counted from the arrival. 0: no queue.
+    admission_s_per_request: float = 0.0
     # Seconds an iteration spends per sequence it prefills (the cost model's
     # prefill_s_per_sequence): charged on top of the cost model's time.
     prefill_s_per_sequence: float = 0.0

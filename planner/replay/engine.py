@@ -66,7 +66,7 @@ class Engine(BatchingCore):
         trace: Sequence[TraceRequest],
     ) -> None:
         self.trace = trace
-        seen = _seen_by_engine(trace, config.request_latency_s)
+        seen = _seen_by_engine(trace, config.request_latency_s, config.admission_s_per_request)
         requests = RequestColumns.from_trace(seen, config.slo)
         prefix = (
             PrefixCache(
@@ -352,13 +352,35 @@ class Engine(BatchingCore):
         )
 
 
-def _seen_by_engine(trace: Sequence[TraceRequest], latency_s: float) -> Sequence[TraceRequest]:
-    """The trace as the engine sees it: every arrival latency_s later."""
-    if latency_s == 0.0:
+def _seen_by_engine(
+    trace: Sequence[TraceRequest], latency_s: float, admission_s: float = 0.0
+) -> Sequence[TraceRequest]:
+    """The trace as the engine sees it: every arrival latency_s later, then
+    through the admission queue (admission_s_per_request): one request at a
+    time in arrival order (ties in trace order), each leaving it admission_s
+    after it entered or after the one before left, whichever is later."""
+    if latency_s == 0.0 and admission_s == 0.0:
         return trace
-    if not (math.isfinite(latency_s) and latency_s > 0):
-        raise ValueError(f"request_latency_s must be a finite number >= 0, got {latency_s}")
-    return [replace(t, arrival_s=t.arrival_s + latency_s) for t in trace]
+    for name, value in (("request_latency_s", latency_s), ("admission_s_per_request", admission_s)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    if admission_s == 0.0:
+        return [replace(t, arrival_s=t.arrival_s + latency_s) for t in trace]
+    seen_s = admission_exits_s([t.arrival_s + latency_s for t in trace], admission_s)
+    return [replace(t, arrival_s=at) for t, at in zip(trace, seen_s, strict=True)]
+
+
+def admission_exits_s(entries_s: Sequence[float], service_s: float) -> list[float]:
+    """When each request leaves a first-come-first-served queue with one
+    server that takes service_s per request, given when each entered (ties
+    served in the given order)."""
+    order = sorted(range(len(entries_s)), key=entries_s.__getitem__)
+    exits = [0.0] * len(entries_s)
+    free_s = -math.inf
+    for i in order:
+        free_s = max(entries_s[i], free_s) + service_s
+        exits[i] = free_s
+    return exits
 
 
 @contextlib.contextmanager

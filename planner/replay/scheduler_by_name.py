@@ -12,7 +12,15 @@ from planner.domain.rotation import RotationInputs, RotationVariant
 from planner.registry import Registry
 from planner.replay.cfs_paging import Paging
 from planner.replay.cfs_scheduler import CFS_DRAM, CFS_PEER, Cfs, CfsKnobs
-from planner.replay.schedulers import Fcfs, FcfsVllm, Lvf, Scheduler, SwappedFirst, WaitingFirst
+from planner.replay.schedulers import (
+    Fcfs,
+    FcfsVllm,
+    Lvf,
+    LvfAsVllmAdapter,
+    Scheduler,
+    SwappedFirst,
+    WaitingFirst,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,13 @@ SCHEDULERS.register(
     "lvf-paper",
     SchedulingPolicy(_lvf(RotationVariant.LVF_PAPER, "lvf-paper")),
     summary="LVF as the paper's Algorithm 1 has it (B_xfer frees blocks by preemption)",
+    served_by=PLAN_ROTATION,
+)
+SCHEDULERS.register(
+    "lvf-vllm",
+    SchedulingPolicy(lambda setup: LvfAsVllmAdapter(setup.rotation)),
+    summary="lvf as the vLLM adapter applies it: asked only while a victim exists, "
+    "its plan applied only when it preempts, vLLM's own order otherwise",
     served_by=PLAN_ROTATION,
 )
 SCHEDULERS.register(

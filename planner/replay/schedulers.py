@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from planner.domain.requests import RequestState, Snapshot, table_from_columns
-from planner.domain.rotation import RotationInputs, RotationPlan
+from planner.domain.rotation import RotationInputs, RotationPlan, RotationVariant
 from planner.policies.rotation import plan_rotation
 from planner.policies.rotation_columns import (
     KeyRanking,
@@ -269,6 +269,72 @@ class Lvf:
             start=np.array([row_of[d.id] for d in decision.prioritized], dtype=np.int64),
             eager_blocks=decision.explanation.eager_blocks,
         )
+
+
+@dataclass
+class LvfAsVllmAdapter:
+    """lvf as the vLLM adapter applies it with its defaults (adapters/vllm:
+    plan order applied only with preemptions): the rotation policy is asked
+    only while someone waits and some running request could be a victim
+    (the policy's own victim rule: at least preempt_slack_tbts TBT SLOs of
+    TPOT slack, or lost by more than lost_slack_tbts), and its plan is
+    applied only when it preempts: its victims swap out and the requests it
+    prioritizes go first, ahead of vLLM's order. Every other iteration is
+    vLLM's own (fcfs-vllm), with preemption by swap (the adapter's swap
+    connector) and the swapped requests first in line, as vLLM puts a
+    preempted request back at the head of its waiting queue. The adapter's
+    one-step lag (pipelined planning: a plan made on the last step's
+    snapshot) is not modelled."""
+
+    inputs: RotationInputs
+    name: str = "lvf-vllm"
+    swaps: bool = True
+    keeps_cpu_copies: bool = False
+    in_order: bool = True
+    idle_unless_waiting: bool = True
+    copies_only_unless_waiting: bool = False
+    running_first: bool = True
+    # Iterations the policy was asked in, and those whose plan was applied.
+    asked: int = field(default=0, init=False)
+    applied: int = field(default=0, init=False)
+    _lvf: Lvf = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._lvf = Lvf(self.inputs, name=self.name)
+
+    @property
+    def policy_s(self) -> float:
+        return self._lvf.policy_s
+
+    def plan(self, view: EngineView) -> SchedulePlan:
+        vllm_order = np.concatenate((view.rotary[::-1], view.queued))
+        if not self._any_victim(view):
+            return SchedulePlan(start=vllm_order)
+        self.asked += 1
+        decision = self._lvf.plan(view)
+        if not len(decision.swap_out):
+            return SchedulePlan(start=vllm_order)
+        self.applied += 1
+        first = decision.start
+        rest = vllm_order[~np.isin(vllm_order, first)]
+        return SchedulePlan(swap_out=decision.swap_out, start=np.concatenate((first, rest)))
+
+    def _any_victim(self, view: EngineView) -> bool:
+        """Whether a running request could be a victim (adapters/common/
+        victim_gate.py: the bounded lvf's rule on TPOT slack)."""
+        p = self.inputs.params
+        if p.variant is not RotationVariant.LVF:
+            return True
+        r = view.requests
+        rows = view.running
+        generated = r.generated[rows]
+        tbt = np.where(np.isnan(r.slo_tbt_s[rows]), self.inputs.slo.tbt_s, r.slo_tbt_s[rows])
+        slack = r.first_token_s[rows] + tbt * generated - view.now_s
+        known = (generated >= 1) & ~np.isnan(slack)
+        victim = slack >= p.preempt_slack_tbts * tbt
+        if p.lost_slack_tbts is not None:
+            victim |= slack < -p.lost_slack_tbts * tbt
+        return bool((known & victim).any())
 
 
 class ViewColumns:

@@ -46,6 +46,9 @@ class ReplayKnobs:
     # prefix_block_tokens tokens).
     prefix_cache: bool = False
     prefix_block_tokens: int = 512
+    # Model a measured profile's admission queue (its admission_s_per_request)
+    # in front of the engine; False: requests reach the engine as they come.
+    admission_queue: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,7 @@ class ReplaySetup:
             "max_batched_tokens": e.max_batched_tokens,
             "max_running": e.max_running,
             "request_latency_s": e.request_latency_s,
+            "admission_s_per_request": e.admission_s_per_request,
             "prefix_cache": e.prefix_cache,
             "prefix_block_tokens": e.prefix_block_tokens,
             "prefill_s_per_sequence": e.prefill_s_per_sequence,
@@ -88,6 +92,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
     measured profile. Raises ProfileError naming what is wrong."""
     model_name, sep, hardware_name = profile.partition("@")
     request_latency_s = 0.0
+    admission_s = 0.0
     if not sep or not model_name or not hardware_name:
         raise ProfileError("profile", f"expected MODEL@HARDWARE, got {profile!r}")
     if hardware_name.endswith(".json") or Path(hardware_name).is_file():
@@ -98,6 +103,8 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         hardware = measured.hardware
         cost = measured.cost_model(model, knobs.tensor_parallel)
         request_latency_s = measured.request_latency_s(model.name, knobs.tensor_parallel)
+        if knobs.admission_queue:
+            admission_s = measured.admission_s_per_request(model.name, knobs.tensor_parallel)
     else:
         found_model = find_model(model_name)
         found_hardware = find_hardware(hardware_name)
@@ -132,6 +139,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         max_running=knobs.max_running,
         slo=knobs.slo,
         request_latency_s=request_latency_s,
+        admission_s_per_request=admission_s,
         prefix_cache=knobs.prefix_cache,
         prefix_block_tokens=knobs.prefix_block_tokens,
         prefill_s_per_sequence=cost.constants.prefill_s_per_sequence,

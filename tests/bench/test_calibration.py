@@ -11,19 +11,24 @@ import pytest
 
 from planner.bench.calibration import (
     ENGINE_ROWS,
+    MEASUREMENTS,
     METRICS,
     Calibration,
+    Measurement,
+    ServedRun,
     Settings,
     Side,
     bunched_fraction,
     engine_view,
     gain_sign,
     histogram_quantile,
+    load_measurement,
     markdown,
     measured_metrics,
     read_metrics,
     relative_error,
     run_trace,
+    save_measurement,
     targets,
 )
 from planner.bench.calibration_loads import LOADS, QUICK_LOADS
@@ -172,3 +177,33 @@ def test_the_engine_view_of_the_replay_leaves_the_request_latency_out_of_ttft():
     assert view["engine_ttft_p99_s"] == pytest.approx(0.03)
     assert view["engine_tbt_p50_s"] == 0.05
     assert engine_view(replayed, 0.08)["engine_ttft_p50_s"] == 0.0
+
+
+def test_a_saved_measurement_loads_back_as_it_was(tmp_path):
+    runs = [
+        ServedRun(
+            load=LOADS["bursts"],
+            side=side,
+            repeat=1,
+            records=[_record(0, 0.0, [0.10, 0.12]), _record(1, 0.2, [0.3])],
+            counters={"preemptions": 3.0, "engine_tbt le=0.001": 5.0},
+            wall_s=11.5,
+            load_average_before=2.0,
+            load_average_after=None,
+        )
+        for side in ("vllm", "rotation")
+    ]
+    m = Measurement(
+        Settings(gpu_kv_blocks=64, per_request="iteration"),
+        runs,
+        [{"repeat": 1, "path": str(tmp_path / "profile-1.json")}],
+        {"cpu": "x"},
+        "planner bench calibration --repeat 2",
+        tmp_path,
+    )
+    save_measurement(m, tmp_path)
+    again = load_measurement(tmp_path)
+    assert again == m
+    (tmp_path / MEASUREMENTS).unlink()
+    with pytest.raises(ValueError, match="no measurement"):
+        load_measurement(tmp_path)

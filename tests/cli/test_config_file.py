@@ -59,7 +59,10 @@ def test_the_file_sets_knobs_and_policies_and_the_command_line_wins(
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("slo_ttft: 2\nalpah: 3\n", "cfg.yaml:2: alpah: unknown key (known: alpha,"),
+        (
+            "slo_ttft: 2\nalpah: 3\n",
+            "cfg.yaml:2: alpah: unknown key (known: admission_queue, alpha,",
+        ),
         ("alpha: fast\n", "cfg.yaml:1: alpha: must be a number, got 'fast'"),
         ("\nmax_running: 2.5\n", "cfg.yaml:2: max_running: must be an integer, got 2.5"),
         ("topology: moon\n", "cfg.yaml:1: topology: 'moon' is not one of rotation,"),

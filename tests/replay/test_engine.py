@@ -16,7 +16,7 @@ import pytest
 from planner.domain.rotation import RotationInputs, RotationParams
 from planner.profiles.fit import LinearCost
 from planner.profiles.link import LinkModel
-from planner.replay.engine import Engine, EngineConfig
+from planner.replay.engine import Engine, EngineConfig, admission_exits_s
 from planner.replay.records import ReplayResult
 from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
 from planner.replay.schedulers import EngineView, Fcfs, SchedulePlan
@@ -570,6 +570,45 @@ def test_a_request_latency_adds_to_ttft_and_shifts_nothing_else():
     for a, b in zip(plain.requests, late.requests, strict=True):
         assert b.arrival_s == a.arrival_s
         assert b.token_times_s == pytest.approx([t + 0.025 for t in a.token_times_s])
+
+
+def test_admission_exits_serve_one_request_at_a_time_in_arrival_order():
+    # Two together, one while the queue is busy, one after it went idle;
+    # the list need not be sorted (ties in the given order).
+    assert admission_exits_s([0.0, 0.0, 0.05, 1.0], 0.02) == pytest.approx([0.02, 0.04, 0.07, 1.02])
+    assert admission_exits_s([0.3, 0.0, 0.0], 0.1) == pytest.approx([0.4, 0.1, 0.2])
+    assert admission_exits_s([], 0.1) == []
+
+
+def test_an_admission_queue_spaces_a_burst_before_the_engine():
+    # Three prompts arrive together; through a 50 ms queue they reach the
+    # engine 50, 100 and 150 ms (plus the request latency) after arriving,
+    # each prefilling on its own: each first token comes one iteration after
+    # it left the queue. Latencies are still counted from the arrival.
+    trace = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=40, output_tokens=2, id=str(i)) for i in range(3)
+    ]
+    cost = LinearCost(1e-3, 1e-5, 2e-4, 0.0)
+    link = LinkModel.flat(10.0, 10.0, full_duplex=True)
+
+    def run(admission_s: float):
+        config = EngineConfig(
+            gpu_kv_blocks=64,
+            cpu_kv_blocks=0,
+            block_bytes=1,
+            request_latency_s=0.01,
+            admission_s_per_request=admission_s,
+        )
+        return Engine(config, Fcfs(), cost, link, trace).run()
+
+    together, queued = run(0.0), run(0.05)
+    assert len({o.token_times_s[0] for o in together.requests}) == 1
+    prefill_s = cost.iteration_time_s(40, 0, 0)
+    for i, o in enumerate(queued.requests):
+        assert o.arrival_s == 0.0
+        assert o.token_times_s[0] == pytest.approx(0.01 + 0.05 * (i + 1) + prefill_s)
+    with pytest.raises(ValueError, match="admission_s_per_request"):
+        run(-0.01)
 
 
 def test_the_per_sequence_cost_is_charged_once_per_prefilling_sequence():

@@ -19,7 +19,15 @@ from planner.policies.rotation import plan_rotation
 from planner.replay.engine import Engine, EngineConfig
 from planner.replay.records import ReplayResult
 from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
-from planner.replay.schedulers import EngineView, Fcfs, Lvf, Scheduler, SwappedFirst, WaitingFirst
+from planner.replay.schedulers import (
+    EngineView,
+    Fcfs,
+    Lvf,
+    LvfAsVllmAdapter,
+    Scheduler,
+    SwappedFirst,
+    WaitingFirst,
+)
 from planner.replay.state import IntArray, Phase, RequestColumns, blocks_needed
 from planner.trace.records import TraceRequest
 
@@ -228,12 +236,13 @@ def test_make_scheduler_names_and_flags() -> None:
         "fcfs-vllm": (False, False),
         "lvf": (True, True),
         "lvf-paper": (True, True),
+        "lvf-vllm": (True, False),
         "waiting-first": (True, False),
         "swapped-first": (True, False),
         "cfs": (True, False),
         "cfs-peer": (True, False),
     }
-    assert [name for name, s in made.items() if s.running_first] == ["fcfs-vllm"]
+    assert [name for name, s in made.items() if s.running_first] == ["fcfs-vllm", "lvf-vllm"]
     with pytest.raises(ValueError, match="unknown policy 'sjf'"):
         make_scheduler("sjf", RotationInputs())
 
@@ -343,6 +352,54 @@ def test_lvf_plan_preempts_the_longest_running_for_a_lagging_waiter() -> None:
     assert ids(r, plan.start) == ["w"]
 
 
+def _paper(inputs: RotationInputs) -> RotationInputs:
+    return dataclasses.replace(
+        inputs, params=dataclasses.replace(inputs.params, variant=RotationVariant.LVF_PAPER)
+    )
+
+
+def test_lvf_vllm_without_a_possible_victim_is_vllms_own_order() -> None:
+    r = columns(
+        Sim("run", 8, Phase.RUNNING, kv=8, gpu=2, run_start=0.1),
+        Sim("late", 8, Phase.QUEUED, arrival=0.5),
+        Sim("early", 8, Phase.QUEUED, arrival=0.2),
+        Sim("swapped", 8, Phase.ROTARY, kv=9),
+    )
+    # "run" has no token yet: no slack, never a victim; the policy is not asked.
+    adapter = LvfAsVllmAdapter(lvf_inputs())
+    plan = adapter.plan(view(r, free_gpu=1))
+    assert ids(r, plan.start) == ["swapped", "late", "early"] and len(plan.swap_out) == 0
+    assert adapter.asked == 0
+    # Its TPOT SLO lost by far more than lost_slack_tbts: a victim, so it asks.
+    r.generated[0], r.first_token_s[0] = 2, 0.0
+    adapter.plan(view(r, free_gpu=1, now_s=10.0))
+    assert adapter.asked == 1
+
+
+def test_lvf_vllm_applies_a_plan_only_when_it_preempts() -> None:
+    r = columns(
+        Sim("oldest", 8, Phase.RUNNING, kv=8, gpu=2, run_start=0.1),
+        Sim("newer", 8, Phase.RUNNING, kv=8, gpu=2, run_start=0.9),
+        Sim("w", 8, Phase.QUEUED, arrival=0.5),
+        Sim("v", 8, Phase.QUEUED, arrival=0.6),
+    )
+    adapter = LvfAsVllmAdapter(_paper(lvf_inputs()))
+    plan = adapter.plan(view(r, free_gpu=1))
+    lvf = Lvf(_paper(lvf_inputs())).plan(view(r, free_gpu=1))
+    assert ids(r, plan.swap_out) == ids(r, lvf.swap_out) == ["oldest"]
+    # The plan's prioritized first, then the rest in vLLM's order.
+    assert ids(r, plan.start)[: len(lvf.start)] == ids(r, lvf.start)
+    assert sorted(ids(r, plan.start)) == ["v", "w"]
+    assert (adapter.asked, adapter.applied) == (1, 1)
+    # No contention: lvf orders the queue by arrival, the adapter keeps vLLM's.
+    r = columns(Sim("a", 8, Phase.QUEUED, arrival=0.5), Sim("b", 8, Phase.QUEUED, arrival=0.2))
+    adapter = LvfAsVllmAdapter(_paper(lvf_inputs()))
+    assert ids(r, Lvf(_paper(lvf_inputs())).plan(view(r, free_gpu=10)).start) == ["b", "a"]
+    plan = adapter.plan(view(r, free_gpu=10))
+    assert ids(r, plan.start) == ["a", "b"] and len(plan.swap_out) == 0
+    assert (adapter.asked, adapter.applied) == (1, 0)
+
+
 def test_lvf_plan_maps_decisions_back_when_ids_repeat() -> None:
     # Two requests share an id (a trace id "r1" and the name given to an
     # unnamed second request): decisions still name a row each.
@@ -412,6 +469,21 @@ def test_fcfs_preempts_the_most_recent_by_recompute() -> None:
     assert totals.preemptions == 1 and totals.swap_outs == totals.swap_ins == 0
     assert totals.bytes_d2h == totals.bytes_h2d == 0
     assert [s.prefill_tokens for s in result.timeline if s.prefill_tokens] == [8, 5]
+
+
+def test_lvf_vllm_with_no_victim_preempts_as_vllm_does_but_by_swap() -> None:
+    # fcfs's case: nobody could be a victim (no TPOT slack to spare yet), so
+    # every step is vLLM's own; B, admitted last, is preempted when the
+    # decodes need a block, swapped out (the adapter's connector) instead of
+    # recomputed, and swapped back in once A has finished.
+    trace = [req(0.0, 4, 8, "A"), req(0.0, 4, 8, "B")]
+    engine, result = simulate(trace, config(gpu=3), "lvf-vllm", lvf_inputs())
+    assert [e for e in engine.events if e[2] == "B"][:1] == [(1, "swap_out", "B")]
+    assert {e for _, e, _ in engine.events} == {"swap_out", "swap_in"}
+    assert result.totals.preemptions == result.totals.swap_outs == 1
+    assert result.requests[1].recomputed_tokens == 0
+    assert isinstance(engine.scheduler, LvfAsVllmAdapter) and engine.scheduler.asked == 0
+    check_all_finished(result, trace)
 
 
 def test_waiting_first_swaps_out_to_admit_a_waiting_request() -> None:
