@@ -208,6 +208,7 @@ class BatchingCore:
         if self.scheduler.idle_unless_waiting and not (len(s.queued.rows) or len(s.rotary.rows)):
             # Nobody waits: such a scheduler has nothing to say.
             d2h_blocks = h2d_blocks = 0
+            starting = False
         else:
             plan = self.scheduler.plan(
                 EngineView(
@@ -225,12 +226,14 @@ class BatchingCore:
                 )
             )
             d2h_blocks, h2d_blocks = self._apply(plan)
+            starting = len(plan.start) > 0
         held = s.held_back(self.now_s) if s.not_before_s else None
         everyone = s.running.rows
         if held is not None and len(held):
             s.running.rows = everyone[~np.isin(everyone, held)]
         residency = self.residency
-        whole = whole_prefills(s, self.now_s) if cfg.prefills_alone else None
+        # With whole prefills, only a request started now has one to do.
+        whole = whole_prefills(s, self.now_s) if starting and cfg.prefills_alone else None
         if residency is not None and whole is None:
             paused = residency.paused(s, self.now_s)
             if len(paused):

@@ -49,7 +49,7 @@ from planner.policies.offload import StepInputs, TokenDeposit
 from planner.policies.offload.deposit import DepositEvents
 from planner.policies.offload.event_model import step_latency_s
 from planner.replay.batch import Batch
-from planner.replay.engine_state import EngineState
+from planner.replay.engine_state import FINISHED, EngineState
 from planner.replay.kv_residency import ResidentIteration
 from planner.replay.longctx_policies import (
     BoolArray,
@@ -61,7 +61,6 @@ from planner.replay.longctx_policies import (
 )
 from planner.replay.models import AttentionPairsCost
 from planner.replay.schedulers import EngineView, SchedulePlan
-from planner.replay.state import Phase
 
 
 class FinalLengthAdmission:
@@ -127,6 +126,8 @@ class LayerResidency:
         # With a deposit, the times the user sees each request's tokens.
         self.released: list[list[float]] = [[] for _ in ids]
         self._on_gpu = np.zeros((len(ids), num_layers), dtype=np.bool_)
+        # The observed / profiled compute per layer of a step without noise.
+        self._exact: FloatArray = np.ones(num_layers)
         self._rng = np.random.default_rng(seed)
         sigma2 = math.log1p(jitter_cv**2)
         self._jitter = jitter_cv != 0.0
@@ -204,12 +205,14 @@ class LayerResidency:
             if len(decoding)
             else np.zeros(self._layers)
         )
-        comp_true = comp_model * noise
+        comp_true = comp_model if noise == 1.0 else comp_model * noise
         effective = resident & self._on_gpu[decoding]
         latency = self._latency(comp_true, blocks, effective)
         believed = policy_comp(policy, comp_model)
         predicted = latency
-        if noise != 1.0 or not np.array_equal(believed, comp_model):
+        if noise != 1.0 or (
+            believed is not comp_model and not np.array_equal(believed, comp_model)
+        ):
             predicted = self._latency(believed, blocks, effective)
         used = policy.gpu_blocks(blocks, resident) if len(decoding) else 0.0
         if used > self._budget:
@@ -224,34 +227,37 @@ class LayerResidency:
         self.decode_s += latency
         stall = max(latency - float(comp_true.sum()), 0.0)
         # Paused requests' KV leaves the GPU; decoding ones keep the plan's.
-        self._on_gpu[self._running] = False
+        if len(decoding) < len(self._running):
+            self._on_gpu[self._running] = False
         self._on_gpu[decoding] = resident
-        self._observed = (latency, predicted, np.full(self._layers, noise))
+        ratio = self._exact if noise == 1.0 else np.full(self._layers, noise)
+        self._observed = (latency, predicted, ratio)
         return ResidentIteration(latency, stall, math.ceil(used), fetched * self._layer_block_bytes)
 
     def emitted(self, state: EngineState, batch: Batch, now_s: float) -> None:
         r = state.requests
-        rows = batch.emitting.tolist()
-        ids = r.id_array[batch.emitting].tolist()
+        emitting = batch.emitting
         deposit = self.deposit
         if deposit is not None:
             for row, request_id, generated in zip(
-                rows, ids, r.generated[batch.emitting].tolist(), strict=True
+                emitting.tolist(),
+                r.id_array[emitting].tolist(),
+                r.generated[emitting].tolist(),
+                strict=True,
             ):
                 if generated == 1:
                     self.released[row].append(now_s)
                     deposit.open(request_id, now_s, float(r.slo_tbt_s[row]))
                 else:
                     self._release(deposit.deposit(request_id, now_s))
-        finished = r.phase[batch.emitting] == Phase.FINISHED
-        for row, request_id, done in zip(rows, ids, finished.tolist(), strict=True):
-            if done:
-                if deposit is not None:
-                    self._release(deposit.finish(request_id, now_s))
-                self.policy.finish_request(request_id)
-            elif batch.prefill_tokens:
-                # The prefill computed every layer's KV on the GPU.
-                self._on_gpu[row] = True
+        for row in emitting[r.phase[emitting] == FINISHED].tolist():
+            request_id = r.ids[row]
+            if deposit is not None:
+                self._release(deposit.finish(request_id, now_s))
+            self.policy.finish_request(request_id)
+        if batch.prefill_tokens:
+            # The prefill computed every layer's KV on the GPU.
+            self._on_gpu[emitting] = True
         if self._observed is not None:
             latency, predicted, ratio = self._observed
             self._observed = None
