@@ -152,7 +152,9 @@ class LayerResidency:
         """Which requests (of these final per-layer blocks) the policy cannot
         place even alone: rejected on arrival."""
         fits = self.policy.fits
-        return np.array([not fits(final_blocks[[row]]) for row in range(len(final_blocks))])
+        return np.array(
+            [not fits(final_blocks[[row]]) for row in range(len(final_blocks))], dtype=np.bool_
+        )
 
     def mean_gpu_use(self) -> float | None:
         """The decode steps' GPU use, time-weighted, as a share of the budget."""
