@@ -168,7 +168,8 @@ class LayerResidency:
         r = state.requests
         running = state.running.rows
         num_tokens = r.kv_tokens[running]
-        blocks = -(-(num_tokens + 1) // self._block_size)
+        # ceil((num_tokens + 1) / block size): the KV after this step's token.
+        blocks = (num_tokens + self._block_size) // self._block_size
         ids = tuple(r.id_array[running].tolist())
         deposits = (
             self.deposit.balance_array(ids)
