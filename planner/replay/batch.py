@@ -193,6 +193,22 @@ def _form_small_batch(
     )
 
 
+def whole_prefills(state: EngineState, now_s: float) -> Batch | None:
+    """A batch of every running request's whole prefill, alone (no decode),
+    when some running request has one to do; None otherwise."""
+    r = state.requests
+    rows = state.running.rows
+    left = r.prefill_target[rows] - r.kv_tokens[rows]
+    prefilling = (left > 0).nonzero()[0]
+    if not len(prefilling):
+        return None
+    left = left[prefilling]
+    prefill, context, done, rows, chunks = _prefill(
+        state, rows[prefilling], left, int(left.sum()), now_s, max_chunk=None
+    )
+    return Batch(prefill, 0, context, done, 0, rows, chunks)
+
+
 def _joined(parts: list[IntArray]) -> IntArray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
