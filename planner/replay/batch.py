@@ -203,10 +203,15 @@ def whole_prefills(state: EngineState, now_s: float) -> Batch | None:
     if not len(prefilling):
         return None
     left = left[prefilling]
-    prefill, context, done, rows, chunks = _prefill(
-        state, rows[prefilling], left, int(left.sum()), now_s, max_chunk=None
+    return _with_prefills(
+        state,
+        Batch(0, 0, 0, _NONE, 0, _NONE, _NONE),
+        rows[prefilling].tolist(),
+        left.tolist(),
+        budget=int(left.sum()),
+        now_s=now_s,
+        max_chunk=None,
     )
-    return Batch(prefill, 0, context, done, 0, rows, chunks)
 
 
 def _joined(parts: list[IntArray]) -> IntArray:
