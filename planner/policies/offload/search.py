@@ -43,6 +43,7 @@ from planner.policies.offload.buffer_bound import buffer_share
 from planner.policies.offload.cover_bound import cover_curve
 from planner.policies.offload.ilp import WindowOption
 from planner.policies.offload.local_search import (
+    STAGGER_REQUESTS,
     TALLY,
     evaluate_one,
     fill_from_nothing,
@@ -154,8 +155,12 @@ def branch_and_bound(
     relative_gap: float = 0.0,
     starts: list[IntArray] | None = None,
     node_limit: int | None = None,
+    stagger_requests: int = 0,
 ) -> SearchResult:
-    """The best plan under the exact model, within the limits."""
+    """The best plan under the exact model, within the limits.
+    stagger_requests: the requests the local search's stagger moves try per
+    round (local_search.py; 0, the default: none, the narrow, pair and
+    compound moves only; STAGGER_REQUESTS: the bench's bnb-work-stagger)."""
     _load_kernels()
     work = _Work(time_limit_s, node_limit)
     best = _Best()
@@ -207,7 +212,7 @@ def branch_and_bound(
         choice = best.choice.copy()
         # A small tree is searched after one local optimum, the kicks come
         # after; a large one gets the kicks only.
-        work.run(improve, kernel, choice, 0 if small else KICKS, tally)
+        work.run(improve, kernel, choice, 0 if small else KICKS, tally, stagger_requests)
         best.offer(choice, *evaluate_one(kernel, choice))
     if _within_gap(best.objective, root, relative_gap):
         return _result(Status.OPTIMAL, best, root, work, time_limit_s, tally)
@@ -229,7 +234,7 @@ def branch_and_bound(
         best.offer(out.incumbent.choice, out.incumbent.objective, out.incumbent.tiebreak)
     if not out.complete and best.choice is not None and not work.spent():
         choice = best.choice.copy()
-        work.run(improve, kernel, choice, KICKS, tally)
+        work.run(improve, kernel, choice, KICKS, tally, stagger_requests)
         best.offer(choice, *evaluate_one(kernel, choice))
     bound = out.best_bound
     if bound is not None and math.isfinite(best.objective):
@@ -263,7 +268,7 @@ def _load_kernels() -> None:
         optimum = problem.enumerate().choice
         if optimum is not None:
             tally = np.zeros(len(TALLY), np.int64)
-            improve(kernel, new_work(64), math.inf, optimum, 4, tally)
+            improve(kernel, new_work(64), math.inf, optimum, 4, tally, STAGGER_REQUESTS)
     now_s()
 
 
