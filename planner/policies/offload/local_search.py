@@ -41,7 +41,8 @@ NARROW_STEPS or drops to none.
      requests that hold the link back most (idle time of the layers they
      offload times their blocks) move to any other pattern, the memory row
      repaired by the partners greedily or by one of the STAGGER_PARTNERS
-     requests whose least covering pattern adds the fewest blocks;
+     requests whose least covering pattern adds the fewest blocks; the best
+     of a request's moves taken when it improves;
   until nothing improves (a local optimum) or the work runs out. The
   gainers' and partners' changes are kept from round to round (a request's
   own recomputed once it moves); a round that finds nothing is repeated with
@@ -864,8 +865,11 @@ def _stagger(  # noqa: PLR0917
     their next fetch only at its end, so their chains hold the link back. The
     `requests` requests that offload the layers of most idle time move to
     any other pattern (a distance out of phase with the others'), partners
-    taken greedily on their changes of latency (as in the compounds) when
-    the memory row breaks; the first that improves is taken."""
+    taken greedily on their changes of latency (as in the compounds), or
+    one of the STAGGER_PARTNERS requests whose least pattern that frees the
+    excess alone adds the fewest blocks, when the memory row breaks. The
+    best of a request's moves is taken when it improves (else the next
+    request's are tried)."""
     blocks, layers_of, count = p[3], p[5], p[6]
     num_r = choice.shape[0]
     num_c = count.shape[0]
@@ -880,6 +884,8 @@ def _stagger(  # noqa: PLR0917
         for j in range(count[c] - 1):
             held_back[r] += idle[layers_of[c, j]] * blocks[r]
     ranked = np.argsort(-held_back, kind="mergesort")
+    round_best, round_tie = best, best_tie
+    kept = choice.copy()
     for i in range(min(requests, num_r)):
         r = ranked[i]
         if not held_back[r] > 0:
@@ -905,11 +911,13 @@ def _stagger(  # noqa: PLR0917
                     if covering_s[t - 2] < 0:
                         break
                     _move(p, choice, layer_blocks, mem, covering_s[t - 2], covering_c[t - 2])
-                lat, _, simulated = _score(p, choice, layer_blocks, mem, best, best_tie, scratch)
+                lat, tie, simulated = _score(
+                    p, choice, layer_blocks, mem, round_best, round_tie, scratch
+                )
                 tally[12] += simulated
                 if np.isfinite(lat):
-                    tally[13] += 1
-                    return True
+                    round_best, round_tie = lat, tie
+                    kept[:] = choice
                 if t > 0:
                     _undo(p, choice, layer_blocks, mem, undo)
                     _move(p, choice, layer_blocks, mem, r, c)
@@ -917,6 +925,10 @@ def _stagger(  # noqa: PLR0917
                     _undo(p, choice, layer_blocks, mem, undo)
                     return False
             _undo(p, choice, layer_blocks, mem, undo)
+        if round_best < best or round_tie < best_tie:
+            _undo(p, choice, layer_blocks, mem, kept)
+            tally[13] += 1
+            return True
     return False
 
 
