@@ -201,6 +201,12 @@ class LongContextSettings:
         f"any machine (default {REPLAY_OFFLOAD_PARAMS.node_limit})",
         group=LONG_CONTEXT_GROUP,
     )
+    offload_stagger: int | None = knob(
+        None,
+        "orbitflow: requests the search's stagger moves try per round (0: none; "
+        f"default {REPLAY_OFFLOAD_PARAMS.stagger_requests})",
+        group=LONG_CONTEXT_GROUP,
+    )
     offload_backend: str | None = knob(
         None,
         "orbitflow: the planner's solver (default "

@@ -202,7 +202,14 @@ def _place(
     match p.backend:
         case Backend.BRANCH_AND_BOUND:
             starts = [s for s in (start, greedy) if s is not None]
-            stats, choice = _solve_search(problem, limit, node_limit, p.relative_gap, starts)
+            stats, choice = _solve_search(
+                problem,
+                limit,
+                node_limit,
+                p.relative_gap,
+                starts,
+                stagger_requests=p.stagger_requests,
+            )
         case Backend.EXHAUSTIVE:
             stats, choice = _solve_exhaustive(problem, limit)
         case _:
@@ -232,9 +239,16 @@ def _solve_search(
     node_limit: int | None,
     gap: float,
     starts: list[IntArray],
+    *,
+    stagger_requests: int,
 ) -> tuple[SolveStats, IntArray | None]:
     r = branch_and_bound(
-        problem, time_limit_s=limit, relative_gap=gap, starts=starts, node_limit=node_limit
+        problem,
+        time_limit_s=limit,
+        relative_gap=gap,
+        starts=starts,
+        node_limit=node_limit,
+        stagger_requests=stagger_requests,
     )
     stats = SolveStats(
         backend=Backend.BRANCH_AND_BOUND,
