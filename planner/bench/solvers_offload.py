@@ -58,15 +58,15 @@ SECTION = "solvers:offload"
 BACKENDS = (
     "bnb",
     "bnb-work",
-    "bnb-work-stagger",
+    "bnb-work-narrow",
     "bnb-long",
     "cp-sat",
     "gurobi",
     "exhaustive",
 )
-# Stopped on work alone, like bnb-work: bnb-work-stagger adds the local
-# search's stagger moves (local_search.py).
-WORK_BACKENDS = ("bnb-work", "bnb-work-stagger")
+# Stopped on work alone: bnb-work-narrow is bnb-work without the local
+# search's stagger moves (local_search.py), the search before them.
+WORK_BACKENDS = ("bnb-work", "bnb-work-narrow")
 # The reference where enumeration is out of reach: the branch and bound with
 # a long limit (bnb-long), for "within 1% of the best known".
 DEFAULT_REFERENCE_TIME_LIMIT_S = 1.0
@@ -174,7 +174,10 @@ class Measured:
 
 
 def _run_bnb(
-    inst: Instance, limit_s: float, node_limit: int | None = None, stagger_requests: int = 0
+    inst: Instance,
+    limit_s: float,
+    node_limit: int | None = None,
+    stagger_requests: int = STAGGER_REQUESTS,
 ) -> Outcome:
     starts = [inst.greedy] if inst.greedy is not None else []
     cpu = time.process_time()
@@ -444,7 +447,7 @@ def run_bench(config: Config, progress: Callable[[str], None] = lambda _: None) 
                 runs = [(i, _run_bnb(i, config.limit_for(size))) for i in instances]
             elif backend in WORK_BACKENDS:
                 nodes = config.nodes_for(size)
-                stagger = STAGGER_REQUESTS if backend == "bnb-work-stagger" else 0
+                stagger = 0 if backend == "bnb-work-narrow" else STAGGER_REQUESTS
                 runs = [(i, _run_bnb(i, WORK_TIME_LIMIT_S, nodes, stagger)) for i in instances]
             elif backend == "bnb-long":
                 runs = [
@@ -473,7 +476,7 @@ def run_bench(config: Config, progress: Callable[[str], None] = lambda _: None) 
                 "exhaustive": None,
                 "bnb-long": config.reference_time_limit_s,
                 "bnb-work": WORK_TIME_LIMIT_S,
-                "bnb-work-stagger": WORK_TIME_LIMIT_S,
+                "bnb-work-narrow": WORK_TIME_LIMIT_S,
             }.get(backend, config.limit_for(size))
             case = _case(size, backend, limit, config.slack_ms, runs, reference, best)
             if backend in WORK_BACKENDS:

@@ -203,8 +203,8 @@ class LongContextSettings:
     )
     offload_stagger: int | None = knob(
         None,
-        "orbitflow: requests the search's stagger moves try per round (0: none; "
-        f"default {REPLAY_OFFLOAD_PARAMS.stagger_requests})",
+        "orbitflow: requests the search's stagger moves try per round (0: none, the "
+        "search without stagger moves; default: the search's, 2)",
         group=LONG_CONTEXT_GROUP,
     )
     offload_backend: str | None = knob(

@@ -38,6 +38,7 @@ from planner.domain.offload import (
 )
 from planner.policies.offload.greedy import greedy_choice
 from planner.policies.offload.ilp import OffloadIlp, WindowOption, build_offload_ilp
+from planner.policies.offload.local_search import STAGGER_REQUESTS
 from planner.policies.offload.memory import gpu_blocks_needed, prefetch_buffer_blocks
 from planner.policies.offload.paper_model import paper_latency_s
 from planner.policies.offload.problem import OffloadProblem, offload_problem
@@ -208,7 +209,9 @@ def _place(
                 node_limit,
                 p.relative_gap,
                 starts,
-                stagger_requests=p.stagger_requests,
+                stagger_requests=STAGGER_REQUESTS
+                if p.stagger_requests is None
+                else p.stagger_requests,
             )
         case Backend.EXHAUSTIVE:
             stats, choice = _solve_exhaustive(problem, limit)

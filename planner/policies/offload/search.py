@@ -155,12 +155,12 @@ def branch_and_bound(
     relative_gap: float = 0.0,
     starts: list[IntArray] | None = None,
     node_limit: int | None = None,
-    stagger_requests: int = 0,
+    stagger_requests: int = STAGGER_REQUESTS,
 ) -> SearchResult:
     """The best plan under the exact model, within the limits.
     stagger_requests: the requests the local search's stagger moves try per
-    round (local_search.py; 0, the default: none, the narrow, pair and
-    compound moves only; STAGGER_REQUESTS: the bench's bnb-work-stagger)."""
+    round (local_search.py; 0: none, the narrow, pair and compound moves
+    only: the search before stagger moves, the bench's bnb-work-narrow)."""
     _load_kernels()
     work = _Work(time_limit_s, node_limit)
     best = _Best()
