@@ -11,7 +11,9 @@ event-model step latency in the search space, with a proven bound on it.
   (local_search.py); when none is feasible, the tree below dives for a
   first plan (or proves there is none).
 - Local search (local_search.improve, compiled): descent on the exact model
-  with single, pair and compound moves to a local optimum, then kicks
+  with single, pair, compound and stagger moves (the requests whose fetch
+  chains leave the link idle; stagger_requests=0 leaves them out) to a
+  local optimum, then kicks
   (perturbation and descent again) while the work lasts.
 - Branch and bound (planner.solvers.branch_and_bound), depth-first over the
   requests, largest KV first, from the local optimum, on trees of at most
