@@ -297,6 +297,10 @@ def _replay(args: argparse.Namespace) -> int:
         return _fail(f"--offload-node-limit applies to --topology {LONG_CONTEXT} only")
     if args.offload_node_limit is not None and args.offload_node_limit < 1:
         return _fail("--offload-node-limit must be >= 1")
+    if args.offload_stagger is not None and topology != LONG_CONTEXT:
+        return _fail(f"--offload-stagger applies to --topology {LONG_CONTEXT} only")
+    if args.offload_stagger is not None and args.offload_stagger < 0:
+        return _fail("--offload-stagger must be >= 0")
     for name in ("gpu_kv_gb", "slo_scale", "offload_time_limit"):
         value = getattr(args, name)
         if value is None:
@@ -617,6 +621,8 @@ def _run_long_context(asked: _Invocation, setup: ReplaySetup) -> int:
         params = replace(params, node_limit=args.offload_node_limit)
     if args.offload_backend is not None:
         params = replace(params, backend=backend_named(args.offload_backend))
+    if args.offload_stagger is not None:
+        params = replace(params, stagger_requests=args.offload_stagger)
     knobs = LongctxKnobs(
         max_running=args.max_running,
         gpu_kv_bytes=int(args.gpu_kv_gb * 1e9) if args.gpu_kv_gb is not None else None,
@@ -659,6 +665,7 @@ def _run_long_context(asked: _Invocation, setup: ReplaySetup) -> int:
                 "link_layer_blocks_per_s": config.link_blocks_per_s,
                 "offload_time_limit_s": params.time_limit_s,
                 "offload_node_limit": params.node_limit,
+                "offload_stagger_requests": params.stagger_requests,
                 "offload_ilp_work_limit": params.ilp_work_limit,
                 "offload_backend": str(params.backend),
                 "flexgen_design_tokens": design,
