@@ -102,6 +102,7 @@ from planner.replay.serverless_policies import (
     AEGAEON,
     BEST_STATIC,
     C2CSERVE,
+    C2CSERVE_CHUNKED,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
     C2CSERVE_LIGHT_SHARE,
@@ -124,6 +125,7 @@ from planner.trace.records import TraceRequest
 __all__ = [
     "AEGAEON",
     "C2CSERVE",
+    "C2CSERVE_CHUNKED",
     "C2CSERVE_EXCLUSIVE",
     "C2CSERVE_INACTIVE",
     "C2CSERVE_LIGHT_SHARE",
@@ -619,7 +621,14 @@ class ServerlessEngine:
             self._cache_chunk[key] = choice.chunk_tokens
         return self._cache_chunk[key]
 
+    def _runs_as_hbm(self, r: _Resident) -> bool:
+        """Whether ``r`` has every weight resident and the policy then runs
+        it as the HBM baselines run theirs (static chunk, rho 0)."""
+        return self._p.resident_like_hbm and self._weight_bytes - r.resident_bytes < 1024.0
+
     def _rho(self, s: _Slice, r: _Resident, tokens: int) -> float:
+        if self._runs_as_hbm(r):
+            return 0.0
         if self._p.rho == BEST_STATIC:
             key = (s.profile.name, tokens <= 64)
             if key not in self._cache_rho:
@@ -1161,7 +1170,11 @@ class ServerlessEngine:
         if head.kv_in_host or head.ready_s > now:
             return None
         if head.chunk == 0:
-            head.chunk = self._chunk(s, head.out.prompt_tokens)
+            head.chunk = (
+                self.config.static_chunk
+                if self._runs_as_hbm(r)
+                else self._chunk(s, head.out.prompt_tokens)
+            )
         chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
         if used + chunk + len(r.running) > cap:
             if self._make_room(s, used + chunk + len(r.running)):
@@ -1268,13 +1281,14 @@ class ServerlessEngine:
             kv_read_tokens=float(context + start),
             tiles=self._tiles(s, tokens),
             resident_fraction=r.resident_bytes / self._weight_bytes if self._p.streams else 0.0,
+            resident_reads_overlap=self._p.resident_like_hbm,
         )
         dt = self._jitter.apply(cost.time_s)
         if self._p.streams:
             s.rate_gbps = cost.c2c_bytes / dt / GB
             self._c2c_bytes += cost.c2c_bytes
             self._rhos.append(rho)
-            if r.tuner is not None:
+            if r.tuner is not None and not self._runs_as_hbm(r):
                 u_c2c = min(1.0, (s.rate_gbps + sum(o.rate_gbps for o in others)) / cfg.link_gbps)
                 u_hbm = min(1.0, cost.hbm_bytes / dt / s.profile.hbm_bytes_per_s)
                 r.tuner.observe(
