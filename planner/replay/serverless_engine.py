@@ -1081,6 +1081,7 @@ class ServerlessEngine:
     def _loads_done(self, now: float, version: int) -> None:
         if version != self._load_version:
             return
+        freed: list[_Slice] = []
         for index in self._load_link.finished(now):
             if index < 0:
                 t = self._top_ups.pop(index)
@@ -1090,10 +1091,15 @@ class ServerlessEngine:
             s = self._slices[index]
             r = self._loads.pop(index)
             r.loading = None
+            freed.append(s)
             if r.disk_pending:
                 r.copied = True  # ready once the read it overlaps is done
                 continue
             self._ready(s, r, now + self._init_s, now)
+        # A slice copies one model at a time: the next model set up on it
+        # while this copy ran starts its own now.
+        for s in freed:
+            self._load_start(s, now)
         self._next_load_event()
 
     # -- simulation ---------------------------------------------------------

@@ -621,3 +621,22 @@ def test_resident_reads_overlapping_cost_what_the_baselines_pass_costs() -> None
         summed.hbm_bytes / mig.hbm_bytes_per_s + summed.overhead_s, rel=1e-12
     )
     assert summed.time_s > overlap.time_s
+
+
+def test_a_second_copy_on_one_slice_starts_when_the_first_is_done() -> None:
+    """a is set up on the one 96 GB slice at 0 (its 16 GB copy alone on the
+    link: 39.7 ms); b arrives at 10 ms and shares the slice, keeping all its
+    weights too. A slice copies one model at a time, so b's copy starts when
+    a's is done and takes as long again; then b's engine set-up."""
+    cfg = one_slice()
+    reqs = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=4, id="a", model="a"),
+        TraceRequest(arrival_s=0.01, prompt_tokens=100, output_tokens=4, id="b", model="b"),
+    ]
+    run = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    copy = cfg.model.param_bytes / (cfg.link_gbps * GB)
+    first, second = run.switches
+    assert second.to_model == "b" and second.load_bytes == cfg.model.param_bytes
+    assert first.latency_s == pytest.approx(copy + cfg.switch_setup_s)
+    assert second.latency_s == pytest.approx(2 * copy + cfg.switch_setup_s - 0.01)
+    assert all(o.finish_s is not None for o in run.result.requests)
