@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import heapq
 import math
 import time
 from collections import deque
@@ -95,8 +94,18 @@ from planner.profiles.c2c_cost import (
 )
 from planner.profiles.mig import GB, MigSliceProfile
 from planner.profiles.models import ModelProfile
+from planner.replay.events import EventLoop
 from planner.replay.noise import JitterFactors
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
+from planner.replay.serverless_events import (
+    DrainLimit,
+    LoadsDone,
+    LoadStarts,
+    ReadsDone,
+    RequestArrives,
+    ServerlessWiring,
+    SliceIterates,
+)
 from planner.replay.serverless_link import SharedLink
 from planner.replay.serverless_policies import (
     AEGAEON,
@@ -153,8 +162,6 @@ DEFAULT_PREEMPTION = PreemptionParams(
 )
 # The least copy that tops a model's resident weights up.
 MIN_TOP_UP_BYTES = 1e9
-# Event kinds, in the order they run at one instant.
-_ARRIVAL, _ITERATION, _LOAD_START, _LOAD_DONE, _DRAIN_LIMIT, _DISK_DONE = range(6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,8 +497,12 @@ class ServerlessEngine:
             if self._p.streams
             else 0.0
         )
-        self._events: list[tuple[float, int, int, int]] = []
-        self._seq = 0
+        self._loop: EventLoop[ServerlessWiring] = EventLoop()
+        self._reqs: list[_Req] = []
+        self._queued = 0
+        self._replan_at = 0.0
+        self._window: list[str] = []
+        self._progress: Callable[[float], None] | None = None
         self._pending: list[_Req] = []
         self._pending_deadline = math.inf
         self._pending_priority = -math.inf
@@ -840,7 +851,7 @@ class ServerlessEngine:
         if old.in_flight == 0:
             self._finish_drain(s, old, now)
         else:
-            self._push(now + self.config.preemption.max_drain_s, _DRAIN_LIMIT, s.index)
+            self._loop.push(DrainLimit(now + self.config.preemption.max_drain_s, s.index))
 
     def _drain_limit(self, s: _Slice, now: float) -> None:
         """Preempt what a drain that reached its limit still has in flight."""
@@ -918,7 +929,7 @@ class ServerlessEngine:
         self._switches.append(dataclasses.replace(record, load_bytes=r.resident_bytes))
         if reading and not self._p.pipelined_load:
             return  # the copy starts once the read is done
-        self._push(free_at, _LOAD_START, s.index)
+        self._loop.push(LoadStarts(free_at, s.index))
 
     # -- the disk and host memory (with disk_gbps) --------------------------
     def _read_if_cold(self, model: str, now: float) -> bool:
@@ -943,7 +954,7 @@ class ServerlessEngine:
         self._disk_version += 1
         t = self._disk.next_finish_s()
         if t is not None:
-            self._push(t, _DISK_DONE, self._disk_version)
+            self._loop.push(ReadsDone(t, self._disk_version))
 
     def _disk_done(self, now: float, version: int) -> None:
         """Reads done: the model joins host memory (the least recently used
@@ -973,7 +984,7 @@ class ServerlessEngine:
                     if r.copied:
                         self._ready(s, r, now + self._init_s, now)
                 else:
-                    self._push(max(now, free_at), _LOAD_START, s.index)
+                    self._loop.push(LoadStarts(max(now, free_at), s.index))
         self._next_disk_event()
 
     def _ready(self, s: _Slice, r: _Resident, at: float, now: float) -> None:
@@ -1076,7 +1087,7 @@ class ServerlessEngine:
         self._load_version += 1
         t = self._load_link.next_finish_s()
         if t is not None:
-            self._push(t, _LOAD_DONE, self._load_version)
+            self._loop.push(LoadsDone(t, self._load_version))
 
     def _loads_done(self, now: float, version: int) -> None:
         if version != self._load_version:
@@ -1103,10 +1114,6 @@ class ServerlessEngine:
         self._next_load_event()
 
     # -- simulation ---------------------------------------------------------
-    def _push(self, t: float, kind: int, index: int) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (t, kind, self._seq, index))
-
     def _kick(self, s: _Slice, now: float) -> None:
         if s.busy:
             return
@@ -1114,7 +1121,7 @@ class ServerlessEngine:
         if starts:
             s.busy = True
             s.iter_end_s = max(now, min(starts))
-            self._push(s.iter_end_s, _ITERATION, s.index)
+            self._loop.push(SliceIterates(s.iter_end_s, s.index))
 
     def _share(self, s: _Slice) -> tuple[float, list[_Slice]]:
         if not self._p.streams:
@@ -1264,7 +1271,7 @@ class ServerlessEngine:
             if later:
                 s.busy = True
                 s.iter_end_s = min(later)
-                self._push(s.iter_end_s, _ITERATION, s.index)
+                self._loop.push(SliceIterates(s.iter_end_s, s.index))
             elif s.in_flight == 0:
                 self._schedule(now)
             return
@@ -1328,7 +1335,7 @@ class ServerlessEngine:
         self._last = max(self._last, end)
         s.busy = True
         s.iter_end_s = end
-        self._push(end, _ITERATION, s.index)
+        self._loop.push(SliceIterates(end, s.index))
         self._top_up(s, r, now)
 
     def _shed(self, s: _Slice, now: float) -> bool:
@@ -1401,13 +1408,45 @@ class ServerlessEngine:
             drain_s=self._max_drain,
         )
 
+    # -- the events' wiring (serverless_events.ServerlessWiring) -----------
+    def arrive(self, row: int, now_s: float) -> None:
+        r = self._reqs[row]
+        self._last = max(self._last, now_s)
+        self._window.append(r.model)
+        if all(s.resident(r.model) is None for s in self._slices):
+            self._queued += 1
+            r.cold = True
+        if self._p.prewarm and now_s >= self._replan_at:
+            self._replan(now_s, self._window)
+            self._window = []
+            self._replan_at = now_s + self.config.replan_s
+        bisect.insort(self._pending, r, key=_wait_key)
+        self._pending_changed()
+        self._schedule(now_s)
+        if self._progress is not None:
+            self._progress(now_s)
+
+    def iterate(self, slice_index: int, now_s: float) -> None:
+        self._iterate(self._slices[slice_index], now_s)
+
+    def start_load(self, slice_index: int, now_s: float) -> None:
+        self._load_start(self._slices[slice_index], now_s)
+
+    def finish_loads(self, version: int, now_s: float) -> None:
+        self._loads_done(now_s, version)
+
+    def end_drain(self, slice_index: int, now_s: float) -> None:
+        self._drain_limit(self._slices[slice_index], now_s)
+
+    def finish_reads(self, version: int, now_s: float) -> None:
+        self._disk_done(now_s, version)
+
     def run(self, progress: Callable[[float], None] | None = None) -> ServerlessRun:
         cfg = self.config
         wall = time.perf_counter()
-        if self._events or self._iterations:
+        if len(self._loop) or self._iterations:
             raise RuntimeError("a ServerlessEngine runs once")
-        queued = 0
-        reqs: list[_Req] = []
+        reqs = self._reqs
         for i, t in enumerate(self.trace):
             out = RequestOutcome(
                 id=t.id if t.id is not None else str(i),
@@ -1419,37 +1458,12 @@ class ServerlessEngine:
             )
             priority = float(t.priority) if t.priority is not None else 1.0
             reqs.append(_Req(out, t.model or DEFAULT_MODEL, priority, t.arrival_s, i))
-            self._push(t.arrival_s, _ARRIVAL, i)
-        replan_at = 0.0
-        window: list[str] = []
-        while self._events:
-            now, kind, _, index = heapq.heappop(self._events)
-            if kind == _ARRIVAL:
-                r = reqs[index]
-                self._last = max(self._last, now)
-                window.append(r.model)
-                if all(s.resident(r.model) is None for s in self._slices):
-                    queued += 1
-                    r.cold = True
-                if self._p.prewarm and now >= replan_at:
-                    self._replan(now, window)
-                    window = []
-                    replan_at = now + cfg.replan_s
-                bisect.insort(self._pending, r, key=_wait_key)
-                self._pending_changed()
-                self._schedule(now)
-                if progress is not None:
-                    progress(now)
-            elif kind == _ITERATION:
-                self._iterate(self._slices[index], now)
-            elif kind == _LOAD_START:
-                self._load_start(self._slices[index], now)
-            elif kind == _DRAIN_LIMIT:
-                self._drain_limit(self._slices[index], now)
-            elif kind == _DISK_DONE:
-                self._disk_done(now, index)
-            else:
-                self._loads_done(now, index)
+            self._loop.push(RequestArrives(t.arrival_s, i))
+        self._progress = progress
+        loop = self._loop
+        while loop:
+            loop.pop().handle(self)
+        queued = self._queued
         outcomes = [r.out for r in reqs]
         first = min((r.arrival_s for r in outcomes), default=0.0)
         span = max(0.0, self._last - first)
