@@ -387,6 +387,9 @@ def outcomes(result: ReplayResult) -> list[tuple[object, ...]]:
 # Several requests admitted in one iteration, the first's blocks evicting
 # the head of a later one's cached prefix.
 @example(seed=9, gpu=37, cpu=1, policy="cfs")
+# An iteration whose only move is a swap-out, the swap-in deferred to the
+# next one.
+@example(seed=0, gpu=12, cpu=13, policy="lvf-paper")
 def test_reference_counts_and_the_pool_hold_under_every_policy(
     seed: int, gpu: int, cpu: int, policy: str
 ) -> None:
