@@ -382,8 +382,14 @@ class BatchingCore:
                         break
                     continue
                 prefill_room -= int(r.prefill_target[row] - r.kv_tokens[row]) - cached
-                admitted.append(row)
-                admitted_needs.append(need)
+                if s.prefix is None:
+                    admitted.append(row)
+                    admitted_needs.append(need)
+                else:
+                    # Started at once: its hits leave the free queue before
+                    # the next one's blocks are taken from it, so the next
+                    # cost is counted on what is still cached.
+                    s.admit([row], [need], self.now_s)
             elif was == _ROTARY:
                 resumed.append(row)
                 resumed_needs.append(need)

@@ -10,10 +10,10 @@ token (prompt plus output minus one tokens) needs more blocks than the whole
 GPU pool, which could never finish, and those whose prompt does not fit with
 one block to spare (the block the rotation policy reserves for the first
 decode; vLLM likewise never admits a prompt over its pool less the
-watermark). When an iteration does nothing at all (no token, nothing running
-or being swapped in) nothing can change before the next arrival: the engine
-idles until then, and after the last arrival it stops, reporting what is
-left unfinished.
+watermark). When an iteration does nothing at all (no token, no preemption,
+nothing running or being swapped in) nothing can change before the next
+arrival: the engine idles until then, and after the last arrival it stops,
+reporting what is left unfinished.
 
 A stretch of quiet iterations (nobody waiting, everyone decoding, nobody
 finishing) runs in one step with the same results, each iteration still
@@ -161,10 +161,11 @@ class Engine(BatchingCore):
                 break
             if self._quiet_stretch(progress):
                 continue
+            preemptions = self.state.preemptions
             self._iteration()
             if progress is not None:
                 progress(self.now_s)
-            if self._stalled():
+            if self._stalled(preempted=self.state.preemptions > preemptions):
                 if self._next_arrival >= len(arrivals):
                     break
                 self.now_s = max(self.now_s, arrivals[self._next_arrival])
@@ -185,11 +186,13 @@ class Engine(BatchingCore):
         else:
             self.state.arrive(rows, rows[:0])
 
-    def _stalled(self) -> bool:
-        """The last iteration processed no token and left nothing running or
-        being swapped in: the state cannot change until the next arrival."""
+    def _stalled(self, preempted: bool) -> bool:
+        """The last iteration processed no token, preempted nobody and left
+        nothing running or being swapped in: the state cannot change until
+        the next arrival. (A preemption frees blocks that the next plan may
+        start someone in.)"""
         s = self.state
-        if len(s.running.rows) or len(s.in_transit.rows) or not self.timeline:
+        if preempted or len(s.running.rows) or len(s.in_transit.rows) or not self.timeline:
             return False
         last = self.timeline[-1]
         return last.prefill_tokens == 0 and last.decode_tokens == 0

@@ -460,6 +460,43 @@ class NeverStart:
         return SchedulePlan()
 
 
+def test_an_iteration_that_only_swaps_out_is_not_a_stall() -> None:
+    # After its second token the scheduler swaps A out and starts nothing:
+    # that iteration emits no token and leaves nothing running (10 ms, the
+    # 1 ms copy hidden under it), yet its blocks are free now. The next one
+    # swaps A back in, and A finishes.
+    trace = [req(0.0, 10, 4, id="a")]
+    engine = CheckedEngine(config(), SwapOutOnce(), AffineCost(), Link(), trace)
+    result = engine.run()
+    (a,) = result.requests
+    assert a.token_times_s == pytest.approx([0.020, 0.032, 0.064, 0.076], abs=1e-12)
+    assert (a.swap_outs, a.swap_ins) == (1, 1)
+    assert result.totals.iterations == 6
+
+
+class SwapOutOnce:
+    """Starts whoever waits, and swaps the first request out once, after
+    its second token, starting nobody in that iteration."""
+
+    name = "swap-out-once"
+    swaps = True
+    keeps_cpu_copies = False
+    in_order = True
+    idle_unless_waiting = False
+    copies_only_unless_waiting = False
+    running_first = False
+
+    def __init__(self) -> None:
+        self.swapped = False
+
+    def plan(self, view: EngineView) -> SchedulePlan:
+        running = view.running
+        if not self.swapped and len(running) and view.requests.generated[running[0]] == 2:
+            self.swapped = True
+            return SchedulePlan(swap_out=running[:1])
+        return SchedulePlan(start=np.concatenate((view.rotary, view.queued)))
+
+
 def test_drain_limit_stops_the_run_with_requests_unfinished() -> None:
     # 12 ms per decode; stop 50 ms after the last arrival.
     engine, result = simulate([req(0.0, 10, 100)], config(drain_limit_s=0.05))

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from planner.api import replay
@@ -316,6 +316,35 @@ def test_a_recomputed_request_hits_what_is_still_cached() -> None:
     assert cache.first_hit_tokens[1] == 48 and cache.hit_tokens == 48
 
 
+def test_a_start_is_costed_after_the_blocks_the_one_before_it_took() -> None:
+    # Pool 16, one prefix id per block. S (17 tokens, ids [1, ..]), R (33,
+    # [1, 2, ..]) and T (64, none) prefill together: S caches block x0, R
+    # keeps its copy of x0 private and caches x1. S and T finish at once
+    # (one output token): free are 7 never used blocks, then S's private
+    # block, x0, T's 4 blocks. A (144 tokens, 9 blocks, nothing cached) and
+    # B (80 tokens, 5 blocks, prefix x0 x1) come next, A first. Costed
+    # before A took its 9 blocks, B would cost 4 of the 4 left (x1 shared
+    # with R); but A's blocks evict x0, so B finds nothing cached and needs
+    # 5: it waits for A's, and prefills all 80 tokens.
+    trace = [
+        req(0.0, 17, 1, [1, 50], "s"),
+        req(0.0, 33, 10, [1, 2, 60], "r"),
+        req(0.0, 64, 1, [], "t"),
+        req(0.01, 144, 2, [], "a"),
+        req(0.01, 80, 2, [1, 2, 70, 71, 72], "b"),
+    ]
+    engine, result = simulate(trace, config(gpu=16, prefix_block_tokens=16))
+    assert engine.checks > 0
+    second = result.timeline[1]
+    assert (second.running, second.waiting, second.gpu_kv_blocks_used) == (2, 1, 12)
+    assert [s.prefill_tokens for s in result.timeline[:4]] == [114, 144, 0, 80]
+    _, _, _, a, b = result.requests
+    assert a.token_times_s == pytest.approx([0.280, 0.294], abs=1e-12)
+    assert b.token_times_s == pytest.approx([0.386, 0.400], abs=1e-12)
+    assert [o.cached_tokens for o in result.requests] == [0, 0, 0, 0, 0]
+    assert engine.prefix is not None and engine.prefix.evictions == 1
+
+
 # -- invariants on random traces ------------------------------------------------------
 
 
@@ -355,6 +384,12 @@ def outcomes(result: ReplayResult) -> list[tuple[object, ...]]:
     cpu=st.integers(0, 30),
     policy=st.sampled_from(POLICY_NAMES),
 )
+# Several requests admitted in one iteration, the first's blocks evicting
+# the head of a later one's cached prefix.
+@example(seed=9, gpu=37, cpu=1, policy="cfs")
+# An iteration whose only move is a swap-out, the swap-in deferred to the
+# next one.
+@example(seed=0, gpu=12, cpu=13, policy="lvf-paper")
 def test_reference_counts_and_the_pool_hold_under_every_policy(
     seed: int, gpu: int, cpu: int, policy: str
 ) -> None:
