@@ -20,8 +20,8 @@ environment (make .venv-engines/.installed):
 from __future__ import annotations
 
 import argparse
-import copy
 import gc
+import importlib
 import json
 import os
 import statistics
@@ -30,7 +30,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -47,6 +46,7 @@ BLOCK_SIZE = 32
 NUM_GPU_BLOCKS = 64
 NUM_CPU_BLOCKS = 256
 TOKEN_ID = 7
+PLANNER_SCHEDULER_MODULE = "planner.adapters.vllm.scheduler"
 CONFIGS = ("plain", "plugin", "plugin-no-connector")
 MODEL = {
     "architectures": ["LlamaForCausalLM"],
@@ -106,15 +106,15 @@ def make_scheduler(config: str, model_dir: Path, slo_ttft_s: float) -> Scheduler
         cfg = vllm_config(model_dir, connector=False, scheduler_cls=None)
         cls: type[Scheduler] = Scheduler
     else:
-        from planner.adapters.vllm.scheduler import PlannerScheduler
-
         cfg = vllm_config(
             model_dir,
             connector=config == "plugin",
-            scheduler_cls="planner.adapters.vllm.scheduler.PlannerScheduler",
+            scheduler_cls=f"{PLANNER_SCHEDULER_MODULE}.PlannerScheduler",
         )
         cfg.additional_config = {"planner": {"slo_ttft_s": slo_ttft_s}}
-        cls = PlannerScheduler
+        # By name, as vLLM loads it (--scheduler-cls): the adapter is typed
+        # in its own package.
+        cls = importlib.import_module(PLANNER_SCHEDULER_MODULE).PlannerScheduler
     cfg.cache_config.num_gpu_blocks = NUM_GPU_BLOCKS
     spec = FullAttentionSpec(
         block_size=BLOCK_SIZE, num_kv_heads=4, head_size=64, dtype=torch.float32
