@@ -197,7 +197,14 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
         now_s = self.now()
         if self.layer_planner is not None:
             self.layer_planner.before_step(self.decode_views())
-        asking = bool(self.waiting) and self._worth_asking(now_s)
+        log = self.decision_log if self.waiting else None
+        # Pipelined, whether the planner would be asked now only names the
+        # step in the decision log: the gate runs only for it.
+        asking = (
+            bool(self.waiting)
+            and (self.pipeline is None or log is not None)
+            and self._worth_asking(now_s)
+        )
         if not self.waiting:
             actions = None
         elif self.pipeline is not None:
@@ -206,7 +213,6 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
             actions = self._ask_planner(now_s)
         else:
             actions = None
-        log = self.decision_log if self.waiting else None
         if log is not None:
             engine_order = [r.request_id for r in self.waiting]
             free_before = self.kv_cache_manager.block_pool.get_num_free_blocks()

@@ -110,6 +110,20 @@ class StatsTaker:
         calls, ok, fallbacks, outs, ins, refused = now
         last_calls, last_ok, last_fallbacks, last_outs, last_ins, last_refused = self._last
         self._last = now
+        if (calls, ok, outs, ins, refused) == (
+            last_calls,
+            last_ok,
+            last_outs,
+            last_ins,
+            last_refused,
+        ):
+            # Nothing counted since the last take: no stats (vLLM is handed
+            # none), and the latencies recorded meanwhile go as they would
+            # with empty stats.
+            if self.counters is not None:
+                self.counters.drain_latencies()
+                self.counters.drain_waits()
+            return None
         stats = PlannerStats()
         stats.data.update(
             calls=calls - last_calls,
