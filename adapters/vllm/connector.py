@@ -176,15 +176,26 @@ class PlannerSwapConnector(KVConnectorBase_V1):  # type: ignore[misc, unused-ign
 
     # ---- scheduler side -------------------------------------------------
 
-    def swap_out(self, request: Request, gpu_block_ids: list[int]) -> bool:
+    def preempt(self, request: Request, gpu_block_ids: list[int], swap: bool) -> bool:
         """Called by PlannerScheduler just before vLLM frees a preempted
-        request's blocks."""
-        return self.ledger.swap_out(request.request_id, gpu_block_ids, request.num_computed_tokens)
+        request's blocks: with swap, their KV is copied out (True; False
+        when the CPU pool is full); without, vLLM recomputes the request as
+        it would without this connector. Either way an older CPU copy is
+        forgotten."""
+        if swap:
+            swapped = self.ledger.swap_out(
+                request.request_id, gpu_block_ids, request.num_computed_tokens
+            )
+        else:
+            self.ledger.drop(request.request_id)
+            swapped = False
+        self.preempt_layers(request, gpu_block_ids, swapped)
+        return swapped
 
     def preempt_layers(self, request: Request, gpu_block_ids: list[int], swapped: bool) -> None:
-        """Called by PlannerScheduler at a preemption, before swap_out's
-        copies run: a swapped request's offloaded layers come back into its
-        GPU blocks first; a recomputed one's are dropped."""
+        """At a preemption, before the swap-out copies run: a swapped
+        request's offloaded layers come back into its GPU blocks first; a
+        recomputed one's are dropped."""
         if self.layer_ledger is None:
             return
         if swapped:

@@ -62,7 +62,13 @@ from .output_deposit import OutputDeposit
 from .plugin import LOGGER_NAME
 from .preempted_blocks import HandsOverPreemptedBlocks
 from .request_clock import RequestClock
-from .settings import DEFAULT_TBT_SLO_S, PIPELINED, REORDER_WITH_PREEMPTION, PlannerSettings
+from .settings import (
+    DEFAULT_TBT_SLO_S,
+    ENGINE_PREEMPTIONS_SWAP,
+    PIPELINED,
+    REORDER_WITH_PREEMPTION,
+    PlannerSettings,
+)
 
 logger = logging.getLogger(LOGGER_NAME)
 # prometheus_client's multiprocess mode (vLLM's own, when several API
@@ -96,6 +102,9 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
         if swap is not None:
             swap.stats.counters = self.planner_link.counters
         self.request_clock = RequestClock()
+        # True while the plan's own preemptions are carried out (the
+        # connector swaps those; vLLM's own as engine_preemptions says).
+        self._preempting_for_plan = False
         # What the planner had this step do (None: vLLM's own step).
         self.last_actions: PlanActions | None = None
         # Pipelined: the call in flight, with the snapshot it carries (its
@@ -144,7 +153,10 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
             if settings.rotation is not None
             else "default",
             settings.reorder if settings.apply_plans else "never (observe)",
-            f"swap ({swap.num_cpu_blocks} CPU blocks)" if swap is not None else "recompute",
+            f"swap ({swap.num_cpu_blocks} CPU blocks; vLLM's own preemptions by "
+            f"{settings.engine_preemptions})"
+            if swap is not None
+            else "recompute",
             "on" if self.layer_planner is not None else "off",
             "vLLM KV connector stats"
             if swap is not None
@@ -275,12 +287,17 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
     def _preempt_request(
         self, request: Request, timestamp: float, drop_stale_output: bool = False
     ) -> None:
-        # vLLM frees the blocks inside; the connector copies them out first.
+        # vLLM frees the blocks inside; the connector copies them out first
+        # when the planner preempts (vLLM's own preemptions: as configured).
         connector = self.connector
         if isinstance(connector, PlannerSwapConnector):
             (block_ids, *_) = self.kv_cache_manager.get_block_ids(request.request_id)
-            swapped = connector.swap_out(request, list(block_ids))
-            connector.preempt_layers(request, list(block_ids), swapped)
+            connector.preempt(
+                request,
+                list(block_ids),
+                swap=self._preempting_for_plan
+                or self.planner_settings.engine_preemptions == ENGINE_PREEMPTIONS_SWAP,
+            )
         super()._preempt_request(request, timestamp, drop_stale_output)
 
     # ---- the planner's part ---------------------------------------------
@@ -348,10 +365,14 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
     def _schedule_per_plan(
         self, actions: PlanActions, now_s: float, throttle_prefills: bool
     ) -> SchedulerOutput:
-        for rid in actions.preempt:
-            request = self.requests[rid]
-            self.running.remove(request)
-            self._preempt_request(request, now_s, drop_stale_output=self.requires_kv_delivery)
+        self._preempting_for_plan = True
+        try:
+            for rid in actions.preempt:
+                request = self.requests[rid]
+                self.running.remove(request)
+                self._preempt_request(request, now_s, drop_stale_output=self.requires_kv_delivery)
+        finally:
+            self._preempting_for_plan = False
         # Requests the plan just preempted sit out this step; those it
         # prioritizes go first, in its order, ahead of the rest.
         held = [self.requests[rid] for rid in actions.preempt]

@@ -43,6 +43,14 @@ PLANNING_MODES = (PIPELINED, SYNCHRONOUS)
 REORDER_WITH_PREEMPTION = "with-preemption"
 REORDER_ALWAYS = "always"
 REORDER_MODES = (REORDER_WITH_PREEMPTION, REORDER_ALWAYS)
+# How the swap connector handles a preemption vLLM makes on its own (the
+# planner's preemptions are always swapped): "recompute", as vLLM without
+# the plugin does (where the planner asked for nothing, the engine behaves
+# as if the plugin were not there); "swap", copied out and back in like the
+# planner's.
+ENGINE_PREEMPTIONS_RECOMPUTE = "recompute"
+ENGINE_PREEMPTIONS_SWAP = "swap"
+ENGINE_PREEMPTION_MODES = (ENGINE_PREEMPTIONS_RECOMPUTE, ENGINE_PREEMPTIONS_SWAP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +80,7 @@ class PlannerSettings:
     # is vLLM's own (what the adapter costs without what it decides).
     apply_plans: bool = True
     reorder: str = REORDER_WITH_PREEMPTION
+    engine_preemptions: str = ENGINE_PREEMPTIONS_RECOMPUTE
     # A file that gets one JSON line per step with requests waiting
     # (decision_log.py); None: no log.
     decision_log: str | None = None
@@ -93,6 +102,7 @@ class PlannerSettings:
             "planning",
             "apply_plans",
             "reorder",
+            "engine_preemptions",
             "decision_log",
             *SECURITY_KEYS,
         }
@@ -121,6 +131,12 @@ class PlannerSettings:
                 f"additional_config.{CONFIG_KEY}.reorder: one of {', '.join(REORDER_MODES)}, "
                 f"got {reorder!r}"
             )
+        engine_preemptions = raw.get("engine_preemptions", ENGINE_PREEMPTIONS_RECOMPUTE)
+        if engine_preemptions not in ENGINE_PREEMPTION_MODES:
+            raise ValueError(
+                f"additional_config.{CONFIG_KEY}.engine_preemptions: one of "
+                f"{', '.join(ENGINE_PREEMPTION_MODES)}, got {engine_preemptions!r}"
+            )
         paths = {key: _path(raw, key) for key in SECURITY_KEYS}
         security = ChannelSecurity.from_settings(
             target, **paths, where=f"additional_config.{CONFIG_KEY}"
@@ -138,6 +154,7 @@ class PlannerSettings:
             security=security,
             apply_plans=apply_plans,
             reorder=reorder,
+            engine_preemptions=engine_preemptions,
             decision_log=_path(raw, "decision_log"),
         )
 

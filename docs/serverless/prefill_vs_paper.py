@@ -4,7 +4,9 @@ figures (0.15 s, 0.64 s, 0.7 s, 1 s): per MIG layout, alone on the link and at
 its fair share, the solo prefill time of a few prompt lengths and the share
 of the ShareGPT lengths file's prompts within each figure, with the chunk
 the replay would choose, at rho = 0 (the tuner's start) and at the best of
-a few static rhos.
+a few static rhos; and, where the slice's HBM holds the model, with every
+weight resident as c2cserve now prefills it (dedicated's pass: one
+2,048-token chunk at a time, rho 0, the weights read from HBM).
 
     .venv/bin/python docs/serverless/prefill_vs_paper.py \
         ../shared/traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv
@@ -21,7 +23,7 @@ import pandas as pd
 from planner.policies.serverless import choose_chunk, choose_kernel
 from planner.profiles import MODEL_PROFILES
 from planner.profiles.c2c_cost import GemmTiles, chunk_table, prefill_cost
-from planner.profiles.mig import GH200_C2C_LINK, MigSliceProfile, mig_layout
+from planner.profiles.mig import GB, GH200_C2C_LINK, MigSliceProfile, mig_layout
 
 TARGETS_S = (0.15, 0.64, 0.7, 1.0)
 RHOS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -49,6 +51,25 @@ def solo_ttft(prompt: int, mig: MigSliceProfile, share: float, rho: float | None
         ).ttft_s
         for r in rhos
     )
+
+
+STATIC_CHUNK = 2048
+
+
+def resident_ttft(prompt: int, mig: MigSliceProfile) -> float:
+    """Prefill alone on ``mig`` with every weight in its HBM: the static
+    chunk, rho 0, the weights read at the slice's HBM rate (as dedicated)."""
+    model = MODEL_PROFILES["llama-3-8b"]
+    k = choose_kernel(precision="bf16", tokens=4096, mig=mig)
+    return prefill_cost(
+        model,
+        prompt_tokens=prompt,
+        chunk_tokens=STATIC_CHUNK,
+        rho=0.0,
+        mig=mig,
+        c2c_gbps=mig.hbm_bytes_per_s / GB,
+        tiles=GemmTiles(k.sym_block_m, k.block_n, k.asym_block_k),
+    ).ttft_s
 
 
 LENGTHS = (128, 256, 512, 1024, 1730, 2340, 4096, 8192)
@@ -87,6 +108,16 @@ def main() -> None:
                     + " | "
                     + " | ".join(f"{w:.1f}%" for w in within)
                 )
+        if layout != "7":  # a 12 GB slice cannot hold Llama-3-8B
+            times = [resident_ttft(n, mig) for n in LENGTHS]
+            ttft = np.array([resident_ttft(int(v), mig) for v in values])
+            within = [100 * counts[ttft <= t].sum() / counts.sum() for t in TARGETS_S]
+            print(
+                f"{len(slices)} x {mig.name} | resident | 0 | "
+                + " | ".join(f"{t:.2f}" for t in times)
+                + " | "
+                + " | ".join(f"{w:.1f}%" for w in within)
+            )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """`planner bench replay`: how fast the replay simulator runs — simulated
-seconds and requests per wall second — on a generated single-engine workload
-and on the full Azure conversation trace (skipped when ../shared/traces is
-absent). Target: >= 1,000x real time on a single engine."""
+seconds and requests per wall second — on a generated single-engine workload,
+on the full Azure conversation trace (skipped when ../shared/traces is
+absent) and on a cluster of four small instances (the bundled trace six
+times faster: units of a handful of requests each, the batching core's
+small-batch path). Target: >= 1,000x real time on a single engine."""
 
 from __future__ import annotations
 
@@ -16,14 +18,19 @@ from typing import Any
 
 from planner.bench.machine import describe, describe_commit, load_average, machine_info
 from planner.bench.markdown import write_section
+from planner.replay.cluster_engine import ClusterEngine
+from planner.replay.cluster_policies import CLUSTER_POLICY_NAMES
+from planner.replay.cluster_setup import ClusterKnobs, cluster_config
 from planner.replay.engine import Engine
 from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
 from planner.replay.schedulers import Lvf
-from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, build_setup
+from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, build_setup, scale_rate
 from planner.trace.arrivals import RateSchedule
+from planner.trace.errors import SpecError
 from planner.trace.generate import GenConfig, generate
 from planner.trace.importers.base import ImportOptions
 from planner.trace.importers.pipeline import import_trace
+from planner.trace.io import load_trace
 from planner.trace.length_model import preset_or_dist
 from planner.trace.records import TraceRequest
 
@@ -33,6 +40,11 @@ TARGET_REAL_TIME = 1000.0
 # reference): 10k requests, 2,374 simulated s, ~27 s of wall time.
 VIDUR_REQUESTS_PER_WALL_S = 370.0
 AZURE_CONV = Path("../shared/traces/AzureLLMInferenceTrace_conv.csv")
+BUNDLED = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "default.jsonl"
+# The cluster case: the golden results' cluster wiring (tests/replay/test_golden.py).
+CLUSTER_INSTANCES = 4
+CLUSTER_KV_BYTES = 10**9
+CLUSTER_RATE_SCALE = 6.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +55,15 @@ class SpeedCase:
     iterations: int
     simulated_s: float
     wall_s: float
+    # CPU seconds of this process in the run (on a loaded machine wall time
+    # runs ahead of it while the process waits for a core).
+    cpu_s: float
     # lvf: wall seconds inside the rotation policy (the decision plan_rotation
     # makes, on the engine's columns), the floor of the run; None for the
     # policies that call none.
     policy_s: float | None = None
+    # The cluster topology (else a single engine): no real-time target.
+    cluster: bool = False
 
     @property
     def real_time_factor(self) -> float:
@@ -64,9 +81,11 @@ class SpeedCase:
             "iterations": self.iterations,
             "simulated_s": self.simulated_s,
             "wall_s": self.wall_s,
+            "cpu_s": self.cpu_s,
             "simulated_s_per_wall_s": self.real_time_factor,
             "requests_per_wall_s": self.requests_per_wall_s,
             "plan_rotation_s": self.policy_s,
+            "topology": "cluster" if self.cluster else "single engine",
         }
 
 
@@ -89,6 +108,18 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--duration", type=float, default=120.0, help="generated workload, s (default 120)"
     )
     p.add_argument("--no-azure", action="store_true", help="skip the Azure conversation trace")
+    p.add_argument(
+        "--cluster-policy",
+        action="append",
+        choices=CLUSTER_POLICY_NAMES,
+        help="cluster policies to time (repeat; default replication and kunserve)",
+    )
+    p.add_argument(
+        "--cluster-requests",
+        type=int,
+        help="the cluster case replays the bundled trace's first N requests (default: all)",
+    )
+    p.add_argument("--no-cluster", action="store_true", help="skip the cluster case")
     p.add_argument("--out", type=Path, help="write results and machine info as JSON")
     p.add_argument("--markdown", type=Path, help="(re)write this bench's section of this file")
     p.set_defaults(func=run)
@@ -110,7 +141,9 @@ def _time(workload: str, trace: list[TraceRequest], policy: str, profile: str) -
     scheduler = make_scheduler(policy, setup.rotation)
     engine = Engine(setup.engine, scheduler, setup.cost, setup.link, trace)
     started = time.perf_counter()
+    started_cpu = time.process_time()
     result = engine.run()
+    cpu = time.process_time() - started_cpu
     wall = time.perf_counter() - started
     return SpeedCase(
         workload,
@@ -119,7 +152,23 @@ def _time(workload: str, trace: list[TraceRequest], policy: str, profile: str) -
         result.totals.iterations,
         result.totals.simulated_s,
         wall,
+        cpu,
         scheduler.policy_s if isinstance(scheduler, Lvf) else None,
+    )
+
+
+def _time_cluster(workload: str, trace: list[TraceRequest], policy: str, profile: str) -> SpeedCase:
+    setup = build_setup(profile, ReplayKnobs())
+    knobs = ClusterKnobs(instances=CLUSTER_INSTANCES, kv_bytes_per_instance=CLUSTER_KV_BYTES)
+    engine = ClusterEngine(cluster_config(setup, knobs), policy, setup.cost, trace)
+    started = time.perf_counter()
+    started_cpu = time.process_time()
+    run = engine.run()
+    cpu = time.process_time() - started_cpu
+    wall = time.perf_counter() - started
+    totals = run.result.totals
+    return SpeedCase(
+        workload, policy, len(trace), totals.iterations, totals.simulated_s, wall, cpu, cluster=True
     )
 
 
@@ -127,12 +176,17 @@ def run(args: argparse.Namespace) -> int:
     if args.rate <= 0 or args.duration <= 0:
         print("planner bench replay: --rate and --duration must be > 0", file=sys.stderr)
         return 2
+    if args.cluster_requests is not None and args.cluster_requests < 1:
+        print("planner bench replay: --cluster-requests must be >= 1", file=sys.stderr)
+        return 2
     policies = list(dict.fromkeys(args.policy or ["fcfs", "lvf"]))
+    try:
+        generated = _generated(args.rate, args.duration)
+    except SpecError as exc:
+        print(f"planner bench replay: {exc}", file=sys.stderr)
+        return 2
     workloads: list[tuple[str, list[TraceRequest]]] = [
-        (
-            f"generated: {args.rate:g} RPS Poisson, {args.duration:g} s, sharegpt lengths",
-            _generated(args.rate, args.duration),
-        )
+        (f"generated: {args.rate:g} RPS Poisson, {args.duration:g} s, sharegpt lengths", generated)
     ]
     if not args.no_azure:
         if AZURE_CONV.is_file():
@@ -146,11 +200,31 @@ def run(args: argparse.Namespace) -> int:
         for policy in policies:
             print(f"bench: {name}: {policy}", file=sys.stderr, flush=True)
             cases.append(_time(name, trace, policy, args.profile))
+    cluster_policies = list(dict.fromkeys(args.cluster_policy or ["replication", "kunserve"]))
+    if not args.no_cluster:
+        bundled = load_trace(BUNDLED)[: args.cluster_requests]
+        name = (
+            f"cluster of {CLUSTER_INSTANCES} instances, {CLUSTER_KV_BYTES / 1e9:g} GB KV each: "
+            f"fixtures/traces/default.jsonl"
+            + (f", first {len(bundled):,}" if args.cluster_requests is not None else "")
+            + f", rate x{CLUSTER_RATE_SCALE:g}"
+        )
+        trace = scale_rate(bundled, CLUSTER_RATE_SCALE)
+        for policy in cluster_policies:
+            print(f"bench: {name}: {policy}", file=sys.stderr, flush=True)
+            cases.append(_time_cluster(name, trace, policy, args.profile))
     machine["load_avg_1m_at_end"] = load_average()
     command = (
         "planner bench replay"
         + "".join(f" --policy {p}" for p in policies if args.policy)
         + (f" --profile {args.profile}" if args.profile != DEFAULT_PROFILE else "")
+        + "".join(f" --cluster-policy {p}" for p in cluster_policies if args.cluster_policy)
+        + (
+            f" --cluster-requests {args.cluster_requests}"
+            if args.cluster_requests is not None
+            else ""
+        )
+        + (" --no-cluster" if args.no_cluster else "")
     )
     if args.out is not None:
         command += f" --out {args.out}"
@@ -178,12 +252,13 @@ def run(args: argparse.Namespace) -> int:
 def _table(cases: list[SpeedCase]) -> str:
     rows = [
         f"{'workload':58s} {'policy':14s} {'requests':>9s} {'sim s':>8s} {'wall s':>7s} "
-        f"{'sim/wall':>9s} {'req/wall s':>10s} {'policy s':>15s}"
+        f"{'cpu s':>7s} {'sim/wall':>9s} {'req/wall s':>10s} {'policy s':>15s}"
     ]
     for c in cases:
         rows.append(
             f"{c.workload[:58]:58s} {c.policy:14s} {c.requests:9,d} {c.simulated_s:8.1f} "
-            f"{c.wall_s:7.2f} {c.real_time_factor:8.0f}x {c.requests_per_wall_s:10.0f} "
+            f"{c.wall_s:7.2f} {c.cpu_s:7.2f} {c.real_time_factor:8.0f}x "
+            f"{c.requests_per_wall_s:10.0f} "
             f"{_policy_share(c):>15s}"
         )
     return "\n".join(rows)
@@ -211,23 +286,28 @@ def _markdown(
         f"- Commit: {describe_commit(machine)}",
         f"- Machine: {describe(machine)}",
         f"- Engine: `{args.profile}` built-in profile, chunked prefill budget 2048 tokens, "
-        "16-token blocks; one run per case, wall time of `Engine.run` only (trace loading "
-        "and reporting excluded).",
+        "16-token blocks; one run per case, wall and CPU time of `Engine.run` "
+        "(`ClusterEngine.run` for the cluster) only (trace loading and reporting excluded). "
+        f"The cluster: {CLUSTER_INSTANCES} instances with {CLUSTER_KV_BYTES / 1e9:g} GB of KV "
+        "each, the cluster replay's other defaults.",
         f"- Target: >= {TARGET_REAL_TIME:,.0f}x real time on a single engine. For scale, "
         f"Vidur's event loop simulated ~{VIDUR_REQUESTS_PER_WALL_S:.0f} requests per wall "
         "second on this class of machine.",
         "",
-        "| workload | policy | requests | iterations | simulated s | wall s | sim s / wall s "
-        "| requests / wall s | µs / iteration | of which in the rotation policy, s | target |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| workload | policy | requests | iterations | simulated s | wall s | CPU s "
+        "| sim s / wall s | requests / wall s | CPU µs / iteration "
+        "| of which in the rotation policy, s | target |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for c in cases:
         status = "MET" if c.real_time_factor >= TARGET_REAL_TIME else "MISSED"
+        if c.cluster:
+            status = "-"
         lines.append(
             f"| {c.workload} | {c.policy} | {c.requests:,} | {c.iterations:,} | "
-            f"{c.simulated_s:,.1f} | {c.wall_s:.2f} | {c.real_time_factor:,.0f}x | "
-            f"{c.requests_per_wall_s:,.0f} | {c.wall_s / c.iterations * 1e6:,.0f} | "
-            f"{_policy_share(c)} | {status} |"
+            f"{c.simulated_s:,.1f} | {c.wall_s:.2f} | {c.cpu_s:.2f} | "
+            f"{c.real_time_factor:,.0f}x | {c.requests_per_wall_s:,.0f} | "
+            f"{c.cpu_s / max(c.iterations, 1) * 1e6:,.1f} | {_policy_share(c)} | {status} |"
         )
     lines += [
         "",
@@ -250,7 +330,10 @@ def _markdown(
         "contended iterations of the generated workload, where about a thousand queued and "
         "rotary requests are ranked (two sorts), fitted greedily into the free blocks plus "
         "the transfer budget and the longest-running preempted, from scratch each iteration; "
-        "on the Azure trace (a handful of requests at a time) it is per-call overhead. Wall "
+        "on the Azure trace (a handful of requests at a time) it is per-call overhead. A "
+        "cluster unit runs a handful of requests, so its batches are formed and emitted "
+        "request by request (the small-batch path of `replay/batch.py` and "
+        "`EngineState.emit`, below 16 and 8 running requests). Wall "
         "times on a shared machine vary from run to run; compare runs taken together.",
     ]
     return "\n".join(lines) + "\n"

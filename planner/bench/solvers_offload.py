@@ -41,6 +41,7 @@ from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.solvers_offload_instances import PRESSURES, Instance, make_instance, setting_for
 from planner.bench.solvers_offload_report import markdown_section, text_report
+from planner.policies.offload.local_search import STAGGER_REQUESTS
 from planner.policies.offload.search import branch_and_bound, warm_up
 from planner.policies.offload.search_space import SearchMode, candidate_patterns
 from planner.solvers import (
@@ -54,7 +55,18 @@ from planner.solvers import (
 )
 
 SECTION = "solvers:offload"
-BACKENDS = ("bnb", "bnb-work", "bnb-long", "cp-sat", "gurobi", "exhaustive")
+BACKENDS = (
+    "bnb",
+    "bnb-work",
+    "bnb-work-narrow",
+    "bnb-long",
+    "cp-sat",
+    "gurobi",
+    "exhaustive",
+)
+# Stopped on work alone: bnb-work-narrow is bnb-work without the local
+# search's stagger moves (local_search.py), the search before them.
+WORK_BACKENDS = ("bnb-work", "bnb-work-narrow")
 # The reference where enumeration is out of reach: the branch and bound with
 # a long limit (bnb-long), for "within 1% of the best known".
 DEFAULT_REFERENCE_TIME_LIMIT_S = 1.0
@@ -161,11 +173,22 @@ class Measured:
 # --- running the backends ----------------------------------------------------------
 
 
-def _run_bnb(inst: Instance, limit_s: float, node_limit: int | None = None) -> Outcome:
+def _run_bnb(
+    inst: Instance,
+    limit_s: float,
+    node_limit: int | None = None,
+    stagger_requests: int = STAGGER_REQUESTS,
+) -> Outcome:
     starts = [inst.greedy] if inst.greedy is not None else []
     cpu = time.process_time()
     started = time.perf_counter()
-    r = branch_and_bound(inst.problem, time_limit_s=limit_s, starts=starts, node_limit=node_limit)
+    r = branch_and_bound(
+        inst.problem,
+        time_limit_s=limit_s,
+        starts=starts,
+        node_limit=node_limit,
+        stagger_requests=stagger_requests,
+    )
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu
     return Outcome(
@@ -422,9 +445,10 @@ def run_bench(config: Config, progress: Callable[[str], None] = lambda _: None) 
                     continue
             elif backend == "bnb":
                 runs = [(i, _run_bnb(i, config.limit_for(size))) for i in instances]
-            elif backend == "bnb-work":
+            elif backend in WORK_BACKENDS:
                 nodes = config.nodes_for(size)
-                runs = [(i, _run_bnb(i, WORK_TIME_LIMIT_S, nodes)) for i in instances]
+                stagger = 0 if backend == "bnb-work-narrow" else STAGGER_REQUESTS
+                runs = [(i, _run_bnb(i, WORK_TIME_LIMIT_S, nodes, stagger)) for i in instances]
             elif backend == "bnb-long":
                 runs = [
                     (i, _run_bnb(i, config.reference_time_limit_s))
@@ -452,14 +476,15 @@ def run_bench(config: Config, progress: Callable[[str], None] = lambda _: None) 
                 "exhaustive": None,
                 "bnb-long": config.reference_time_limit_s,
                 "bnb-work": WORK_TIME_LIMIT_S,
+                "bnb-work-narrow": WORK_TIME_LIMIT_S,
             }.get(backend, config.limit_for(size))
             case = _case(size, backend, limit, config.slack_ms, runs, reference, best)
-            if backend == "bnb-work":
+            if backend in WORK_BACKENDS:
                 case["node_limit"] = config.nodes_for(size)
             measured.cases.append(case)
         _check(size, results, measured.anomalies)
         for backend, runs in results.items():
-            if backend in ("exhaustive", "bnb-long", "bnb-work"):
+            if backend in ("exhaustive", "bnb-long", *WORK_BACKENDS):
                 continue
             limit_s = config.limit_for(size)
             for inst, o in runs:
@@ -561,7 +586,7 @@ def evaluate_targets(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             # bnb-work stops on work: its latency is judged on CPU time (the
             # wall time of a loaded machine adds the waits for a core).
-            on_cpu = c["backend"] == "bnb-work"
+            on_cpu = c["backend"] in WORK_BACKENDS
             worst_class, worst_p99 = None, -math.inf
             worst_cpu = None
             for name, cls in c["by_pressure"].items():

@@ -45,7 +45,9 @@ SECTION = "vllm-plugin"
 # connector is on, and other adapter settings. *-observe: plans asked for
 # and logged, never applied (the adapter's cost without its decisions);
 # *-reorder-always: the plan's order of the waiting queue applied at every
-# step, not only with its preemptions (the adapter before that rule).
+# step, not only with its preemptions (the adapter before that rule);
+# *-swap-engine: vLLM's own preemptions swapped by the connector too, not
+# only the planner's (the adapter before engine_preemptions).
 PLUGIN_CONFIGS: dict[str, tuple[str, str, bool, dict[str, Any]]] = {
     "grpc": ("grpc", "pipelined", True, {}),
     "grpc-sync": ("grpc", "synchronous", True, {}),
@@ -56,6 +58,8 @@ PLUGIN_CONFIGS: dict[str, tuple[str, str, bool, dict[str, Any]]] = {
     "grpc-observe": ("grpc", "pipelined", True, {"apply_plans": False}),
     "in-process-reorder-always": ("in-process", "pipelined", True, {"reorder": "always"}),
     "grpc-reorder-always": ("grpc", "pipelined", True, {"reorder": "always"}),
+    "grpc-swap-engine": ("grpc", "pipelined", True, {"engine_preemptions": "swap"}),
+    "in-process-swap-engine": ("in-process", "pipelined", True, {"engine_preemptions": "swap"}),
     # Victims need 20 TBT SLOs of TPOT slack instead of the planner's 160:
     # rotation starts while long decodes are still young.
     "grpc-slack-20": ("grpc", "pipelined", True, {"rotation": {"preempt_slack_tbts": 20}}),

@@ -209,6 +209,12 @@ class LongContextSettings:
         f"any machine (default {REPLAY_OFFLOAD_PARAMS.node_limit})",
         group=LONG_CONTEXT_GROUP,
     )
+    offload_stagger: int | None = knob(
+        None,
+        "orbitflow: requests the search's stagger moves try per round (0: none, the "
+        "search without stagger moves; default: the search's, 2)",
+        group=LONG_CONTEXT_GROUP,
+    )
     offload_backend: str | None = knob(
         None,
         "orbitflow: the planner's solver (default "

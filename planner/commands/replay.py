@@ -10,9 +10,9 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from planner.commands.config_file import (
     NO_ORIGINS,
@@ -73,7 +73,7 @@ from planner.replay.policy_registries import (
 )
 from planner.replay.progress import replay_progress
 from planner.replay.records import ReplayResult
-from planner.replay.report import print_report, write_json
+from planner.replay.report import print_report, to_json
 from planner.replay.request_table import request_table
 from planner.replay.scheduler_by_name import SCHEDULERS, make_scheduler
 from planner.replay.serverless_engine import ServerlessEngine, ServerlessRun
@@ -110,6 +110,10 @@ DEFAULT_POLICIES: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_MAX_RUNNING = {ROTATION: 256, LONG_CONTEXT: 8, CLUSTER: 256, SERVERLESS: 64}
 OFFLOAD_BACKENDS = OFFLOAD_BACKEND_NAMES
+
+Progress = Callable[[float], None]
+RunT = TypeVar("RunT")
+MetricsT = TypeVar("MetricsT")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -293,6 +297,10 @@ def _replay(args: argparse.Namespace) -> int:
         return _fail(f"--offload-node-limit applies to --topology {LONG_CONTEXT} only")
     if args.offload_node_limit is not None and args.offload_node_limit < 1:
         return _fail("--offload-node-limit must be >= 1")
+    if args.offload_stagger is not None and topology != LONG_CONTEXT:
+        return _fail(f"--offload-stagger applies to --topology {LONG_CONTEXT} only")
+    if args.offload_stagger is not None and args.offload_stagger < 0:
+        return _fail("--offload-stagger must be >= 0")
     for name in ("gpu_kv_gb", "slo_scale", "offload_time_limit"):
         value = getattr(args, name)
         if value is None:
@@ -395,68 +403,141 @@ def _replay(args: argparse.Namespace) -> int:
         setup = build_setup(args.profile, knobs)
     except (ProfileError, OSError) as exc:
         return _fail(str(exc))
+    asked = _Invocation(args, trace, policies, scales)
     if topology == LONG_CONTEXT:
-        return _run_long_context(args, trace, setup, policies, scales)
+        return _run_long_context(asked, setup)
     if topology == CLUSTER:
-        return _run_cluster(args, trace, setup, policies, scales)
+        return _run_cluster(asked, setup)
     if topology == SERVERLESS:
-        return _run_serverless(args, trace, setup, policies, scales)
+        return _run_serverless(asked, setup)
 
     for policy in policies:
         if SCHEDULERS[policy].paging is Paging.PEER and not setup.hardware.nvlink_gbps > 0:
             return _fail(f"--policy {policy}: {setup.hardware.name} has no NVLink bandwidth")
-    sweep: dict[float, list[PolicyMetrics]] = {}
-    main_results: list[ReplayResult] = []
-    every_result: list[ReplayResult] = []
-    for scale in scales:
-        scaled = scale_rate(trace, scale)
-        results = [
-            _run_one(
-                scaled,
-                policy,
-                setup,
-                scale,
-                quiet=args.quiet,
-                jitter_cv=args.compute_jitter,
-                seed=args.seed,
-                cfs=CfsKnobs(setup.engine.max_batched_tokens, args.cfs_every),
-                peer_kv_bytes=int(args.peer_kv_gb * 1e9),
-                dram_copy_bytes=(
-                    int(args.dram_copy_kib * 1024) if args.dram_copy_kib is not None else None
-                ),
-            )
-            for policy in policies
-        ]
-        sweep[scale] = compare(results)
-        for result, m in zip(results, sweep[scale], strict=True):
-            _collect(args, result, m.to_json())
-        every_result.extend(results)
-        if not main_results:
-            main_results = results
-    metrics = sweep[scales[0]]
+    cfs = CfsKnobs(setup.engine.max_batched_tokens, args.cfs_every)
+    peer_kv_bytes = int(args.peer_kv_gb * 1e9)
+    dram_copy_bytes = int(args.dram_copy_kib * 1024) if args.dram_copy_kib is not None else None
+
+    def replay(
+        policy: str, scaled: list[TraceRequest], scale: float, progress: Progress
+    ) -> ReplayResult:
+        return _run_one(
+            scaled,
+            policy,
+            setup,
+            scale,
+            progress,
+            jitter_cv=args.compute_jitter,
+            seed=args.seed,
+            cfs=cfs,
+            peer_kv_bytes=peer_kv_bytes,
+            dram_copy_bytes=dram_copy_bytes,
+        )
+
+    runs = _sweep(
+        asked, replay, summarize=compare, result_of=_same, summary_of=PolicyMetrics.to_json
+    )
+    sweep = runs.by_scale if len(scales) > 1 else None
     print_report(
-        metrics,
+        runs.metrics,
         title=f"Replay of {args.trace} ({len(trace):,} requests, rate x{scales[0]:g}, "
         f"{setup.model.name} on {setup.hardware.name})",
         caption=f"SLO TTFT {slo.ttft_s:g} s, TBT {slo.tbt_s * 1e3:g} ms; GPU KV "
         f"{setup.engine.gpu_kv_blocks:,} blocks, CPU KV {setup.engine.cpu_kv_blocks:,} blocks",
-        sweep=sweep if len(scales) > 1 else None,
+        sweep=sweep,
     )
+    return _write_outputs(
+        args,
+        runs,
+        document=lambda: to_json(runs.runs, runs.metrics, sweep=sweep),
+        plots=lambda folder: write_report(folder, runs.runs, runs.metrics, sweep=sweep),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Invocation:
+    """What the command asks to replay: its options, the trace, the
+    policies in order and the rate scales."""
+
+    args: argparse.Namespace
+    trace: list[TraceRequest]
+    policies: list[str]
+    scales: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class _Sweep(Generic[RunT, MetricsT]):
+    """Every policy's run at every rate scale: the first scale's runs and
+    metrics (what the report shows), each scale's metrics, and every run's
+    result (the request table's rows)."""
+
+    runs: list[RunT]
+    metrics: list[MetricsT]
+    by_scale: dict[float, list[MetricsT]]
+    every_result: list[ReplayResult]
+
+
+def _same(result: ReplayResult) -> ReplayResult:
+    return result
+
+
+def _sweep(
+    asked: _Invocation,
+    replay: Callable[[str, list[TraceRequest], float, Progress], RunT],
+    *,
+    summarize: Callable[[list[RunT]], list[MetricsT]],
+    result_of: Callable[[RunT], ReplayResult],
+    summary_of: Callable[[MetricsT], dict[str, Any]],
+    report: Callable[[list[MetricsT], float], None] | None = None,
+) -> _Sweep[RunT, MetricsT]:
+    """Each rate scale in turn: every policy replayed on the scaled trace
+    (replay(policy, scaled trace, scale, progress)) under a progress bar,
+    the runs summarized, each handed with its summary to a caller in
+    process (planner.api) and the scale's metrics to report."""
+    args = asked.args
+    first: tuple[list[RunT], list[MetricsT]] | None = None
+    by_scale: dict[float, list[MetricsT]] = {}
+    every_result: list[ReplayResult] = []
+    for scale in asked.scales:
+        scaled = scale_rate(asked.trace, scale)
+        last_arrival = max((t.arrival_s for t in scaled), default=0.0)
+        runs: list[RunT] = []
+        for policy in asked.policies:
+            with replay_progress(
+                f"{policy} x{scale:g}", last_arrival, requests=len(scaled), quiet=args.quiet
+            ) as bar:
+                runs.append(replay(policy, scaled, scale, bar.update))
+        metrics = summarize(runs)
+        by_scale[scale] = metrics
+        for run, m in zip(runs, metrics, strict=True):
+            _collect(args, result_of(run), summary_of(m))
+        every_result.extend(result_of(run) for run in runs)
+        if report is not None:
+            report(metrics, scale)
+        if first is None:
+            first = (runs, metrics)
+    if first is None:
+        raise ValueError("no rate scale to replay")
+    return _Sweep(first[0], first[1], by_scale, every_result)
+
+
+def _write_outputs(
+    args: argparse.Namespace,
+    runs: _Sweep[Any, Any],
+    *,
+    document: Callable[[], dict[str, Any]],
+    plots: Callable[[Path], list[Path]],
+) -> int:
+    """--json-out (document()), --report-dir (plots(folder)) and
+    --requests-out (every run's requests), those asked for."""
     if args.json_out is not None:
-        write_json(
-            args.json_out,
-            main_results,
-            metrics,
-            sweep=sweep if len(scales) > 1 else None,
-            stdout=args.stdout,
-        )
+        write_json_document(args.json_out, document(), args.stdout)
         _wrote(args.json_out)
-    _write_requests(args, every_result)
     if args.report_dir is not None:
-        paths = write_report(
-            args.report_dir, main_results, metrics, sweep=sweep if len(scales) > 1 else None
-        )
-        _wrote_plots(args.report_dir, paths)
+        _wrote_plots(args.report_dir, plots(args.report_dir))
+    if args.requests_out is not None:
+        write_table(args.requests_out, request_table(runs.every_result), args.stdout)
+        _wrote(args.requests_out)
     return 0
 
 
@@ -477,20 +558,13 @@ def _wrote_plots(directory: Path, paths: list[Path]) -> None:
     print(f"wrote {len(paths)} plots to {directory}: {names}")
 
 
-def _write_requests(args: argparse.Namespace, results: list[ReplayResult]) -> None:
-    if args.requests_out is None:
-        return
-    write_table(args.requests_out, request_table(results), args.stdout)
-    _wrote(args.requests_out)
-
-
 def _run_one(
     trace: list[TraceRequest],
     policy: str,
     setup: ReplaySetup,
     scale: float,
+    progress: Progress,
     *,
-    quiet: bool,
     jitter_cv: float,
     seed: int,
     cfs: CfsKnobs,
@@ -520,13 +594,9 @@ def _run_one(
             admitted_s=admitted_s,
         )
 
-    last_arrival = trace[-1].arrival_s if trace else 0.0
-    with replay_progress(
-        f"{policy} x{scale:g}", last_arrival, requests=len(trace), quiet=quiet
-    ) as bar:
-        result, passes, change_s = run_through_front_end(
-            engine_config, trace, make_engine, progress=bar.update
-        )
+    result, passes, change_s = run_through_front_end(
+        engine_config, trace, make_engine, progress=progress
+    )
     config = {
         **setup.describe(),
         "policy": policy,
@@ -553,14 +623,9 @@ def _run_one(
     )
 
 
-def _run_long_context(
-    args: argparse.Namespace,
-    trace: list[TraceRequest],
-    setup: ReplaySetup,
-    policies: list[str],
-    scales: list[float],
-) -> int:
+def _run_long_context(asked: _Invocation, setup: ReplaySetup) -> int:
     """The long-context offload topology (planner.replay.longctx_engine)."""
+    args, trace = asked.args, asked.trace
     params = REPLAY_OFFLOAD_PARAMS
     if args.offload_time_limit is not None:
         params = replace(params, time_limit_s=args.offload_time_limit)
@@ -568,6 +633,8 @@ def _run_long_context(
         params = replace(params, node_limit=args.offload_node_limit)
     if args.offload_backend is not None:
         params = replace(params, backend=backend_named(args.offload_backend))
+    if args.offload_stagger is not None:
+        params = replace(params, stagger_requests=args.offload_stagger)
     knobs = LongctxKnobs(
         max_running=args.max_running,
         gpu_kv_bytes=int(args.gpu_kv_gb * 1e9) if args.gpu_kv_gb is not None else None,
@@ -581,48 +648,8 @@ def _run_long_context(
     except ValueError as exc:
         return _fail(f"--gpu-kv-gb: {exc}")
     design = design_tokens(trace)
-    first: tuple[list[LongctxRun], list[LongctxMetrics]] | None = None
-    every_run: list[LongctxRun] = []
-    sweep: dict[float, list[PolicyMetrics]] = {}
-    for scale in scales:
-        scaled = scale_rate(trace, scale)
-        runs: list[LongctxRun] = []
-        for name in policies:
-            policy = make_longctx_policy(name, offload, design_tokens=design)
-            engine = LongctxEngine(config, policy, setup.cost, scaled)
-            last_arrival = max((t.arrival_s for t in scaled), default=0.0)
-            with replay_progress(
-                f"{name} x{scale:g}", last_arrival, requests=len(scaled), quiet=args.quiet
-            ) as bar:
-                run = engine.run(progress=bar.update)
-            run.result.config.update(
-                {
-                    **setup.describe(),
-                    "topology": LONG_CONTEXT,
-                    "policy": name,
-                    "rate_scale": scale,
-                    "compute_jitter_cv": args.compute_jitter,
-                    "seed": args.seed,
-                    "slo_tbt_s": config.slo.tbt_s,
-                    "slo_scale": args.slo_scale,
-                    "max_running": config.max_running,
-                    "num_layers": config.num_layers,
-                    "gpu_layer_blocks": config.gpu_block_budget,
-                    "layer_block_bytes": config.layer_block_bytes,
-                    "link_layer_blocks_per_s": config.link_blocks_per_s,
-                    "offload_time_limit_s": params.time_limit_s,
-                    "offload_node_limit": params.node_limit,
-                    "offload_ilp_work_limit": params.ilp_work_limit,
-                    "offload_backend": str(params.backend),
-                    "flexgen_design_tokens": design,
-                }
-            )
-            runs.append(run)
-            every_run.append(run)
-        metrics = [summarize_longctx(r) for r in runs]
-        sweep[scale] = [m.metrics for m in metrics]
-        for run, m in zip(runs, metrics, strict=True):
-            _collect(args, run.result, {**m.metrics.to_json(), "offload": m.offload_json()})
+
+    def report(metrics: list[LongctxMetrics], scale: float) -> None:
         gpu_gb = config.gpu_block_budget * config.layer_block_bytes / 1e9
         print_longctx_report(
             metrics,
@@ -632,34 +659,139 @@ def _run_long_context(
             f"GPU KV {gpu_gb:.3g} GB ({config.gpu_block_budget:,} layer blocks); link "
             f"{setup.hardware.h2d_gbps:g} GB/s; batch <= {config.max_running}",
         )
-        if first is None:
-            first = (runs, metrics)
-    if args.json_out is not None and first is not None:
-        write_json_document(args.json_out, longctx_json(*first), args.stdout)
-        _wrote(args.json_out)
-    if args.report_dir is not None and first is not None:
-        paths = write_report(
-            args.report_dir,
-            [run.result for run in first[0]],
-            [m.metrics for m in first[1]],
-            sweep=sweep if len(scales) > 1 else None,
-            kv_unit="layer blocks",
-            rotary=False,
-            stall=True,
+
+    def replay(
+        name: str, scaled: list[TraceRequest], scale: float, progress: Progress
+    ) -> LongctxRun:
+        policy = make_longctx_policy(name, offload, design_tokens=design)
+        run = LongctxEngine(config, policy, setup.cost, scaled).run(progress=progress)
+        run.result.config.update(
+            {
+                **_wired_config(args, setup, LONG_CONTEXT, name, scale),
+                "slo_tbt_s": config.slo.tbt_s,
+                "slo_scale": args.slo_scale,
+                "max_running": config.max_running,
+                "num_layers": config.num_layers,
+                "gpu_layer_blocks": config.gpu_block_budget,
+                "layer_block_bytes": config.layer_block_bytes,
+                "link_layer_blocks_per_s": config.link_blocks_per_s,
+                "offload_time_limit_s": params.time_limit_s,
+                "offload_node_limit": params.node_limit,
+                "offload_stagger_requests": params.stagger_requests,
+                "offload_ilp_work_limit": params.ilp_work_limit,
+                "offload_backend": str(params.backend),
+                "flexgen_design_tokens": design,
+            }
         )
-        _wrote_plots(args.report_dir, paths)
-    _write_requests(args, [run.result for run in every_run])
-    return 0
+        return run
+
+    return _replay_wired(asked, replay, report=report, outputs=_LONGCTX_OUTPUTS)
 
 
-def _run_cluster(
-    args: argparse.Namespace,
-    trace: list[TraceRequest],
-    setup: ReplaySetup,
-    policies: list[str],
-    scales: list[float],
+class _WiredRun(Protocol):
+    @property
+    def result(self) -> ReplayResult: ...
+
+
+class _WiredMetrics(Protocol):
+    @property
+    def metrics(self) -> PolicyMetrics: ...
+
+
+WiredRunT = TypeVar("WiredRunT", bound=_WiredRun)
+WiredMetricsT = TypeVar("WiredMetricsT", bound=_WiredMetrics)
+
+
+@dataclass(frozen=True, slots=True)
+class _WiredOutputs(Generic[WiredRunT, WiredMetricsT]):
+    """What a topology whose runs carry a ReplayResult and whose metrics a
+    PolicyMetrics (long-context, cluster) reports: its metrics per run, the
+    section it adds to each run's summary (key, content), its JSON document,
+    and what its plots show (it swaps nothing out: no rotary requests)."""
+
+    summarize: Callable[[WiredRunT], WiredMetricsT]
+    section: str
+    section_of: Callable[[WiredMetricsT], dict[str, Any]]
+    document: Callable[[list[WiredRunT], list[WiredMetricsT]], dict[str, Any]]
+    kv_unit: str
+    stall: bool = False
+
+
+_LONGCTX_OUTPUTS = _WiredOutputs(
+    summarize_longctx,
+    "offload",
+    LongctxMetrics.offload_json,
+    longctx_json,
+    kv_unit="layer blocks",
+    stall=True,
+)
+_CLUSTER_OUTPUTS = _WiredOutputs(
+    summarize_cluster,
+    "cluster",
+    ClusterMetrics.cluster_json,
+    cluster_json,
+    kv_unit="blocks, all instances",
+)
+
+
+def _wired_config(
+    args: argparse.Namespace, setup: ReplaySetup, topology: str, policy: str, scale: float
+) -> dict[str, Any]:
+    """The entries a wired topology's run config starts with: the setup,
+    the topology, the policy, the rate scale and the noise."""
+    return {
+        **setup.describe(),
+        "topology": topology,
+        "policy": policy,
+        "rate_scale": scale,
+        "compute_jitter_cv": args.compute_jitter,
+        "seed": args.seed,
+    }
+
+
+def _replay_wired(
+    asked: _Invocation,
+    replay: Callable[[str, list[TraceRequest], float, Progress], WiredRunT],
+    *,
+    report: Callable[[list[WiredMetricsT], float], None],
+    outputs: _WiredOutputs[WiredRunT, WiredMetricsT],
 ) -> int:
+    """_sweep and _write_outputs for a topology wired on the shared replay
+    records (long-context, cluster)."""
+    runs = _sweep(
+        asked,
+        replay,
+        summarize=lambda done: [outputs.summarize(run) for run in done],
+        result_of=lambda run: run.result,
+        summary_of=lambda m: {**m.metrics.to_json(), outputs.section: outputs.section_of(m)},
+        report=report,
+    )
+    results = [run.result for run in runs.runs]
+    metrics = [m.metrics for m in runs.metrics]
+    sweep = (
+        {scale: [m.metrics for m in point] for scale, point in runs.by_scale.items()}
+        if len(asked.scales) > 1
+        else None
+    )
+    return _write_outputs(
+        asked.args,
+        runs,
+        document=lambda: outputs.document(runs.runs, runs.metrics),
+        plots=lambda folder: write_report(
+            folder,
+            results,
+            metrics,
+            sweep=sweep,
+            kv_unit=outputs.kv_unit,
+            rotary=False,
+            stall=outputs.stall,
+        ),
+    )
+
+
+def _run_cluster(asked: _Invocation, setup: ReplaySetup) -> int:
     """The cluster topology (planner.replay.cluster_engine)."""
+    args, trace = asked.args, asked.trace
     defaults = ClusterKnobs()
     restore = defaults.restore
     if args.restore_hold is not None:
@@ -682,46 +814,8 @@ def _run_cluster(
         config = cluster_config(setup, knobs)
     except ValueError as exc:
         return _fail(str(exc))
-    first: tuple[list[ClusterRun], list[ClusterMetrics]] | None = None
-    every_run: list[ClusterRun] = []
-    sweep: dict[float, list[PolicyMetrics]] = {}
-    for scale in scales:
-        scaled = scale_rate(trace, scale)
-        runs: list[ClusterRun] = []
-        for name in policies:
-            engine = ClusterEngine(config, name, setup.cost, scaled)
-            last_arrival = max((t.arrival_s for t in scaled), default=0.0)
-            with replay_progress(
-                f"{name} x{scale:g}", last_arrival, requests=len(scaled), quiet=args.quiet
-            ) as bar:
-                run = engine.run(progress=bar.update)
-            run.result.config.update(
-                {
-                    **setup.describe(),
-                    "topology": CLUSTER,
-                    "policy": name,
-                    "rate_scale": scale,
-                    "compute_jitter_cv": config.jitter_cv,
-                    "seed": config.seed,
-                    "instances": config.instances,
-                    "kv_blocks_per_instance": config.kv_blocks_per_instance,
-                    "param_bytes": config.param_bytes,
-                    "link_gbps": config.link_gbps,
-                    "reload_gbps": config.reload_gbps,
-                    "static_group_size": config.static_group_size,
-                    "restore_hold_s": config.restore.hold_s,
-                    "restore_low_watermark": config.restore.low_watermark,
-                    "trigger_horizon_s": config.trigger.horizon_s,
-                    "monitor_interval_s": config.monitor_interval_s,
-                    "group_throughput": list(engine.profile.group_throughput),
-                }
-            )
-            runs.append(run)
-            every_run.append(run)
-        metrics = [summarize_cluster(r) for r in runs]
-        sweep[scale] = [m.metrics for m in metrics]
-        for run, m in zip(runs, metrics, strict=True):
-            _collect(args, run.result, {**m.metrics.to_json(), "cluster": m.cluster_json()})
+
+    def report(metrics: list[ClusterMetrics], scale: float) -> None:
         kv_gb = config.kv_blocks_per_instance * config.block_bytes / 1e9
         print_cluster_report(
             metrics,
@@ -731,33 +825,36 @@ def _run_cluster(
             f"{kv_gb:.3g} GB and parameters {config.param_bytes / 1e9:.3g} GB per instance; "
             f"link {config.link_gbps:g} GB/s",
         )
-        if first is None:
-            first = (runs, metrics)
-    if args.json_out is not None and first is not None:
-        write_json_document(args.json_out, cluster_json(*first), args.stdout)
-        _wrote(args.json_out)
-    if args.report_dir is not None and first is not None:
-        paths = write_report(
-            args.report_dir,
-            [run.result for run in first[0]],
-            [m.metrics for m in first[1]],
-            sweep=sweep if len(scales) > 1 else None,
-            kv_unit="blocks, all instances",
-            rotary=False,
+
+    def replay(
+        name: str, scaled: list[TraceRequest], scale: float, progress: Progress
+    ) -> ClusterRun:
+        engine = ClusterEngine(config, name, setup.cost, scaled)
+        run = engine.run(progress=progress)
+        run.result.config.update(
+            {
+                **_wired_config(args, setup, CLUSTER, name, scale),
+                "instances": config.instances,
+                "kv_blocks_per_instance": config.kv_blocks_per_instance,
+                "param_bytes": config.param_bytes,
+                "link_gbps": config.link_gbps,
+                "reload_gbps": config.reload_gbps,
+                "static_group_size": config.static_group_size,
+                "restore_hold_s": config.restore.hold_s,
+                "restore_low_watermark": config.restore.low_watermark,
+                "trigger_horizon_s": config.trigger.horizon_s,
+                "monitor_interval_s": config.monitor_interval_s,
+                "group_throughput": list(engine.profile.group_throughput),
+            }
         )
-        _wrote_plots(args.report_dir, paths)
-    _write_requests(args, [run.result for run in every_run])
-    return 0
+        return run
+
+    return _replay_wired(asked, replay, report=report, outputs=_CLUSTER_OUTPUTS)
 
 
-def _run_serverless(
-    args: argparse.Namespace,
-    trace: list[TraceRequest],
-    setup: ReplaySetup,
-    policies: list[str],
-    scales: list[float],
-) -> int:
+def _run_serverless(asked: _Invocation, setup: ReplaySetup) -> int:
     """The serverless topology (planner.replay.serverless_engine)."""
+    args, trace = asked.args, asked.trace
     defaults = ServerlessKnobs()
     knobs = replace(
         defaults,
@@ -793,35 +890,24 @@ def _run_serverless(
         config = serverless_config(setup, knobs)
     except ValueError as exc:
         return _fail(str(exc))
-    first: tuple[list[ServerlessRun], list[ServerlessMetrics]] | None = None
-    every_run: list[ServerlessRun] = []
-    sweep: dict[float, list[ServerlessMetrics]] = {}
-    for scale in scales:
-        scaled = scale_rate(trace, scale)
-        runs: list[ServerlessRun] = []
-        for name in policies:
-            engine = ServerlessEngine(config, name, scaled)
-            last_arrival = max((t.arrival_s for t in scaled), default=0.0)
-            with replay_progress(
-                f"{name} x{scale:g}", last_arrival, requests=len(scaled), quiet=args.quiet
-            ) as bar:
-                run = engine.run(progress=bar.update)
-            run.result.config.update(
-                {
-                    "topology": SERVERLESS,
-                    "policy": name,
-                    "model": setup.model.name,
-                    "rate_scale": scale,
-                    "seed": args.seed,
-                    **describe(config, name),
-                }
-            )
-            runs.append(run)
-            every_run.append(run)
-        metrics = compare_serverless(runs)
-        for run, m in zip(runs, metrics, strict=True):
-            _collect(args, run.result, {**m.metrics.to_json(), "serverless": m.serverless_json()})
-        sweep[scale] = metrics
+
+    def replay(
+        name: str, scaled: list[TraceRequest], scale: float, progress: Progress
+    ) -> ServerlessRun:
+        run = ServerlessEngine(config, name, scaled).run(progress=progress)
+        run.result.config.update(
+            {
+                "topology": SERVERLESS,
+                "policy": name,
+                "model": setup.model.name,
+                "rate_scale": scale,
+                "seed": args.seed,
+                **describe(config, name),
+            }
+        )
+        return run
+
+    def report(metrics: list[ServerlessMetrics], scale: float) -> None:
         models = len({t.model for t in trace})
         print_serverless_report(
             metrics,
@@ -836,16 +922,23 @@ def _run_serverless(
             f"{config.preemption.max_drain_s:g} s); {config.max_models_per_slice} models per "
             "slice",
         )
-        if first is None:
-            first = (runs, metrics)
-    if len(scales) > 1:
+
+    runs = _sweep(
+        asked,
+        replay,
+        summarize=compare_serverless,
+        result_of=lambda run: run.result,
+        summary_of=lambda m: {**m.metrics.to_json(), "serverless": m.serverless_json()},
+        report=report,
+    )
+    sweep = runs.by_scale if len(asked.scales) > 1 else None
+    if sweep is not None:
         print_table(serverless_sweep_table(sweep))
-    if args.json_out is not None and first is not None:
-        data = serverless_json(*first, sweep if len(scales) > 1 else None)
-        write_json_document(args.json_out, data, args.stdout)
-        _wrote(args.json_out)
-    if args.report_dir is not None and first is not None:
-        paths = write_serverless_report(args.report_dir, *first, sweep=sweep)
-        _wrote_plots(args.report_dir, paths)
-    _write_requests(args, [run.result for run in every_run])
-    return 0
+    return _write_outputs(
+        args,
+        runs,
+        document=lambda: serverless_json(runs.runs, runs.metrics, sweep),
+        plots=lambda folder: write_serverless_report(
+            folder, runs.runs, runs.metrics, sweep=runs.by_scale
+        ),
+    )

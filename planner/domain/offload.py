@@ -46,12 +46,18 @@ class OffloadParams:
     # Stop once the objective is within this fraction of the best bound
     # (0: prove optimality or run to the time limit).
     relative_gap: float = 0.0
+    # BRANCH_AND_BOUND: the requests its local search's stagger moves try per
+    # round (planner.policies.offload.local_search; 0: no stagger moves;
+    # None: the search's default, STAGGER_REQUESTS).
+    stagger_requests: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.backend, Backend):
             object.__setattr__(self, "backend", backend_named(str(self.backend)))
         if self.node_limit is not None and self.node_limit < 1:
             raise ValueError(f"node_limit must be >= 1, got {self.node_limit}")
+        if self.stagger_requests is not None and self.stagger_requests < 0:
+            raise ValueError(f"stagger_requests must be >= 0, got {self.stagger_requests}")
         if self.ilp_work_limit is not None and not self.ilp_work_limit > 0.0:
             raise ValueError(f"ilp_work_limit must be > 0, got {self.ilp_work_limit}")
 

@@ -69,18 +69,24 @@ class PassCost:
     hbm_s: float
     compute_s: float
     overhead_s: float
+    # HBM-resident weights read as the HBM baselines read theirs: a roofline
+    # term of its own beside the activations' and partial sums' HBM traffic
+    # (their bytes are in ``hbm_bytes``, their time only here).
+    resident_weights_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        return max(self.c2c_s, self.hbm_s, self.compute_s) + self.overhead_s
+        return (
+            max(self.c2c_s, self.hbm_s, self.compute_s, self.resident_weights_s) + self.overhead_s
+        )
 
     @property
     def bound(self) -> str:
         """Which resource the roofline binds on: "c2c", "hbm" or "compute"."""
-        best = max(self.c2c_s, self.hbm_s, self.compute_s)
+        best = max(self.c2c_s, self.hbm_s, self.compute_s, self.resident_weights_s)
         if best == self.c2c_s:
             return "c2c"
-        return "hbm" if best == self.hbm_s else "compute"
+        return "hbm" if best in (self.hbm_s, self.resident_weights_s) else "compute"
 
 
 def _check(rho: float, c2c_gbps: float) -> None:
@@ -100,7 +106,10 @@ def _roofline(
     mig: MigSliceProfile,
     c2c_gbps: float,
     overhead_s: float,
+    resident_weight_bytes: float = 0.0,
 ) -> PassCost:
+    """``resident_weight_bytes``: HBM bytes of resident weights among
+    ``hbm_bytes`` that get their own roofline term."""
     return PassCost(
         tokens=tokens,
         rho=rho,
@@ -108,9 +117,10 @@ def _roofline(
         hbm_bytes=hbm_bytes,
         flops=flops,
         c2c_s=c2c_bytes / (c2c_gbps * GB),
-        hbm_s=hbm_bytes / mig.hbm_bytes_per_s,
+        hbm_s=(hbm_bytes - resident_weight_bytes) / mig.hbm_bytes_per_s,
         compute_s=flops / mig.compute_flops_per_s,
         overhead_s=overhead_s,
+        resident_weights_s=resident_weight_bytes / mig.hbm_bytes_per_s,
     )
 
 
@@ -158,10 +168,17 @@ def model_pass_cost(
     tiles: GemmTiles = DEFAULT_TILES,
     overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
     resident_fraction: float = 0.0,
+    resident_reads_overlap: bool = False,
 ) -> PassCost:
     """A forward pass of ``tokens`` tokens with the weights CPU-resident,
     but for ``resident_fraction`` of them kept in the slice's HBM (read from
     HBM with the same tiling instead of streamed over C2C).
+
+    The resident weights' HBM reads add to the pass's other HBM traffic;
+    with ``resident_reads_overlap`` they get a roofline term of their own
+    instead, as an HBM-resident model's weights do when costed with the
+    slice's HBM rate as its link (the baselines' pass): at fraction 1 the
+    two passes take the same time.
 
     ``attended_pairs``: (query, key) pairs of attention (FLOPs);
     ``kv_read_tokens``: KV tokens read from HBM (per layer, all layers counted
@@ -192,15 +209,17 @@ def model_pass_cost(
     else:
         linear_flops = 2.0 * tokens * p
         attn_flops = 0.0
+    resident_reads = weight_reads * resident_fraction
     return _roofline(
         tokens,
         rho,
         c2c_bytes=c2c,
-        hbm_bytes=x_reads + y_writes + accumulate + kv_traffic + weight_reads * resident_fraction,
+        hbm_bytes=x_reads + y_writes + accumulate + kv_traffic + resident_reads,
         flops=linear_flops + attn_flops,
         mig=mig,
         c2c_gbps=c2c_gbps,
         overhead_s=overhead_s,
+        resident_weight_bytes=resident_reads if resident_reads_overlap else 0.0,
     )
 
 

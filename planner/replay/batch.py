@@ -2,7 +2,12 @@
 finished its prefill decodes one token (in admission order, while the budget
 lasts), then prefilling ones take chunks of what is left in admission order.
 A decode that crosses a block boundary takes a new block; when none is free
-the most recently admitted request is preempted for it (EngineState.grow)."""
+the most recently admitted request is preempted for it (EngineState.grow).
+
+Two ways to the same batch: on whole columns for many running requests, and
+request by request on Python ints below SMALL_BATCH of them, where a few
+dozen numpy calls on tiny arrays cost more than the loop (a cluster's
+instances run a handful of requests each)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,9 @@ from planner.replay.engine_state import EngineState
 from planner.replay.state import IntArray
 
 _NONE: IntArray = np.zeros(0, dtype=np.int64)
+# Running requests from which a batch is formed on whole columns (measured:
+# docs/benchmarks.md, the small-batch path).
+SMALL_BATCH = 16
 
 
 class Batch(NamedTuple):
@@ -50,6 +58,8 @@ def form_batch(
     one preempts for it, then the rest go on the same way. Preemptions take
     from the tail of running, so never a request whose turn came already.
     """
+    if len(state.running.rows) < SMALL_BATCH:
+        return _form_small_batch(state, budget, now_s, swaps, max_chunk)
     r = state.requests
     decoders: list[IntArray] = []
     pending: list[IntArray] = []
@@ -100,19 +110,107 @@ def form_batch(
             budget -= 1
         start += stop + 1
     emitting = decoders[0] if len(decoders) == 1 else np.concatenate(decoders)
+    decodes = Batch(0, decode_tokens, context, emitting, copied, _NONE, _NONE)
     if not pending:
-        return Batch(0, decode_tokens, context, emitting, copied, _NONE, _NONE)
-    prefill, prefill_context, done, rows, chunks = _prefill(
-        state, _joined(pending), _joined(pending_left), budget, now_s, max_chunk=max_chunk
+        return decodes
+    return _with_prefills(
+        state,
+        decodes,
+        _joined(pending).tolist(),
+        _joined(pending_left).tolist(),
+        budget=budget,
+        now_s=now_s,
+        max_chunk=max_chunk,
     )
-    return Batch(
-        prefill_tokens=prefill,
-        decode_tokens=decode_tokens,
-        context_tokens=context + prefill_context,
-        emitting=np.concatenate((emitting, done)) if len(done) else emitting,
-        preempted_d2h_blocks=copied,
-        prefill_rows=rows,
-        prefill_chunks=chunks,
+
+
+def _form_small_batch(
+    state: EngineState, budget: int, now_s: float, swaps: bool, max_chunk: int | None
+) -> Batch:
+    """form_batch request by request: the same batch, the same moves in the
+    same order (a pass over running up to a decode that finds no free
+    block, that one grows by preempting, the next pass over what is left
+    of running after it)."""
+    r = state.requests
+    kv_column = r.kv_tokens
+    targets = r.prefill_target
+    gpu_blocks = r.gpu_blocks
+    block_size = state.block_size
+    emitting: list[int] = []
+    pending: list[int] = []
+    pending_left: list[int] = []
+    context = copied = 0
+    start = 0  # position in running of the requests still to go
+    passes = 0
+    while True:
+        passes += 1
+        rows = state.running.rows[start:]
+        each = rows.tolist()
+        stop = -1
+        for i, row in enumerate(each):
+            kv = kv_column.item(row)
+            left = targets.item(row) - kv
+            if left > 0:
+                pending.append(row)
+                pending_left.append(left)
+                continue
+            if budget <= 0:
+                continue
+            blocks = gpu_blocks.item(row)
+            if kv >= blocks * block_size:
+                if state.free_gpu <= 0:
+                    stop = i
+                    break
+                gpu_blocks[row] = blocks + 1
+                state.free_gpu -= 1
+            kv_column[row] = kv + 1
+            emitting.append(row)
+            context += kv + 1
+            budget -= 1
+        if stop < 0:
+            break
+        row = each[stop]
+        kv = kv_column.item(row)
+        grown, moved = state.grow(row, swaps)
+        copied += moved
+        if grown:
+            kv_column[row] = kv + 1
+            emitting.append(row)
+            context += kv + 1
+            budget -= 1
+        start += stop + 1
+    decode_tokens = len(emitting)
+    if passes == 1 and decode_tokens == len(rows):
+        # Everyone decoded: the batch's rows are running's, in order.
+        decoding = rows
+    else:
+        decoding = np.array(emitting, dtype=np.int64)
+    decodes = Batch(0, decode_tokens, context, decoding, copied, _NONE, _NONE)
+    if not pending:
+        return decodes
+    return _with_prefills(
+        state, decodes, pending, pending_left, budget=budget, now_s=now_s, max_chunk=max_chunk
+    )
+
+
+def whole_prefills(state: EngineState, now_s: float) -> Batch | None:
+    """A batch of every running request's whole prefill, alone (no decode),
+    when some running request has one to do; None otherwise."""
+    r = state.requests
+    rows = state.running.rows
+    left = r.prefill_target[rows] - r.kv_tokens[rows]
+    prefilling = (left > 0).nonzero()[0]
+    if not len(prefilling):
+        return None
+    left = left[prefilling]
+    return _with_prefills(
+        state,
+        Batch(0, 0, 0, _NONE, 0, _NONE, _NONE),
+        rows[prefilling].tolist(),
+        left.tolist(),
+        budget=int(left.sum()),
+        now_s=now_s,
+        max_chunk=None,
     )
 
 
@@ -120,27 +218,28 @@ def _joined(parts: list[IntArray]) -> IntArray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _prefill(
+def _with_prefills(
     state: EngineState,
-    rows: IntArray,
-    left: IntArray,
+    decodes: Batch,
+    rows: list[int],
+    left: list[int],
+    *,
     budget: int,
     now_s: float,
-    *,
     max_chunk: int | None,
-) -> tuple[int, int, IntArray, IntArray, IntArray]:
-    """Chunks of what is left of the budget for prefilling rows (left tokens
-    to go each), in order. Returns prefill tokens, their requests' KV after
-    it, the rows whose prefill completes (they emit), and the rows that took
-    a chunk with their chunks. The budget runs out after a few prompts, so
-    request by request."""
+) -> Batch:
+    """The batch of decodes with chunks of what is left of the budget for
+    prefilling rows (left tokens to go each), in order: their tokens, their
+    requests' KV after them in the context, the rows whose prefill completes
+    after the decodes in emitting. The budget runs out after a few prompts,
+    so request by request."""
     r = state.requests
     prefix = state.prefix
     prefill = context = 0
     done: list[int] = []
     chunks: list[int] = []
     cap = budget if max_chunk is None else max_chunk
-    for row, to_go in zip(rows.tolist(), left.tolist(), strict=True):
+    for row, to_go in zip(rows, left, strict=True):
         if budget <= 0:
             break
         chunk = min(to_go, budget, cap)
@@ -155,10 +254,11 @@ def _prefill(
         chunks.append(chunk)
         if chunk == to_go:
             done.append(row)
-    return (
-        prefill,
-        context,
-        np.array(done, dtype=np.int64),
-        rows[: len(chunks)],
-        np.array(chunks, dtype=np.int64),
+    emitting = decodes.emitting
+    return decodes._replace(
+        prefill_tokens=prefill,
+        context_tokens=decodes.context_tokens + context,
+        emitting=np.concatenate((emitting, np.array(done, dtype=np.int64))) if done else emitting,
+        prefill_rows=np.array(rows[: len(chunks)], dtype=np.int64),
+        prefill_chunks=np.array(chunks, dtype=np.int64),
     )

@@ -31,8 +31,9 @@ import numpy as np
 import numpy.typing as npt
 
 from planner.domain.requests import Slo
-from planner.replay.batch import Batch, form_batch
+from planner.replay.batch import Batch, form_batch, whole_prefills
 from planner.replay.engine_state import EngineState
+from planner.replay.kv_residency import KvResidency
 from planner.replay.models import AttentionPairsCost, IterationCost, TransferCost
 from planner.replay.prefix_cache import PrefixCache
 from planner.replay.records import RequestOutcome, TimelineSample
@@ -102,6 +103,10 @@ class EngineConfig:
     max_chunk_tokens: int | None = None
     skips_empty_iterations: bool = False
     records_timeline: bool = True
+    # Prefills are whole prompts in iterations of their own: while a running
+    # request has a prefill to do, the iteration prefills every such request
+    # entirely and decodes nobody (vLLM without chunked prefill).
+    prefills_alone: bool = False
 
 
 def request_outcomes(
@@ -110,12 +115,17 @@ def request_outcomes(
     tokens: TokenTimes,
     slo: Slo,
     cached_tokens: Sequence[int] | None = None,
+    *,
+    token_times: Sequence[list[float]] | None = None,
 ) -> list[RequestOutcome]:
     """Each request's outcome (row i is trace[i]); slo: the default SLOs of
     requests that name none; cached_tokens: each request's prompt tokens the
-    prefix cache held at its first start (none: no cache)."""
+    prefix cache held at its first start (none: no cache); token_times: the
+    times the user saw each request's tokens, when not those tokens recorded
+    (an output path that holds tokens back)."""
     r = requests
     cached = cached_tokens if cached_tokens is not None else [0] * len(r)
+    times_of = token_times if token_times is not None else tokens.per_request(r.generated)
     return [
         RequestOutcome(
             id=id,
@@ -135,7 +145,7 @@ def request_outcomes(
         for id, t, times, finish, preemptions, swap_outs, swap_ins, recomputed, hit in zip(
             r.ids,
             trace,
-            tokens.per_request(r.generated),
+            times_of,
             r.finish_s.tolist(),
             r.preemptions.tolist(),
             r.swap_outs.tolist(),
@@ -156,7 +166,9 @@ class BatchingCore:
     charges the prefill chunks' causal attention pairs. link may be None for
     an engine that never copies KV (a recompute-only scheduler without eager
     copies). tokens: token times shared with other cores over the same
-    request columns."""
+    request columns. residency, when given, pauses running requests before
+    each decode batch and times every iteration in place of the link term
+    (per-layer KV residency, planner.replay.kv_residency)."""
 
     def __init__(
         self,
@@ -169,8 +181,10 @@ class BatchingCore:
         prefix: PrefixCache | None = None,
         pairs_cost: AttentionPairsCost | None = None,
         tokens: TokenTimes | None = None,
+        residency: KvResidency | None = None,
     ) -> None:
         self.config = config
+        self.residency = residency
         self.scheduler = scheduler
         self.cost = cost
         self.pairs_cost = pairs_cost
@@ -205,6 +219,7 @@ class BatchingCore:
         if self.scheduler.idle_unless_waiting and not (len(s.queued.rows) or len(s.rotary.rows)):
             # Nobody waits: such a scheduler has nothing to say.
             d2h_blocks = h2d_blocks = 0
+            starting = False
         else:
             plan = self.scheduler.plan(
                 EngineView(
@@ -222,12 +237,25 @@ class BatchingCore:
                 )
             )
             d2h_blocks, h2d_blocks = self._apply(plan)
+            starting = len(plan.start) > 0
         held = s.held_back(self.now_s) if s.not_before_s else None
+        everyone = s.running.rows
         if held is not None and len(held):
-            everyone = s.running.rows
             s.running.rows = everyone[~np.isin(everyone, held)]
-        batch = form_batch(
-            s, cfg.max_batched_tokens, self.now_s, self.scheduler.swaps, cfg.max_chunk_tokens
+        residency = self.residency
+        # With whole prefills, only a request started now has one to do.
+        whole = whole_prefills(s, self.now_s) if starting and cfg.prefills_alone else None
+        if residency is not None and whole is None:
+            paused = residency.paused(s, self.now_s)
+            if len(paused):
+                s.running.rows = s.running.rows[~np.isin(s.running.rows, paused)]
+                held = paused
+        batch = (
+            whole
+            if whole is not None
+            else form_batch(
+                s, cfg.max_batched_tokens, self.now_s, self.scheduler.swaps, cfg.max_chunk_tokens
+            )
         )
         if held is not None and len(held):
             # Back in their places (finished ones leave at emit, below).
@@ -247,25 +275,35 @@ class BatchingCore:
             if self.link is None:
                 raise ValueError("this engine has no link to copy KV over")
             transfer_s = self.link.transfer_time_s(d2h_bytes, h2d_bytes, cfg.block_bytes)
-        stall_s = max(transfer_s - compute_s, 0.0)
-        self.now_s += compute_s + stall_s
+        if residency is None:
+            stall_s = max(transfer_s - compute_s, 0.0)
+            iteration_s = compute_s + stall_s
+            # While the batch holds its blocks, before finished requests free theirs.
+            gpu_used = cfg.gpu_kv_blocks - s.free_gpu
+        else:
+            iteration_s, stall_s, gpu_used, fetched = residency.timed(batch, compute_s)
+            h2d_bytes += fetched
+        self.now_s += iteration_s
         self._last_iteration_s = compute_s
         self._bytes_d2h += d2h_bytes
         self._bytes_h2d += h2d_bytes
         self._stall_s += stall_s
         self._iterations += 1
-        # Peak while the batch holds its blocks, before finished requests free theirs.
-        self._peak_gpu = max(self._peak_gpu, cfg.gpu_kv_blocks - s.free_gpu)
+        self._peak_gpu = max(self._peak_gpu, gpu_used)
         if len(batch.emitting):
             s.emit(batch.emitting, self.now_s)
+        if residency is None:
+            gpu_used = cfg.gpu_kv_blocks - s.free_gpu
+        else:
+            residency.emitted(s, batch, self.now_s)
         if not cfg.records_timeline:
             return batch
         self.timeline.append(
             TimelineSample(
                 time_s=self.now_s,
-                iteration_s=compute_s + stall_s,
+                iteration_s=iteration_s,
                 stall_s=stall_s,
-                gpu_kv_blocks_used=cfg.gpu_kv_blocks - s.free_gpu,
+                gpu_kv_blocks_used=gpu_used,
                 cpu_kv_blocks_used=cfg.cpu_kv_blocks - s.free_cpu,
                 running=len(s.running.rows),
                 waiting=len(s.queued.rows),

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 import numpy as np
+import numpy.typing as npt
 
 from planner.replay.batching_core import (
     BatchingCore,
@@ -39,7 +40,8 @@ from planner.replay.batching_core import (
     never_fits,
     request_outcomes,
 )
-from planner.replay.models import IterationCost, TransferCost
+from planner.replay.kv_residency import KvResidency
+from planner.replay.models import AttentionPairsCost, IterationCost, TransferCost
 from planner.replay.prefix_cache import PrefixCache
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome, TimelineSample
 from planner.replay.schedulers import EngineView, Scheduler
@@ -62,14 +64,19 @@ class Engine(BatchingCore):
         config: EngineConfig,
         scheduler: Scheduler,
         cost: IterationCost,
-        link: TransferCost,
+        link: TransferCost | None,
         trace: Sequence[TraceRequest],
         *,
         admitted_s: Sequence[float] | None = None,
+        pairs_cost: AttentionPairsCost | None = None,
+        residency: KvResidency | None = None,
+        rejects: npt.NDArray[np.bool_] | None = None,
     ) -> None:
         """admitted_s: when each request of the trace leaves the front end and
         reaches the engine (run_through_front_end's passes); None: after the
-        request latency and the admission queue of the config alone."""
+        request latency and the admission queue of the config alone.
+        pairs_cost and residency: as BatchingCore's; rejects: which requests
+        are rejected on arrival (by default never_fits)."""
         self.trace = trace
         seen = _seen_by_engine(trace, config.request_latency_s, config.admission_s_per_request)
         if admitted_s is not None:
@@ -86,7 +93,16 @@ class Engine(BatchingCore):
             if config.prefix_cache
             else None
         )
-        super().__init__(config, scheduler, cost, link, requests, prefix=prefix)
+        super().__init__(
+            config,
+            scheduler,
+            cost,
+            link,
+            requests,
+            prefix=prefix,
+            pairs_cost=pairs_cost,
+            residency=residency,
+        )
         self._link = link
         r = self.requests
         # Rows in arrival order (ties by trace order), and which of them can
@@ -94,7 +110,11 @@ class Engine(BatchingCore):
         # block to spare, exceeds the GPU pool.
         self._arrival_order = np.argsort(r.arrival_s, kind="stable")
         self._arrivals_s = [seen[i].arrival_s for i in self._arrival_order.tolist()]
-        self._never_fits = never_fits(r, config.gpu_kv_blocks, config.block_size_tokens)
+        self._never_fits = (
+            rejects
+            if rejects is not None
+            else never_fits(r, config.gpu_kv_blocks, config.block_size_tokens)
+        )
         self._next_arrival = 0
         self._stop_after_s = math.inf
 
@@ -102,6 +122,37 @@ class Engine(BatchingCore):
 
     def run(self, progress: Callable[[float], None] | None = None) -> ReplayResult:
         started = time.perf_counter()
+        self.drive(progress)
+        totals = self.totals(time.perf_counter() - started)
+        return ReplayResult(
+            policy=self.scheduler.name,
+            requests=self._outcomes(),
+            timeline=self.timeline,
+            totals=totals,
+        )
+
+    def totals(self, wall_s: float) -> ReplayTotals:
+        """The run's totals so far, wall_s being its wall time."""
+        s = self.state
+        return ReplayTotals(
+            iterations=self._iterations,
+            simulated_s=self.now_s,
+            wall_s=wall_s,
+            bytes_d2h=self._bytes_d2h,
+            bytes_h2d=self._bytes_h2d,
+            stall_s=self._stall_s,
+            preemptions=s.preemptions,
+            swap_outs=s.swap_outs,
+            swap_ins=s.swap_ins,
+            peak_gpu_kv_blocks=self._peak_gpu,
+            gpu_kv_blocks_total=self.config.gpu_kv_blocks,
+            prefix_queried_tokens=self.prefix.queried_tokens if self.prefix else 0,
+            prefix_hit_tokens=self.prefix.hit_tokens if self.prefix else 0,
+        )
+
+    def drive(self, progress: Callable[[float], None] | None = None) -> None:
+        """Runs the trace to its end (or the drain limit): arrivals join the
+        queue, the core iterates, idle stretches are skipped."""
         arrivals = self._arrivals_s
         last_arrival = arrivals[-1] if arrivals else 0.0
         self._stop_after_s = last_arrival + self.config.drain_limit_s
@@ -123,28 +174,6 @@ class Engine(BatchingCore):
                 if self._next_arrival >= len(arrivals):
                     break
                 self.now_s = max(self.now_s, arrivals[self._next_arrival])
-        s = self.state
-        totals = ReplayTotals(
-            iterations=self._iterations,
-            simulated_s=self.now_s,
-            wall_s=time.perf_counter() - started,
-            bytes_d2h=self._bytes_d2h,
-            bytes_h2d=self._bytes_h2d,
-            stall_s=self._stall_s,
-            preemptions=s.preemptions,
-            swap_outs=s.swap_outs,
-            swap_ins=s.swap_ins,
-            peak_gpu_kv_blocks=self._peak_gpu,
-            gpu_kv_blocks_total=self.config.gpu_kv_blocks,
-            prefix_queried_tokens=self.prefix.queried_tokens if self.prefix else 0,
-            prefix_hit_tokens=self.prefix.hit_tokens if self.prefix else 0,
-        )
-        return ReplayResult(
-            policy=self.scheduler.name,
-            requests=self._outcomes(),
-            timeline=self.timeline,
-            totals=totals,
-        )
 
     def _arrive(self) -> None:
         arrivals = self._arrivals_s
@@ -182,7 +211,8 @@ class Engine(BatchingCore):
         s = self.state
         cfg = self.config
         if (
-            len(s.queued.rows)
+            self.residency is not None
+            or len(s.queued.rows)
             or len(s.rotary.rows)
             or len(s.in_transit.rows)
             or len(s.running.rows) > cfg.max_batched_tokens
@@ -249,6 +279,10 @@ class Engine(BatchingCore):
         the tokens are recorded at the end."""
         s = self.state
         cfg = self.config
+        link = self._link
+        if link is None:
+            # No copies without a link: _iteration says so.
+            return False
         growth = s.quiet_growth(_QUIET_STRETCH_MAX)
         if not len(growth):
             return False
@@ -262,7 +296,7 @@ class Engine(BatchingCore):
         next_arrival_s = (
             arrivals[self._next_arrival] if self._next_arrival < len(arrivals) else math.inf
         )
-        scheduler, link, cost = self.scheduler, self._link, self.cost
+        scheduler, cost = self.scheduler, self.cost
         no_rows = s.queued.rows
         now_s, stalled_s, peak = self.now_s, self._stall_s, self._peak_gpu
         last_s = self._last_iteration_s

@@ -37,6 +37,8 @@ IN_TRANSIT = np.int8(Phase.IN_TRANSIT)
 FINISHED = np.int8(Phase.FINISHED)
 REJECTED = np.int8(Phase.REJECTED)
 _NONE: IntArray = np.zeros(0, dtype=np.int64)
+# Rows from which emit works on whole columns; fewer go request by request.
+SMALL_EMIT = 8
 
 
 class EngineState:
@@ -388,15 +390,18 @@ class EngineState:
         """rows (all running) emit a token at now_s; those done finish and
         free their blocks."""
         r = self.requests
-        generated = r.generated[rows]
-        first = rows[generated == 0]
-        if len(first):
-            r.first_token_s[first] = now_s
-        generated += 1
-        r.generated[rows] = generated
-        self.tokens.record(rows, generated, now_s)
-        r.last_token_s[rows] = now_s
-        done = rows[generated >= r.output_tokens[rows]]
+        if len(rows) < SMALL_EMIT:
+            done = self._emit_each(rows, now_s)
+        else:
+            generated = r.generated[rows]
+            first = rows[generated == 0]
+            if len(first):
+                r.first_token_s[first] = now_s
+            generated += 1
+            r.generated[rows] = generated
+            self.tokens.record(rows, generated, now_s)
+            r.last_token_s[rows] = now_s
+            done = rows[generated >= r.output_tokens[rows]]
         if len(done):
             self.finished += len(done)
             r.phase[done] = FINISHED
@@ -411,3 +416,26 @@ class EngineState:
             r.cpu_blocks[done] = 0
             r.synced_blocks[done] = 0
             self.running.drop_departed(r.phase)
+
+    def _emit_each(self, rows: IntArray, now_s: float) -> IntArray:
+        """emit's tokens request by request (a few rows); returns the rows
+        done."""
+        r = self.requests
+        generated = r.generated
+        output_tokens = r.output_tokens
+        first_token_s = r.first_token_s
+        last_token_s = r.last_token_s
+        each = rows.tolist()
+        before: list[int] = []
+        done: list[int] = []
+        for row in each:
+            count = generated.item(row)
+            if count == 0:
+                first_token_s[row] = now_s
+            generated[row] = count + 1
+            last_token_s[row] = now_s
+            if count + 1 >= output_tokens.item(row):
+                done.append(row)
+            before.append(count)
+        self.tokens.record_rows(each, before, now_s)
+        return np.array(done, dtype=np.int64) if done else _NONE

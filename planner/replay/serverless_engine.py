@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import heapq
 import math
 import time
 from collections import deque
@@ -95,13 +94,24 @@ from planner.profiles.c2c_cost import (
 )
 from planner.profiles.mig import GB, MigSliceProfile
 from planner.profiles.models import ModelProfile
+from planner.replay.events import EventLoop
 from planner.replay.noise import JitterFactors
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
+from planner.replay.serverless_events import (
+    DrainLimit,
+    LoadsDone,
+    LoadStarts,
+    ReadsDone,
+    RequestArrives,
+    ServerlessWiring,
+    SliceIterates,
+)
 from planner.replay.serverless_link import SharedLink
 from planner.replay.serverless_policies import (
     AEGAEON,
     BEST_STATIC,
     C2CSERVE,
+    C2CSERVE_CHUNKED,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
     C2CSERVE_LIGHT_SHARE,
@@ -124,6 +134,7 @@ from planner.trace.records import TraceRequest
 __all__ = [
     "AEGAEON",
     "C2CSERVE",
+    "C2CSERVE_CHUNKED",
     "C2CSERVE_EXCLUSIVE",
     "C2CSERVE_INACTIVE",
     "C2CSERVE_LIGHT_SHARE",
@@ -151,8 +162,6 @@ DEFAULT_PREEMPTION = PreemptionParams(
 )
 # The least copy that tops a model's resident weights up.
 MIN_TOP_UP_BYTES = 1e9
-# Event kinds, in the order they run at one instant.
-_ARRIVAL, _ITERATION, _LOAD_START, _LOAD_DONE, _DRAIN_LIMIT, _DISK_DONE = range(6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,8 +497,12 @@ class ServerlessEngine:
             if self._p.streams
             else 0.0
         )
-        self._events: list[tuple[float, int, int, int]] = []
-        self._seq = 0
+        self._loop: EventLoop[ServerlessWiring] = EventLoop()
+        self._reqs: list[_Req] = []
+        self._queued = 0
+        self._replan_at = 0.0
+        self._window: list[str] = []
+        self._progress: Callable[[float], None] | None = None
         self._pending: list[_Req] = []
         self._pending_deadline = math.inf
         self._pending_priority = -math.inf
@@ -619,7 +632,14 @@ class ServerlessEngine:
             self._cache_chunk[key] = choice.chunk_tokens
         return self._cache_chunk[key]
 
+    def _runs_as_hbm(self, r: _Resident) -> bool:
+        """Whether ``r`` has every weight resident and the policy then runs
+        it as the HBM baselines run theirs (static chunk, rho 0)."""
+        return self._p.resident_like_hbm and self._weight_bytes - r.resident_bytes < 1024.0
+
     def _rho(self, s: _Slice, r: _Resident, tokens: int) -> float:
+        if self._runs_as_hbm(r):
+            return 0.0
         if self._p.rho == BEST_STATIC:
             key = (s.profile.name, tokens <= 64)
             if key not in self._cache_rho:
@@ -831,7 +851,7 @@ class ServerlessEngine:
         if old.in_flight == 0:
             self._finish_drain(s, old, now)
         else:
-            self._push(now + self.config.preemption.max_drain_s, _DRAIN_LIMIT, s.index)
+            self._loop.push(DrainLimit(now + self.config.preemption.max_drain_s, s.index))
 
     def _drain_limit(self, s: _Slice, now: float) -> None:
         """Preempt what a drain that reached its limit still has in flight."""
@@ -909,7 +929,7 @@ class ServerlessEngine:
         self._switches.append(dataclasses.replace(record, load_bytes=r.resident_bytes))
         if reading and not self._p.pipelined_load:
             return  # the copy starts once the read is done
-        self._push(free_at, _LOAD_START, s.index)
+        self._loop.push(LoadStarts(free_at, s.index))
 
     # -- the disk and host memory (with disk_gbps) --------------------------
     def _read_if_cold(self, model: str, now: float) -> bool:
@@ -934,7 +954,7 @@ class ServerlessEngine:
         self._disk_version += 1
         t = self._disk.next_finish_s()
         if t is not None:
-            self._push(t, _DISK_DONE, self._disk_version)
+            self._loop.push(ReadsDone(t, self._disk_version))
 
     def _disk_done(self, now: float, version: int) -> None:
         """Reads done: the model joins host memory (the least recently used
@@ -964,7 +984,7 @@ class ServerlessEngine:
                     if r.copied:
                         self._ready(s, r, now + self._init_s, now)
                 else:
-                    self._push(max(now, free_at), _LOAD_START, s.index)
+                    self._loop.push(LoadStarts(max(now, free_at), s.index))
         self._next_disk_event()
 
     def _ready(self, s: _Slice, r: _Resident, at: float, now: float) -> None:
@@ -1067,11 +1087,12 @@ class ServerlessEngine:
         self._load_version += 1
         t = self._load_link.next_finish_s()
         if t is not None:
-            self._push(t, _LOAD_DONE, self._load_version)
+            self._loop.push(LoadsDone(t, self._load_version))
 
     def _loads_done(self, now: float, version: int) -> None:
         if version != self._load_version:
             return
+        freed: list[_Slice] = []
         for index in self._load_link.finished(now):
             if index < 0:
                 t = self._top_ups.pop(index)
@@ -1081,17 +1102,18 @@ class ServerlessEngine:
             s = self._slices[index]
             r = self._loads.pop(index)
             r.loading = None
+            freed.append(s)
             if r.disk_pending:
                 r.copied = True  # ready once the read it overlaps is done
                 continue
             self._ready(s, r, now + self._init_s, now)
+        # A slice copies one model at a time: the next model set up on it
+        # while this copy ran starts its own now.
+        for s in freed:
+            self._load_start(s, now)
         self._next_load_event()
 
     # -- simulation ---------------------------------------------------------
-    def _push(self, t: float, kind: int, index: int) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (t, kind, self._seq, index))
-
     def _kick(self, s: _Slice, now: float) -> None:
         if s.busy:
             return
@@ -1099,7 +1121,7 @@ class ServerlessEngine:
         if starts:
             s.busy = True
             s.iter_end_s = max(now, min(starts))
-            self._push(s.iter_end_s, _ITERATION, s.index)
+            self._loop.push(SliceIterates(s.iter_end_s, s.index))
 
     def _share(self, s: _Slice) -> tuple[float, list[_Slice]]:
         if not self._p.streams:
@@ -1161,7 +1183,11 @@ class ServerlessEngine:
         if head.kv_in_host or head.ready_s > now:
             return None
         if head.chunk == 0:
-            head.chunk = self._chunk(s, head.out.prompt_tokens)
+            head.chunk = (
+                self.config.static_chunk
+                if self._runs_as_hbm(r)
+                else self._chunk(s, head.out.prompt_tokens)
+            )
         chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
         if used + chunk + len(r.running) > cap:
             if self._make_room(s, used + chunk + len(r.running)):
@@ -1245,7 +1271,7 @@ class ServerlessEngine:
             if later:
                 s.busy = True
                 s.iter_end_s = min(later)
-                self._push(s.iter_end_s, _ITERATION, s.index)
+                self._loop.push(SliceIterates(s.iter_end_s, s.index))
             elif s.in_flight == 0:
                 self._schedule(now)
             return
@@ -1268,13 +1294,14 @@ class ServerlessEngine:
             kv_read_tokens=float(context + start),
             tiles=self._tiles(s, tokens),
             resident_fraction=r.resident_bytes / self._weight_bytes if self._p.streams else 0.0,
+            resident_reads_overlap=self._p.resident_like_hbm,
         )
         dt = self._jitter.apply(cost.time_s)
         if self._p.streams:
             s.rate_gbps = cost.c2c_bytes / dt / GB
             self._c2c_bytes += cost.c2c_bytes
             self._rhos.append(rho)
-            if r.tuner is not None:
+            if r.tuner is not None and not self._runs_as_hbm(r):
                 u_c2c = min(1.0, (s.rate_gbps + sum(o.rate_gbps for o in others)) / cfg.link_gbps)
                 u_hbm = min(1.0, cost.hbm_bytes / dt / s.profile.hbm_bytes_per_s)
                 r.tuner.observe(
@@ -1308,7 +1335,7 @@ class ServerlessEngine:
         self._last = max(self._last, end)
         s.busy = True
         s.iter_end_s = end
-        self._push(end, _ITERATION, s.index)
+        self._loop.push(SliceIterates(end, s.index))
         self._top_up(s, r, now)
 
     def _shed(self, s: _Slice, now: float) -> bool:
@@ -1381,13 +1408,45 @@ class ServerlessEngine:
             drain_s=self._max_drain,
         )
 
+    # -- the events' wiring (serverless_events.ServerlessWiring) -----------
+    def arrive(self, row: int, now_s: float) -> None:
+        r = self._reqs[row]
+        self._last = max(self._last, now_s)
+        self._window.append(r.model)
+        if all(s.resident(r.model) is None for s in self._slices):
+            self._queued += 1
+            r.cold = True
+        if self._p.prewarm and now_s >= self._replan_at:
+            self._replan(now_s, self._window)
+            self._window = []
+            self._replan_at = now_s + self.config.replan_s
+        bisect.insort(self._pending, r, key=_wait_key)
+        self._pending_changed()
+        self._schedule(now_s)
+        if self._progress is not None:
+            self._progress(now_s)
+
+    def iterate(self, slice_index: int, now_s: float) -> None:
+        self._iterate(self._slices[slice_index], now_s)
+
+    def start_load(self, slice_index: int, now_s: float) -> None:
+        self._load_start(self._slices[slice_index], now_s)
+
+    def finish_loads(self, version: int, now_s: float) -> None:
+        self._loads_done(now_s, version)
+
+    def end_drain(self, slice_index: int, now_s: float) -> None:
+        self._drain_limit(self._slices[slice_index], now_s)
+
+    def finish_reads(self, version: int, now_s: float) -> None:
+        self._disk_done(now_s, version)
+
     def run(self, progress: Callable[[float], None] | None = None) -> ServerlessRun:
         cfg = self.config
         wall = time.perf_counter()
-        if self._events or self._iterations:
+        if len(self._loop) or self._iterations:
             raise RuntimeError("a ServerlessEngine runs once")
-        queued = 0
-        reqs: list[_Req] = []
+        reqs = self._reqs
         for i, t in enumerate(self.trace):
             out = RequestOutcome(
                 id=t.id if t.id is not None else str(i),
@@ -1399,37 +1458,12 @@ class ServerlessEngine:
             )
             priority = float(t.priority) if t.priority is not None else 1.0
             reqs.append(_Req(out, t.model or DEFAULT_MODEL, priority, t.arrival_s, i))
-            self._push(t.arrival_s, _ARRIVAL, i)
-        replan_at = 0.0
-        window: list[str] = []
-        while self._events:
-            now, kind, _, index = heapq.heappop(self._events)
-            if kind == _ARRIVAL:
-                r = reqs[index]
-                self._last = max(self._last, now)
-                window.append(r.model)
-                if all(s.resident(r.model) is None for s in self._slices):
-                    queued += 1
-                    r.cold = True
-                if self._p.prewarm and now >= replan_at:
-                    self._replan(now, window)
-                    window = []
-                    replan_at = now + cfg.replan_s
-                bisect.insort(self._pending, r, key=_wait_key)
-                self._pending_changed()
-                self._schedule(now)
-                if progress is not None:
-                    progress(now)
-            elif kind == _ITERATION:
-                self._iterate(self._slices[index], now)
-            elif kind == _LOAD_START:
-                self._load_start(self._slices[index], now)
-            elif kind == _DRAIN_LIMIT:
-                self._drain_limit(self._slices[index], now)
-            elif kind == _DISK_DONE:
-                self._disk_done(now, index)
-            else:
-                self._loads_done(now, index)
+            self._loop.push(RequestArrives(t.arrival_s, i))
+        self._progress = progress
+        loop = self._loop
+        while loop:
+            loop.pop().handle(self)
+        queued = self._queued
         outcomes = [r.out for r in reqs]
         first = min((r.arrival_s for r in outcomes), default=0.0)
         span = max(0.0, self._last - first)

@@ -17,13 +17,20 @@ what a model switch costs it.
   place for Q (the preempted requests' KV moves to host memory); idle
   slices prewarmed by ``plan_placement``; ``choose_chunk``; one
   ``RhoTuner`` per resident model; a switch costs engine set-up (the
-  paper's 50 ms).
+  paper's 50 ms). A model with every weight resident runs as dedicated
+  runs its own (``resident_like_hbm``).
 - ``c2cserve-light-share``: c2cserve sharing only light slices: a model
   joins a slice only if its residents' requests in flight and its own are
   at most ``share_max_in_flight``, and a shared slice busier than that
   sheds the resident with the fewest (it finishes what it has started and
   leaves, its HBM going to the others), so that under saturation each slice
   runs one model with all its weights resident, as dedicated does.
+- ``c2cserve-chunked``: c2cserve running a model whose weights are all
+  resident as if they streamed: ``choose_chunk``'s smallest chunk meeting
+  TTFT on the link's fair share, the tuner's rho, and the resident weights'
+  HBM reads added to the pass's other HBM traffic (c2cserve runs such a
+  model as dedicated runs its own: the static chunk, rho 0, the weight
+  reads a roofline term of their own).
 - ``c2cserve-partial``: c2cserve keeping a part resident on slices too
   small for the whole model as well.
 - ``c2cserve-stream``: c2cserve streaming every weight on every pass,
@@ -103,6 +110,13 @@ class ServerlessPolicy:
     # read (ServerlessLLM's multi-tier loader pipelines SSD -> DRAM -> GPU)
     # instead of after it.
     pipelined_load: bool = False
+    # A model with every weight resident on its slice runs as the HBM
+    # baselines do: prefill in the static chunk (nothing of it streams, so
+    # there is no C2C burst for a smaller chunk to smooth, and every extra
+    # chunk reads the weights again), rho 0 (no C2C to trade HBM traffic
+    # for), and the resident weights' HBM reads timed as the baselines'
+    # weight reads (a roofline term of their own, partly resident models too).
+    resident_like_hbm: bool = False
 
     @property
     def respects_link_budget(self) -> bool:
@@ -111,6 +125,7 @@ class ServerlessPolicy:
 
 C2CSERVE = "c2cserve"
 C2CSERVE_LIGHT_SHARE = "c2cserve-light-share"
+C2CSERVE_CHUNKED = "c2cserve-chunked"
 C2CSERVE_STREAM = "c2cserve-stream"
 C2CSERVE_PARTIAL = "c2cserve-partial"
 C2CSERVE_EXCLUSIVE = "c2cserve-exclusive"
@@ -127,7 +142,13 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
     lambda p: p.name,
     (
         ServerlessPolicy(
-            C2CSERVE, streams=True, preempts=True, shares=True, prewarm=True, keeps_resident=True
+            C2CSERVE,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            keeps_resident=True,
+            resident_like_hbm=True,
         ),
         ServerlessPolicy(
             C2CSERVE_LIGHT_SHARE,
@@ -137,6 +158,15 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
             prewarm=True,
             keeps_resident=True,
             shares_when_light=True,
+            resident_like_hbm=True,
+        ),
+        ServerlessPolicy(
+            C2CSERVE_CHUNKED,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            keeps_resident=True,
         ),
         ServerlessPolicy(C2CSERVE_STREAM, streams=True, preempts=True, shares=True, prewarm=True),
         ServerlessPolicy(
@@ -147,6 +177,7 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
             prewarm=True,
             keeps_resident=True,
             partial_residency=True,
+            resident_like_hbm=True,
         ),
         ServerlessPolicy(C2CSERVE_EXCLUSIVE, streams=True, preempts=True, prewarm=True),
         ServerlessPolicy(C2CSERVE_INACTIVE, streams=True, preempts=False, prewarm=True),
@@ -200,9 +231,12 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
     ),
     summaries={
         C2CSERVE: "C2CServe: what fits of the weights resident next to the KV on slices that "
-        "hold the whole model, the rest streamed over C2C; queue-aware scheduling",
+        "hold the whole model (all resident: prefilled as dedicated prefills, in one large "
+        "chunk), the rest streamed over C2C; queue-aware scheduling",
         C2CSERVE_LIGHT_SHARE: "c2cserve sharing a slice only while its requests in flight stay "
         "within --share-max-in-flight, shedding a model from a busier one",
+        C2CSERVE_CHUNKED: "c2cserve choosing prefill chunks and rho for resident weights as "
+        "for streamed ones, their HBM reads added to the pass's other HBM traffic",
         C2CSERVE_STREAM: "C2CServe as the paper has it: every weight streamed on every pass",
         C2CSERVE_PARTIAL: "c2cserve keeping a part resident on slices too small for the model too",
         C2CSERVE_EXCLUSIVE: "c2cserve-stream with one model per slice (no sharing)",

@@ -29,6 +29,16 @@ class TokenTimes:
         self._iteration[self._before_first[rows] + numbers] = len(self._ends_s)
         self._ends_s.append(time_s)
 
+    def record_rows(self, rows: list[int], before: list[int], time_s: float) -> None:
+        """record for a few rows, one by one: each of rows emitted its token
+        number before[i] + 1 at time_s."""
+        iteration = self._iteration
+        first = self._first
+        index = len(self._ends_s)
+        for row, count in zip(rows, before, strict=True):
+            iteration[first.item(row) + count] = index
+        self._ends_s.append(time_s)
+
     def record_each(self, rows: IntArray, numbers: IntArray, times_s: list[float]) -> None:
         """Each of rows emitted one token at each of times_s, the first its
         token number numbers[i]."""

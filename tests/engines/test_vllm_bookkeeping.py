@@ -122,6 +122,11 @@ def test_settings_default_to_in_process_pipelined_with_a_5_ms_deadline():
     assert (settings.target, settings.deadline_s, settings.planning) == (None, 0.005, "pipelined")
     synchronous = PlannerSettings.from_additional_config({"planner": {"planning": "synchronous"}})
     assert synchronous.planning == "synchronous"
+    # vLLM's own preemptions are recomputed, as without the plugin, unless
+    # asked for by name.
+    assert settings.engine_preemptions == "recompute"
+    swap = PlannerSettings.from_additional_config({"planner": {"engine_preemptions": "swap"}})
+    assert swap.engine_preemptions == "swap"
     settings = PlannerSettings.from_additional_config(
         {"planner": {"target": "10.0.0.1:50051", "deadline_ms": 2, "slo_tbt_s": 0.05}}
     )
@@ -145,6 +150,7 @@ def test_settings_default_to_in_process_pipelined_with_a_5_ms_deadline():
         ({"rotation": {"slack": 1}}, "rotation.slack"),
         ({"rotation": []}, "rotation"),
         ({"planning": "async"}, "planning"),
+        ({"engine_preemptions": "offload"}, "engine_preemptions"),
     ],
 )
 def test_bad_settings_name_their_field(planner, field):

@@ -1,18 +1,21 @@
 """The batching core's options and hooks for topologies that wire several
 cores over one set of request columns (planner.replay.batching_core,
 engine_state): the prefill's causal attention pairs in the cost, a chunk
-cap, empty iterations that take no time, pinned requests, a ready time, and
-requests handed to another core."""
+cap, empty iterations that take no time, pinned requests, a ready time,
+requests handed to another core, whole prefills alone, and a KV-residency
+strategy that pauses requests and times the iterations."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from planner.domain.requests import Slo
+from planner.replay.batch import Batch
 from planner.replay.batching_core import BatchingCore, EngineConfig
 from planner.replay.engine_state import EngineState
+from planner.replay.kv_residency import ResidentIteration
 from planner.replay.schedulers import Fcfs
-from planner.replay.state import Phase, RequestColumns
+from planner.replay.state import IntArray, Phase, RequestColumns
 from planner.trace.records import TraceRequest
 
 
@@ -44,17 +47,43 @@ def columns(*prompts: int, output: int = 4) -> RequestColumns:
 
 
 def core(
-    requests: RequestColumns, cost: RecordingCost, blocks: int = 64, **options: object
+    requests: RequestColumns,
+    cost: RecordingCost,
+    blocks: int = 64,
+    residency: PausingResidency | None = None,
+    **options: object,
 ) -> BatchingCore:
     config = EngineConfig(
         gpu_kv_blocks=blocks,
         cpu_kv_blocks=0,
         block_bytes=1,
         block_size_tokens=16,
-        max_batched_tokens=2048,
-        **options,  # type: ignore[arg-type]
+        **{"max_batched_tokens": 2048, **options},  # type: ignore[arg-type]
     )
-    return BatchingCore(config, Fcfs(), cost, None, requests, pairs_cost=cost)
+    return BatchingCore(config, Fcfs(), cost, None, requests, pairs_cost=cost, residency=residency)
+
+
+class PausingResidency:
+    """Pauses the given rows in every decode batch; an iteration takes twice
+    the cost model's time (half of it a stall), holds 7 blocks and fetches
+    100 bytes."""
+
+    def __init__(self, paused: list[int]) -> None:
+        self.pause = np.array(paused, dtype=np.int64)
+        self.seen: list[tuple[list[int], list[int]]] = []
+        self.emitted_at: list[tuple[list[int], float]] = []
+
+    def paused(self, state: EngineState, now_s: float) -> IntArray:
+        running = state.running.rows
+        held: IntArray = running[np.isin(running, self.pause)]
+        self.seen.append((running.tolist(), held.tolist()))
+        return held
+
+    def timed(self, batch: Batch, compute_s: float) -> ResidentIteration:
+        return ResidentIteration(2 * compute_s, compute_s, 7, 100)
+
+    def emitted(self, state: EngineState, batch: Batch, now_s: float) -> None:
+        self.emitted_at.append((batch.emitting.tolist(), now_s))
 
 
 def arrive_all(c: BatchingCore) -> None:
@@ -150,3 +179,34 @@ def test_hand_over_moves_requests_and_their_blocks() -> None:
     assert b.not_before_s == {1: 2.0} and not a.not_before_s and not a.pinned
     b.hand_over(np.array([2], dtype=np.int64), a, front=True)
     assert a.queued.rows.tolist() == [2] and a.free_gpu + b.free_gpu == 20 - 4
+
+
+def test_prefills_alone_take_whole_prompts_and_decode_nobody() -> None:
+    cost = RecordingCost()
+    c = core(columns(20, 40), cost, max_batched_tokens=16, prefills_alone=True)
+    c.state.arrive(np.array([0]), np.zeros(0, dtype=np.int64))
+    c._iteration()
+    c.state.arrive(np.array([1]), np.zeros(0, dtype=np.int64))
+    c._iteration()
+    c._iteration()
+    # Each prompt whole despite the 16-token budget; row 0 waits out row 1's prefill.
+    assert cost.calls == [(20, 0, 20, 20 * 21 // 2), (40, 0, 40, 40 * 41 // 2), (0, 2, 62, 0)]
+
+
+def test_a_residency_pauses_requests_and_times_the_iteration() -> None:
+    cost = RecordingCost()
+    residency = PausingResidency([1])
+    c = core(columns(20, 10), cost, residency=residency, prefills_alone=True)
+    arrive_all(c)
+    c._iteration()  # the prefill: the residency is not asked whom to pause
+    assert residency.seen == []
+    batch = c._iteration()
+    assert residency.seen == [([0, 1], [1])]
+    assert batch.emitting.tolist() == [0]
+    assert c.state.running.rows.tolist() == [0, 1]  # row 1 keeps its place
+    assert c.requests.generated.tolist() == [2, 1]
+    # Timed by the residency: 0.02 s each (a 0.01 s stall), 7 blocks, 100 bytes.
+    assert c.now_s == 0.04
+    assert c._stall_s == 0.02 and c._bytes_h2d == 200 and c._peak_gpu == 7
+    assert [t.gpu_kv_blocks_used for t in c.timeline] == [7, 7]
+    assert residency.emitted_at == [([0, 1], 0.02), ([0], 0.04)]

@@ -17,6 +17,7 @@ from planner.replay.noise import JitterFactors
 from planner.replay.serverless_engine import (
     AEGAEON,
     C2CSERVE,
+    C2CSERVE_CHUNKED,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
     C2CSERVE_LIGHT_SHARE,
@@ -29,6 +30,7 @@ from planner.replay.serverless_engine import (
     STATIC_CHUNK,
     ServerlessConfig,
     ServerlessEngine,
+    ServerlessRun,
 )
 from planner.replay.serverless_link import SharedLink
 from planner.replay.serverless_report import summarize_serverless
@@ -564,4 +566,77 @@ def test_resident_weights_and_kv_never_exceed_a_slices_hbm(policy: str, mig: str
         for i in range(80)
     ]
     run = _CheckedEngine(config(mig=mig), policy, reqs).run()
+    assert all(o.finish_s is not None for o in run.result.requests)
+
+
+def test_a_model_with_every_weight_resident_runs_as_dedicated_runs() -> None:
+    """Alone on a 24 GB slice c2cserve keeps all 16 GB resident, so it
+    prefills in the static chunk (512 here: 1,500 tokens in three chunks) at
+    rho 0 with the weights' HBM reads a roofline term of their own, exactly
+    as dedicated does: from the moment each model is ready, the token times
+    are dedicated's. c2cserve-chunked prefills in choose_chunk's smaller
+    chunks, each reading the weights again, and its first token is later."""
+    cfg = config()
+    reqs = [TraceRequest(arrival_s=1.0, prompt_tokens=1500, output_tokens=4, model="a")]
+    ours = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    dedicated = ServerlessEngine(cfg, DEDICATED, reqs).run()
+    chunked = ServerlessEngine(cfg, C2CSERVE_CHUNKED, reqs).run()
+
+    def since_ready(run: ServerlessRun) -> list[float]:
+        ready = 1.0 + run.switches[0].latency_s
+        return [t - ready for t in run.result.requests[0].token_times_s]
+
+    assert since_ready(ours) == pytest.approx(since_ready(dedicated), rel=1e-12)
+    # Three prefill iterations and three decodes, as dedicated's.
+    assert ours.stats.iterations == dedicated.stats.iterations == 3 + 3
+    assert ours.stats.mean_rho == 0.0
+    assert since_ready(chunked)[0] > since_ready(ours)[0]
+    assert chunked.stats.iterations > ours.stats.iterations
+
+
+def test_resident_reads_overlapping_cost_what_the_baselines_pass_costs() -> None:
+    """With every weight resident and the reads overlapping the other HBM
+    traffic, a pass takes the time of the HBM baselines' pass (their
+    weights read at the slice's HBM rate in place of the link's); summed
+    into the HBM traffic it takes longer, here where the weight-stationary
+    partial sums already bind the slice's HBM."""
+    llama = config().model
+    mig = config().slices[0]
+    tiles = GemmTiles()
+    args = {"rho": 0.0, "mig": mig, "attended_pairs": 2048 * 1024.0, "tiles": tiles}
+    baseline = model_pass_cost(llama, 2048, c2c_gbps=mig.hbm_bytes_per_s / GB, **args)  # type: ignore[arg-type]
+    overlap = model_pass_cost(
+        llama,
+        2048,
+        c2c_gbps=135.0,
+        resident_fraction=1.0,
+        resident_reads_overlap=True,
+        **args,  # type: ignore[arg-type]
+    )
+    summed = model_pass_cost(llama, 2048, c2c_gbps=135.0, resident_fraction=1.0, **args)  # type: ignore[arg-type]
+    assert overlap.time_s == pytest.approx(baseline.time_s, rel=1e-12)
+    assert overlap.c2c_bytes == 0.0
+    assert overlap.hbm_bytes == pytest.approx(summed.hbm_bytes)
+    assert summed.time_s == pytest.approx(
+        summed.hbm_bytes / mig.hbm_bytes_per_s + summed.overhead_s, rel=1e-12
+    )
+    assert summed.time_s > overlap.time_s
+
+
+def test_a_second_copy_on_one_slice_starts_when_the_first_is_done() -> None:
+    """a is set up on the one 96 GB slice at 0 (its 16 GB copy alone on the
+    link: 39.7 ms); b arrives at 10 ms and shares the slice, keeping all its
+    weights too. A slice copies one model at a time, so b's copy starts when
+    a's is done and takes as long again; then b's engine set-up."""
+    cfg = one_slice()
+    reqs = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=4, id="a", model="a"),
+        TraceRequest(arrival_s=0.01, prompt_tokens=100, output_tokens=4, id="b", model="b"),
+    ]
+    run = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    copy = cfg.model.param_bytes / (cfg.link_gbps * GB)
+    first, second = run.switches
+    assert second.to_model == "b" and second.load_bytes == cfg.model.param_bytes
+    assert first.latency_s == pytest.approx(copy + cfg.switch_setup_s)
+    assert second.latency_s == pytest.approx(2 * copy + cfg.switch_setup_s - 0.01)
     assert all(o.finish_s is not None for o in run.result.requests)

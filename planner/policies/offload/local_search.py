@@ -33,6 +33,16 @@ NARROW_STEPS or drops to none.
   4. compounds: a gainer, then partners on their changes as computed (one
      simulation); then a gainer and fill (a few of the gainers of most
      gain);
+  5. stagger moves (only when asked, `stagger` > 0; tried before step 3
+     in each round): the link idles in a layer's compute when every fetch
+     released so far is done, because the requests that offload that layer
+     release their next fetch only at its end (aligned fetch chains, e.g.
+     large requests that all offload every second layer). The `stagger`
+     requests that hold the link back most (idle time of the layers they
+     offload times their blocks) move to any other pattern, the memory row
+     repaired by the partners greedily or by one of the STAGGER_PARTNERS
+     requests whose least covering pattern adds the fewest blocks; the best
+     of a request's moves taken when it improves;
   until nothing improves (a local optimum) or the work runs out. The
   gainers' and partners' changes are kept from round to round (a request's
   own recomputed once it moves); a round that finds nothing is repeated with
@@ -81,6 +91,12 @@ MAX_PARTNERS = 96
 MAX_PAIRS = 64
 # Compounds tried per round (the gainers of most gain first).
 MAX_COMPOUNDS = 1
+# Stagger moves: the requests tried per round, those whose fetch chains
+# leave the link idle the longest first (0: no stagger moves).
+STAGGER_REQUESTS = 2
+# The requests tried as a stagger move's single partner when it breaks the
+# memory row.
+STAGGER_PARTNERS = 4
 # fill's score of a move: (latency increase + FILL_VOLUME_WEIGHT * the
 # blocks it adds / B) per block of excess it frees: among moves that hide
 # their fetches, the one that moves fewer blocks.
@@ -107,6 +123,8 @@ TALLY = (
     "compound_moves",
     "kicks",
     "kick_improvements",
+    "stagger_sims",
+    "stagger_moves",
 )
 
 if COMPILED:
@@ -486,10 +504,12 @@ def descend(  # noqa: PLR0917
     work: Any,
     deadline: float,
     tally: Any,
+    stagger: int,
 ) -> tuple[float, float, bool]:
     """Local search from a feasible choice of objective (best, best_tie),
     improved in place: (latency, tiebreak, converged: no narrow move
-    improves).
+    improves, nor a stagger move of the `stagger` requests that idle the
+    link longest).
 
     The gainers' and partners' changes of latency are kept between rounds
     (a request's own are recomputed once it moves): pairs and compounds are
@@ -583,7 +603,27 @@ def descend(  # noqa: PLR0917
         if moved:
             continue
         improved = False
-        if gainers > 0 and partners > 0:
+        if stagger > 0:
+            improved = _stagger(
+                p,
+                choice,
+                layer_blocks,
+                mem,
+                best,
+                best_tie,
+                stagger,
+                part_r[:partners],
+                part_c[:partners],
+                part_d[:partners],
+                undo,
+                work,
+                deadline,
+                scratch,
+                tally,
+            )
+            if work[2] and not improved:
+                return best, best_tie, False
+        if not improved and gainers > 0 and partners > 0:
             improved = _pairs_and_compounds(
                 p,
                 choice,
@@ -801,6 +841,127 @@ def _pairs_and_compounds(  # noqa: PLR0917
 
 
 @jit
+def _stagger(  # noqa: PLR0917
+    p: Any,
+    choice: Any,
+    layer_blocks: Any,
+    mem: Any,
+    best: float,
+    best_tie: float,
+    requests: int,
+    part_r: Any,
+    part_c: Any,
+    part_d: Any,
+    undo: Any,
+    work: Any,
+    deadline: float,
+    scratch: Any,
+    tally: Any,
+) -> bool:
+    """descend's step 5, stagger moves: True when one was taken (in place).
+
+    The link idles in a layer's compute when every fetch released so far is
+    done; the requests that offload that layer (and a later one) release
+    their next fetch only at its end, so their chains hold the link back. The
+    `requests` requests that offload the layers of most idle time move to
+    any other pattern (a distance out of phase with the others'), partners
+    taken greedily on their changes of latency (as in the compounds), or
+    one of the STAGGER_PARTNERS requests whose least pattern that frees the
+    excess alone adds the fewest blocks, when the memory row breaks. The
+    best of a request's moves is taken when it improves (else the next
+    request's are tried)."""
+    blocks, layers_of, count = p[3], p[5], p[6]
+    num_r = choice.shape[0]
+    num_c = count.shape[0]
+    _latency(p, choice, np.inf, scratch)
+    tally[12] += 1
+    if _tick(work, deadline):
+        return False
+    idle = scratch[7]
+    held_back = np.zeros(num_r)
+    for r in range(num_r):
+        c = choice[r]
+        for j in range(count[c] - 1):
+            held_back[r] += idle[layers_of[c, j]] * blocks[r]
+    ranked = np.argsort(-held_back, kind="mergesort")
+    round_best, round_tie = best, best_tie
+    kept = choice.copy()
+    for i in range(min(requests, num_r)):
+        r = ranked[i]
+        if not held_back[r] > 0:
+            break
+        old = choice[r]
+        for c in range(num_c):
+            if c == old:
+                continue
+            undo[:] = choice
+            _move(p, choice, layer_blocks, mem, r, c)
+            excess = _excess(p, layer_blocks, mem)
+            # Repairs: none needed; the partners greedily; each of the
+            # STAGGER_PARTNERS requests whose least pattern that frees the
+            # whole excess alone adds the fewest blocks.
+            tries = 1 if excess <= 0 else 1 + STAGGER_PARTNERS
+            covering_s, covering_c = _covering(p, choice, r, excess, STAGGER_PARTNERS)
+            for t in range(tries):
+                if t == 1 and not _greedy_partners(
+                    p, choice, layer_blocks, mem, r, part_r, part_c, part_d
+                ):
+                    continue
+                if t > 1:
+                    if covering_s[t - 2] < 0:
+                        break
+                    _move(p, choice, layer_blocks, mem, covering_s[t - 2], covering_c[t - 2])
+                lat, tie, simulated = _score(
+                    p, choice, layer_blocks, mem, round_best, round_tie, scratch
+                )
+                tally[12] += simulated
+                if np.isfinite(lat):
+                    round_best, round_tie = lat, tie
+                    kept[:] = choice
+                if t > 0:
+                    _undo(p, choice, layer_blocks, mem, undo)
+                    _move(p, choice, layer_blocks, mem, r, c)
+                if simulated and _tick(work, deadline):
+                    _undo(p, choice, layer_blocks, mem, undo)
+                    return False
+            _undo(p, choice, layer_blocks, mem, undo)
+        if round_best < best or round_tie < best_tie:
+            _undo(p, choice, layer_blocks, mem, kept)
+            tally[13] += 1
+            return True
+    return False
+
+
+@jit
+def _covering(p: Any, choice: Any, frozen: int, excess: int, most: int) -> tuple[Any, Any]:
+    """Up to `most` requests (not `frozen`) whose least pattern that frees
+    `excess` blocks of memory alone adds the fewest blocks fetched, with
+    that pattern; -1 past the last."""
+    mem_coef, fetched = p[8], p[7]
+    num_r = choice.shape[0]
+    num_c = p[6].shape[0]
+    added = np.full(num_r, np.inf)
+    pattern = np.full(num_r, -1, np.int64)
+    for s in range(num_r):
+        if s == frozen or excess <= 0:
+            continue
+        old = choice[s]
+        for c in range(old + 1, num_c):
+            if mem_coef[0, s, old] - mem_coef[0, s, c] >= excess:
+                added[s] = fetched[s, c] - fetched[s, old]
+                pattern[s] = c
+                break
+    ranked = np.argsort(added, kind="mergesort")
+    out_s = np.full(most, -1, np.int64)
+    out_c = np.full(most, -1, np.int64)
+    for i in range(min(most, num_r)):
+        s = ranked[i]
+        if pattern[s] >= 0:
+            out_s[i], out_c[i] = s, pattern[s]
+    return out_s, out_c
+
+
+@jit
 def _undo(p: Any, choice: Any, layer_blocks: Any, mem: Any, saved: Any) -> None:
     for r in range(choice.shape[0]):
         if choice[r] != saved[r]:
@@ -850,7 +1011,7 @@ def _greedy_partners(  # noqa: PLR0917
 
 @jit
 def improve(  # noqa: PLR0917
-    p: Any, work: Any, deadline: float, choice: Any, kicks: int, tally: Any
+    p: Any, work: Any, deadline: float, choice: Any, kicks: int, tally: Any, stagger: int
 ) -> tuple[float, float, bool]:
     """descend, then up to `kicks` kicks (see the module's docstring), from
     a feasible choice (improved in place): (latency, tiebreak, finished:
@@ -860,7 +1021,7 @@ def improve(  # noqa: PLR0917
     best, best_tie = evaluate_one(p, choice)
     if not np.isfinite(best):
         return best, best_tie, True
-    best, best_tie, converged = descend(p, choice, best, best_tie, work, deadline, tally)
+    best, best_tie, converged = descend(p, choice, best, best_tie, work, deadline, tally, stagger)
     if not converged:
         return best, best_tie, False
     scratch = step_scratch(num_r, p[0].shape[0])
@@ -905,7 +1066,7 @@ def improve(  # noqa: PLR0917
             break
         if not np.isfinite(lat):
             continue
-        lat, tie, _ = descend(p, trial, lat, tie, work, deadline, tally)
+        lat, tie, _ = descend(p, trial, lat, tie, work, deadline, tally, stagger)
         if _better(lat, tie, best, best_tie, p[13]):
             choice[:] = trial
             best, best_tie = lat, tie

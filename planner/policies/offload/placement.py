@@ -38,6 +38,7 @@ from planner.domain.offload import (
 )
 from planner.policies.offload.greedy import greedy_choice
 from planner.policies.offload.ilp import OffloadIlp, WindowOption, build_offload_ilp
+from planner.policies.offload.local_search import STAGGER_REQUESTS
 from planner.policies.offload.memory import gpu_blocks_needed, prefetch_buffer_blocks
 from planner.policies.offload.paper_model import paper_latency_s
 from planner.policies.offload.problem import OffloadProblem, offload_problem
@@ -202,7 +203,16 @@ def _place(
     match p.backend:
         case Backend.BRANCH_AND_BOUND:
             starts = [s for s in (start, greedy) if s is not None]
-            stats, choice = _solve_search(problem, limit, node_limit, p.relative_gap, starts)
+            stats, choice = _solve_search(
+                problem,
+                limit,
+                node_limit,
+                p.relative_gap,
+                starts,
+                stagger_requests=STAGGER_REQUESTS
+                if p.stagger_requests is None
+                else p.stagger_requests,
+            )
         case Backend.EXHAUSTIVE:
             stats, choice = _solve_exhaustive(problem, limit)
         case _:
@@ -232,9 +242,16 @@ def _solve_search(
     node_limit: int | None,
     gap: float,
     starts: list[IntArray],
+    *,
+    stagger_requests: int,
 ) -> tuple[SolveStats, IntArray | None]:
     r = branch_and_bound(
-        problem, time_limit_s=limit, relative_gap=gap, starts=starts, node_limit=node_limit
+        problem,
+        time_limit_s=limit,
+        relative_gap=gap,
+        starts=starts,
+        node_limit=node_limit,
+        stagger_requests=stagger_requests,
     )
     stats = SolveStats(
         backend=Backend.BRANCH_AND_BOUND,

@@ -11,7 +11,9 @@ event-model step latency in the search space, with a proven bound on it.
   (local_search.py); when none is feasible, the tree below dives for a
   first plan (or proves there is none).
 - Local search (local_search.improve, compiled): descent on the exact model
-  with single, pair and compound moves to a local optimum, then kicks
+  with single, pair, compound and stagger moves (the requests whose fetch
+  chains leave the link idle; stagger_requests=0 leaves them out) to a
+  local optimum, then kicks
   (perturbation and descent again) while the work lasts.
 - Branch and bound (planner.solvers.branch_and_bound), depth-first over the
   requests, largest KV first, from the local optimum, on trees of at most
@@ -43,6 +45,7 @@ from planner.policies.offload.buffer_bound import buffer_share
 from planner.policies.offload.cover_bound import cover_curve
 from planner.policies.offload.ilp import WindowOption
 from planner.policies.offload.local_search import (
+    STAGGER_REQUESTS,
     TALLY,
     evaluate_one,
     fill_from_nothing,
@@ -154,8 +157,12 @@ def branch_and_bound(
     relative_gap: float = 0.0,
     starts: list[IntArray] | None = None,
     node_limit: int | None = None,
+    stagger_requests: int = STAGGER_REQUESTS,
 ) -> SearchResult:
-    """The best plan under the exact model, within the limits."""
+    """The best plan under the exact model, within the limits.
+    stagger_requests: the requests the local search's stagger moves try per
+    round (local_search.py; 0: none, the narrow, pair and compound moves
+    only: the search before stagger moves, the bench's bnb-work-narrow)."""
     _load_kernels()
     work = _Work(time_limit_s, node_limit)
     best = _Best()
@@ -207,7 +214,7 @@ def branch_and_bound(
         choice = best.choice.copy()
         # A small tree is searched after one local optimum, the kicks come
         # after; a large one gets the kicks only.
-        work.run(improve, kernel, choice, 0 if small else KICKS, tally)
+        work.run(improve, kernel, choice, 0 if small else KICKS, tally, stagger_requests)
         best.offer(choice, *evaluate_one(kernel, choice))
     if _within_gap(best.objective, root, relative_gap):
         return _result(Status.OPTIMAL, best, root, work, time_limit_s, tally)
@@ -229,7 +236,7 @@ def branch_and_bound(
         best.offer(out.incumbent.choice, out.incumbent.objective, out.incumbent.tiebreak)
     if not out.complete and best.choice is not None and not work.spent():
         choice = best.choice.copy()
-        work.run(improve, kernel, choice, KICKS, tally)
+        work.run(improve, kernel, choice, KICKS, tally, stagger_requests)
         best.offer(choice, *evaluate_one(kernel, choice))
     bound = out.best_bound
     if bound is not None and math.isfinite(best.objective):
@@ -263,7 +270,7 @@ def _load_kernels() -> None:
         optimum = problem.enumerate().choice
         if optimum is not None:
             tally = np.zeros(len(TALLY), np.int64)
-            improve(kernel, new_work(64), math.inf, optimum, 4, tally)
+            improve(kernel, new_work(64), math.inf, optimum, 4, tally, STAGGER_REQUESTS)
     now_s()
 
 

@@ -119,13 +119,16 @@ def step_latency(  # noqa: PLR0917
     start of layer l (time t) the step ends no earlier than t + remaining[l]
     (remaining[l] = comp[l:].sum()), nor before the blocks not yet moved have
     crossed the link and the last offloaded layer m has run:
-    t + pending / B + remaining[m]. scratch: step_scratch(R, L)."""
-    heap_v, heap_r, released, target, unfinished, bucket, link = scratch
+    t + pending / B + remaining[m]. scratch: step_scratch(R, L); its
+    `idle` (L,) is left with the link's idle time in each layer's compute
+    while blocks are still to be moved (of the layers simulated)."""
+    heap_v, heap_r, released, target, unfinished, bucket, link, idle = scratch
     limit = limit * (1 + STOP_RTOL)
     num_r = choice.shape[0]
     num_l = comp.shape[0]
     unfinished[:num_l] = 0
     bucket[: num_l + 1] = -1
+    idle[:num_l] = 0.0
     size = 0
     now = 0.0
     service = 0.0
@@ -181,6 +184,8 @@ def step_latency(  # noqa: PLR0917
             r = heap_r[0]
             size = _pop(heap_v, heap_r, size)
             unfinished[target[r]] -= 1
+        if size == 0 and pending > 0.5:  # blocks still to move (not rounding)
+            idle[layer] = end - now
         now = end
     return now
 
@@ -189,8 +194,9 @@ def step_latency(  # noqa: PLR0917
 def step_scratch(num_r: int, num_l: int) -> Any:
     """Work arrays for step_latency: a heap of fetches (finish service,
     request), per request the fetches released and the layer in flight, per
-    layer the fetches unfinished, and per layer the requests whose next fetch
-    is released before it (linked lists)."""
+    layer the fetches unfinished, per layer the requests whose next fetch
+    is released before it (linked lists), and per layer the link's idle
+    time."""
     size = max(num_r, 1)
     return (
         np.empty(size),
@@ -200,6 +206,7 @@ def step_scratch(num_r: int, num_l: int) -> Any:
         np.zeros(num_l + 1, np.int64),
         np.full(num_l + 1, -1, np.int64),
         np.full(size, -1, np.int64),
+        np.zeros(max(num_l, 1)),
     )
 
 

@@ -254,6 +254,13 @@ def engine(vllm_config: VllmConfig) -> Iterator[Any]:
     ) -> EngineRun:
         config = vllm_config if swap else _without_connector(vllm_config)
         scheduler = make_scheduler(config, planner, layers)
+        # An in-process planner loads its handler on its own thread; steps
+        # before it is loaded fall back. Tests that count answers start after.
+        links = [scheduler.planner_link]
+        if scheduler.layer_planner is not None:
+            links.append(scheduler.layer_planner.link)
+        for link in links:
+            assert link.wait_idle(60.0), "the in-process planner did not load"
         worker = worker_connector(config, layers) if swap else None
         run = EngineRun(scheduler, worker, {}, layers)
         scheduler.now = lambda: run.now_s

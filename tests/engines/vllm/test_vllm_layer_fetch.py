@@ -144,8 +144,7 @@ def test_preempted_request_gets_its_offloaded_layers_back_before_swap_out(pair):
     assert bool((worker.gpu_layers["layers.0"][list(GPU_BLOCKS)] == POISON).all())
     # Preempted to be swapped: the swap-out (same step) reads every layer
     # from the GPU blocks, so the offloaded ones are restored first.
-    scheduler_side.preempt_layers(_request("a", 40), list(GPU_BLOCKS), swapped=True)
-    assert scheduler_side.ledger.swap_out("a", list(GPU_BLOCKS), 40)
+    assert scheduler_side.preempt(_request("a", 40), list(GPU_BLOCKS), swap=True)
     meta = SwapMetadata(scheduler_side.ledger.take_step(), ledger.take_step())
     worker.handle_preemptions(meta)
     swapped = scheduler_side.ledger.swapped("a")

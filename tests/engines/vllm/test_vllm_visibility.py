@@ -41,7 +41,8 @@ def _load(run, n=6):
 
 
 def test_counters_reach_vllm_metrics_through_connector_stats(engine):
-    run = engine({"deadline_ms": 10_000, **SLO})
+    # vLLM's own preemptions swapped too, so that swaps are counted.
+    run = engine({"deadline_ms": 10_000, "engine_preemptions": "swap", **SLO})
     _load(run)
     run.run()
     counters = run.scheduler.planner_counters.snapshot()
@@ -87,7 +88,7 @@ def test_one_info_line_with_the_settings(vllm_config, caplog):
     assert "planner adapter on: PlannerSyncScheduler" in line
     assert "in process (deadline 7.0 ms, pipelined)" in line
     assert "SLO TTFT 0.2 s TBT 0.1 s" in line
-    assert "swap (64 CPU blocks)" in line
+    assert "swap (64 CPU blocks; vLLM's own preemptions by recompute)" in line
     assert "256 tokens / 8 requests per step" in line
     scheduler.shutdown()
 

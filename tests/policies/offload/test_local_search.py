@@ -17,6 +17,7 @@ from planner.bench.solvers_offload_instances import make_instance
 from planner.domain.offload import DecodeBatch, OffloadInputs, OffloadParams
 from planner.policies.offload.local_search import (
     NARROW_STEPS,
+    STAGGER_REQUESTS,
     TALLY,
     descend,
     fill_from_nothing,
@@ -111,8 +112,8 @@ def test_the_early_stop_never_changes_a_latency(problem, fraction):
 
 
 @settings(max_examples=60, deadline=None)
-@given(problems)
-def test_descend_ends_at_a_local_optimum_of_the_narrow_single_moves(problem):
+@given(problems, st.sampled_from([0, STAGGER_REQUESTS]))
+def test_descend_ends_at_a_local_optimum_of_the_narrow_single_moves(problem, stagger):
     start = _feasible_start(problem)
     if start is None:
         return
@@ -121,7 +122,7 @@ def test_descend_ends_at_a_local_optimum_of_the_narrow_single_moves(problem):
     before = _objective(problem, start)
     tally = np.zeros(len(TALLY), np.int64)
     latency, tiebreak, converged = descend(
-        kernel, choice, *before, new_work(1 << 40), NO_DEADLINE, tally
+        kernel, choice, *before, new_work(1 << 40), NO_DEADLINE, tally, stagger
     )
     assert converged
     # Its objective is the exact one, and it is no worse than the start.
@@ -147,12 +148,12 @@ def test_kicks_keep_the_best_plan_and_repeat_on_the_same_work(problem, kicks):
     plain = start.copy()
     tally = np.zeros(len(TALLY), np.int64)
     descended = descend(kernel, plain, *_objective(problem, start), new_work(1 << 40),
-                        NO_DEADLINE, tally)  # fmt: skip
+                        NO_DEADLINE, tally, 0)  # fmt: skip
     runs = []
     for _ in range(2):
         choice = start.copy()
         tally = np.zeros(len(TALLY), np.int64)
-        latency, tiebreak, _ = improve(kernel, new_work(5000), NO_DEADLINE, choice, kicks, tally)
+        latency, tiebreak, _ = improve(kernel, new_work(5000), NO_DEADLINE, choice, kicks, tally, 0)
         assert (latency, tiebreak) == _objective(problem, choice)
         assert tally[TALLY.index("kicks")] <= kicks
         runs.append((choice, latency, tiebreak))
