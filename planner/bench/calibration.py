@@ -99,6 +99,10 @@ class Settings:
     # Where the replayed profile charges the fitted per-request work
     # (planner.bench.engine_profile.PER_REQUEST_WORK).
     per_request: str = PER_REQUEST_ADMISSION
+    # Whether the admission queue's server also streams the output tokens
+    # (stream_s_per_token, fitted per repeat on STREAM_FIT_LOAD): one of
+    # STREAM_WORK.
+    stream_work: str = "fit"
 
     @property
     def limits(self) -> EngineLimits:
@@ -109,6 +113,16 @@ class Settings:
             max_running=self.max_running,
             max_model_len=self.max_model_len,
         )
+
+
+# stream_s_per_token: "fit" on each repeat's STREAM_FIT_LOAD as vLLM's own
+# scheduler served it (the grid STREAM_GRID_S whose replay comes closest to
+# vLLM's own TTFT p50 and p99 there, by the sum of the log ratios' sizes),
+# then used on every load of the repeat; "none": admissions only.
+STREAM_WORK = ("fit", "none")
+STREAM_FIT_LOAD = "steady"
+STREAM_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p99_s")
+STREAM_GRID_S = tuple(round(1e-4 * i, 6) for i in range(31))
 
 
 # The compared numbers: key, label, how to read it off PolicyMetrics.
@@ -661,6 +675,57 @@ def refit_profile(
     return result.fit
 
 
+def with_stream_work(profile_path: Path, stream_s: float, out_path: Path) -> None:
+    """The profile at profile_path with stream_s_per_token stream_s on every
+    cost entry, written to out_path."""
+    doc = json.loads(profile_path.read_text(encoding="utf-8"))
+    for entry in doc.get("cost", ()):
+        entry["stream_s_per_token"] = stream_s
+    out_path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+
+
+def stream_fit_error(measured: dict[str, float | None], replayed: dict[str, float | None]) -> float:
+    """How far the replay's STREAM_FIT_KEYS are from the measured ones: the
+    sum of the absolute log ratios (inf when one is missing or 0)."""
+    total = 0.0
+    for key in STREAM_FIT_KEYS:
+        a, b = measured.get(key), replayed.get(key)
+        if a is None or b is None or a <= 0 or b <= 0:
+            return math.inf
+        total += abs(math.log(b / a))
+    return total
+
+
+def fit_stream_work(
+    run: ServedRun,
+    *,
+    model_name: str,
+    profile_path: Path,
+    latency_s: float,
+    settings: Settings,
+    out_dir: Path,
+) -> tuple[float, float]:
+    """The stream_s_per_token of STREAM_GRID_S whose replay of run (vLLM's
+    own scheduler) comes closest to vLLM's own TTFT p50 and p99, and its
+    error (stream_fit_error)."""
+    measured = engine_side(run.counters)
+    stem = _run_stem(out_dir, run)
+    trace_path = stem.with_suffix(".trace.jsonl")
+    write_trace(trace_path, run_trace(run.records))
+    trial = out_dir / f"{profile_path.stem}.stream-trial.json"
+    json_out = out_dir / f"{stem.name}.stream-trial.replay.json"
+    best = (math.inf, 0.0)
+    for stream_s in STREAM_GRID_S:
+        with_stream_work(profile_path, stream_s, trial)
+        policy = dict(SIDES)[run.side]
+        cmd = replay_command(trace_path, f"{model_name}@{trial}", policy, settings, json_out)
+        replayed = engine_view(read_metrics(replay(cmd, json_out)), latency_s)
+        best = min(best, (stream_fit_error(measured, replayed), stream_s))
+    trial.unlink(missing_ok=True)
+    json_out.unlink(missing_ok=True)
+    return best[1], best[0]
+
+
 def predict(
     m: Measurement,
     out_dir: Path,
@@ -687,12 +752,32 @@ def predict(
             profile_path,
             settings.per_request,
         )
-        fits[repeat] = (profile_path, fit)
         constants = fit.cost.constants()
         admission_s = 0.0
+        stream_s: float | None = None
+        stream_error: float | None = None
         if settings.per_request == PER_REQUEST_ADMISSION:
             admission_s = constants["prefill_s_per_sequence"]
             constants["prefill_s_per_sequence"] = 0.0
+            fit_on = [
+                r
+                for r in m.runs
+                if r.repeat == repeat and r.load.name == STREAM_FIT_LOAD and r.side == "vllm"
+            ]
+            if settings.stream_work == "fit" and fit_on:
+                progress(f"repeat {repeat}: fitting the streaming work on {STREAM_FIT_LOAD}")
+                stream_s, stream_error = fit_stream_work(
+                    fit_on[0],
+                    model_name=model_name,
+                    profile_path=profile_path,
+                    latency_s=fit.latency_s,
+                    settings=settings,
+                    out_dir=out_dir,
+                )
+                streamed_path = profile_path.with_suffix(".stream.json")
+                with_stream_work(profile_path, stream_s, streamed_path)
+                profile_path = streamed_path
+        fits[repeat] = (profile_path, fit)
         profiles.append(
             {
                 **info,
@@ -700,6 +785,8 @@ def predict(
                 "constants": constants,
                 "latency_s": fit.latency_s,
                 "admission_s": admission_s,
+                "stream_s": stream_s,
+                "stream_fit_error": stream_error,
                 "fit_median_abs_error": fit.median_abs_error,
                 "fit_p90_abs_error": fit.p90_abs_error,
                 "rows": fit.rows,
@@ -882,7 +969,14 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
             f"{1e9 * c['attn_s_per_context_token']:.2f} ns per attended token + "
             f"{1e6 * c['prefill_s_per_sequence']:.0f} us per prefilling sequence; client latency "
             f"{1e3 * p['latency_s']:.1f} ms; admission queue "
-            f"{1e3 * p.get('admission_s', 0.0):.2f} ms per request; fit error median "
+            f"{1e3 * p.get('admission_s', 0.0):.2f} ms per request"
+            + (
+                f" + {1e3 * p['stream_s']:.1f} ms per streamed token (fitted on "
+                f"{STREAM_FIT_LOAD}, error {p['stream_fit_error']:.2f})"
+                if p.get("stream_s") is not None
+                else ""
+            )
+            + "; fit error median "
             f"{100 * p['fit_median_abs_error']:.0f} %, p90 {100 * p['fit_p90_abs_error']:.0f} %; "
             f"load average {p['load_average_before']} to {p['load_average_after']}"
         )
@@ -996,6 +1090,14 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "the request",
     )
     p.add_argument(
+        "--stream-work",
+        choices=STREAM_WORK,
+        default=d.stream_work,
+        help="with --per-request-work admission: the queue's server also streams the output "
+        f"tokens, its time per token fitted per repeat on the {STREAM_FIT_LOAD} load (fit, "
+        "the default), or admissions only (none)",
+    )
+    p.add_argument(
         "--measure-only",
         action="store_true",
         help="serve and profile, save the measurements in --out, replay nothing",
@@ -1031,6 +1133,8 @@ def command_line(args: argparse.Namespace) -> str:
         parts.append("--no-pin-cores")
     if args.per_request_work != d.per_request:
         parts += ["--per-request-work", args.per_request_work]
+    if args.stream_work != d.stream_work:
+        parts += ["--stream-work", args.stream_work]
     if args.measure_only:
         parts.append("--measure-only")
     if args.from_dir is not None:
@@ -1060,6 +1164,7 @@ def run(args: argparse.Namespace) -> int:
         quick=args.quick,
         pin_cores=args.pin_cores,
         per_request=args.per_request_work,
+        stream_work=args.stream_work,
     )
 
     def progress(message: str) -> None:
@@ -1072,7 +1177,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"planner bench calibration: --from: {e}")
             return EXIT_BAD_INPUT
         args.out.mkdir(parents=True, exist_ok=True)
-        measurement.settings = replace(measurement.settings, per_request=args.per_request_work)
+        measurement.settings = replace(
+            measurement.settings, per_request=args.per_request_work, stream_work=args.stream_work
+        )
         cal = predict(measurement, args.from_dir, progress=progress)
         cal.command = f"{measurement.command}` (measured), then `{command_line(args)}"
         loads = list({run.load.name: run.load for run in measurement.runs}.values())

@@ -8,7 +8,7 @@ import argparse
 import contextlib
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,7 +45,7 @@ from planner.replay.cluster_setup import (
     cluster_config,
 )
 from planner.replay.console import print_table
-from planner.replay.engine import Engine
+from planner.replay.engine import Engine, run_through_front_end
 from planner.replay.longctx_engine import LongctxEngine, LongctxRun
 from planner.replay.longctx_registry import make_longctx_policy
 from planner.replay.longctx_report import (
@@ -571,8 +571,6 @@ def _run_one(
     peer_kv_bytes: int,
     dram_copy_bytes: int | None,
 ) -> ReplayResult:
-    # Every policy gets a generator seeded alike: the same noise sequence.
-    cost = JitteredCost(setup.cost, jitter_cv, seed) if jitter_cv > 0 else setup.cost
     paging = SCHEDULERS[policy].paging
     engine_config, link = paging_target(
         paging,
@@ -582,20 +580,34 @@ def _run_one(
         peer_kv_bytes=peer_kv_bytes,
         dram_copy_bytes=dram_copy_bytes,
     )
-    engine = Engine(
-        engine_config,
-        make_scheduler(policy, setup.rotation, cfs),
-        cost,
-        link,
-        trace,
+
+    def make_engine(admitted_s: Sequence[float] | None) -> Engine:
+        # Every policy and every pass gets a generator seeded alike: the same
+        # noise sequence.
+        cost = JitteredCost(setup.cost, jitter_cv, seed) if jitter_cv > 0 else setup.cost
+        return Engine(
+            engine_config,
+            make_scheduler(policy, setup.rotation, cfs),
+            cost,
+            link,
+            trace,
+            admitted_s=admitted_s,
+        )
+
+    result, passes, change_s = run_through_front_end(
+        engine_config, trace, make_engine, progress=progress
     )
-    result = engine.run(progress=progress)
     config = {
         **setup.describe(),
         "policy": policy,
         **(
             {"cpu_kv_blocks": engine_config.cpu_kv_blocks, "paging_link": link.name}
             if paging is not Paging.ENGINE
+            else {}
+        ),
+        **(
+            {"front_end_passes": passes, "front_end_change_s": change_s}
+            if engine_config.stream_s_per_token > 0
             else {}
         ),
         "rate_scale": scale,

@@ -46,6 +46,8 @@ rejected; ``load_profile`` raises :class:`ProfileError` naming the field, e.g.
                                                            latency beyond the iterations
          "admission_s_per_request": 0.003,                optional, >= 0: serial
                                                            per-request work ahead of it
+         "stream_s_per_token": 0.0003,                    optional, >= 0: the same
+                                                           server's work per streamed token
          "notes": "..."}                                   any subset of the seven constants;
                                                            notes: how they were obtained
       ]
@@ -73,7 +75,10 @@ latencies (0 when not given). ``admission_s_per_request`` is not one either:
 the serving front end's per-request work (request setup, tokenization,
 handing the request to the engine) that requests go through one at a time
 before the engine sees them; ``planner replay`` models it as a queue in
-front of the engine (0 when not given: no queue).
+front of the engine (0 when not given: no queue). ``stream_s_per_token`` is
+that front end's work per output token it streams (detokenizing and sending
+it): the same server serves both, so admissions wait behind the streaming of
+the running requests' tokens (0 when not given).
 The link's curve semantics are in :mod:`planner.profiles.link`. The loaded
 hardware's ``h2d_gbps`` / ``d2h_gbps`` (what rotation uses) are the link's
 large-transfer rates with both directions busy.
@@ -128,6 +133,8 @@ class MeasuredProfile:
     request_latency: dict[tuple[str, int], float] = field(default_factory=dict)
     # Serial per-request work in front of the engine, per cost entry.
     admission: dict[tuple[str, int], float] = field(default_factory=dict)
+    # The same front end's work per streamed output token, per cost entry.
+    streaming: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def find_model(self, name: str) -> ModelProfile | None:
         """A model of this file, else a built-in one (aliases allowed)."""
@@ -158,6 +165,13 @@ class MeasuredProfile:
         found = self.find_model(model)
         name = found.name if found is not None else model
         return self.admission.get((name, tensor_parallel), 0.0)
+
+    def stream_s_per_token(self, model: str, tensor_parallel: int = 1) -> float:
+        """The measured front end's work per streamed output token of
+        ``model``, 0 when the file gives none."""
+        found = self.find_model(model)
+        name = found.name if found is not None else model
+        return self.streaming.get((name, tensor_parallel), 0.0)
 
 
 # --- Reading ------------------------------------------------------------------------
@@ -323,6 +337,7 @@ def profile_from_dict(doc: Any) -> MeasuredProfile:
         cost_notes=entries.notes,
         request_latency=entries.request_latency,
         admission=entries.admission,
+        streaming=entries.streaming,
     )
 
 
@@ -470,6 +485,7 @@ class _CostEntries:
     notes: dict[tuple[str, int], str]
     request_latency: dict[tuple[str, int], float]
     admission: dict[tuple[str, int], float]
+    streaming: dict[tuple[str, int], float]
 
 
 def _cost_entries(
@@ -479,6 +495,7 @@ def _cost_entries(
     notes: dict[tuple[str, int], str] = {}
     latency: dict[tuple[str, int], float] = {}
     admission: dict[tuple[str, int], float] = {}
+    streaming: dict[tuple[str, int], float] = {}
     for i, item in enumerate(items):
         f = _Fields(item, f"cost[{i}]")
         name = f.string("model")
@@ -503,6 +520,8 @@ def _cost_entries(
             latency[key] = f.number("request_latency_s", check=_non_negative, expect=">= 0")
         if f.has("admission_s_per_request"):
             admission[key] = f.number("admission_s_per_request", check=_non_negative, expect=">= 0")
+        if f.has("stream_s_per_token"):
+            streaming[key] = f.number("stream_s_per_token", check=_non_negative, expect=">= 0")
         note = f.string("notes", required=False)
         f.done()
         try:
@@ -513,7 +532,7 @@ def _cost_entries(
         out[key] = values
         if note:
             notes[key] = note
-    return _CostEntries(out, notes, latency, admission)
+    return _CostEntries(out, notes, latency, admission, streaming)
 
 
 # --- Writing ------------------------------------------------------------------------
@@ -609,6 +628,11 @@ def profile_to_dict(profile: MeasuredProfile) -> dict[str, Any]:
                 **(
                     {"admission_s_per_request": profile.admission[(model, tp)]}
                     if (model, tp) in profile.admission
+                    else {}
+                ),
+                **(
+                    {"stream_s_per_token": profile.streaming[(model, tp)]}
+                    if (model, tp) in profile.streaming
                     else {}
                 ),
                 **(

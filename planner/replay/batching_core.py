@@ -84,6 +84,11 @@ class EngineConfig:
     # time in arrival order, each taking this long, and reach the engine when
     # done; their latencies are still counted from the arrival. 0: no queue.
     admission_s_per_request: float = 0.0
+    # The same front end's work per output token it streams (a measured
+    # profile's stream_s_per_token): one server serves admissions and the
+    # running requests' tokens in the order they come, so a request waits
+    # behind the tokens streamed before it arrived. 0: admissions only.
+    stream_s_per_token: float = 0.0
     # Seconds an iteration spends per sequence it prefills (the cost model's
     # prefill_s_per_sequence): charged on top of the cost model's time.
     prefill_s_per_sequence: float = 0.0

@@ -67,14 +67,20 @@ class Engine(BatchingCore):
         link: TransferCost | None,
         trace: Sequence[TraceRequest],
         *,
+        admitted_s: Sequence[float] | None = None,
         pairs_cost: AttentionPairsCost | None = None,
         residency: KvResidency | None = None,
         rejects: npt.NDArray[np.bool_] | None = None,
     ) -> None:
-        """pairs_cost and residency: as BatchingCore's; rejects: which
-        requests are rejected on arrival (by default never_fits)."""
+        """admitted_s: when each request of the trace leaves the front end and
+        reaches the engine (run_through_front_end's passes); None: after the
+        request latency and the admission queue of the config alone.
+        pairs_cost and residency: as BatchingCore's; rejects: which requests
+        are rejected on arrival (by default never_fits)."""
         self.trace = trace
         seen = _seen_by_engine(trace, config.request_latency_s, config.admission_s_per_request)
+        if admitted_s is not None:
+            seen = [replace(t, arrival_s=at) for t, at in zip(trace, admitted_s, strict=True)]
         requests = RequestColumns.from_trace(seen, config.slo)
         prefix = (
             PrefixCache(
@@ -419,6 +425,68 @@ def admission_exits_s(entries_s: Sequence[float], service_s: float) -> list[floa
         free_s = max(entries_s[i], free_s) + service_s
         exits[i] = free_s
     return exits
+
+
+def front_end_exits_s(
+    entries_s: Sequence[float],
+    admission_s: float,
+    token_times_s: Sequence[float],
+    stream_s: float,
+) -> list[float]:
+    """When each request leaves a front end with one server that serves, in
+    the order they come, admissions (admission_s each, entered at entries_s)
+    and streamed output tokens (stream_s each, at token_times_s); at equal
+    times admissions first, and among them the given order."""
+    events = sorted(
+        [(t, 0, i) for i, t in enumerate(entries_s)] + [(t, 1, -1) for t in token_times_s]
+    )
+    exits = [0.0] * len(entries_s)
+    free_s = -math.inf
+    for at, kind, i in events:
+        free_s = max(at, free_s) + (stream_s if kind else admission_s)
+        if not kind:
+            exits[i] = free_s
+    return exits
+
+
+# The front end's passes: a replay of the engine gives the tokens streamed,
+# the tokens give when each request passes the front end, and that the next
+# replay's arrivals; the passes stop when the arrivals stay within
+# FRONT_END_TOLERANCE_S of the last pass's (a fixed point), or after
+# FRONT_END_PASSES.
+FRONT_END_PASSES = 16
+FRONT_END_TOLERANCE_S = 1e-6
+
+
+def run_through_front_end(
+    config: EngineConfig,
+    trace: Sequence[TraceRequest],
+    make_engine: Callable[[Sequence[float] | None], Engine],
+    progress: Callable[[float], None] | None = None,
+) -> tuple[ReplayResult, int, float]:
+    """A replay of the trace with the config's front end (admissions and the
+    streaming of output tokens on one server, stream_s_per_token > 0): the
+    result of the last pass, the passes run, and the largest change of an
+    arrival at the engine between the last two (0: a fixed point). Without
+    streaming work, one plain pass."""
+    result = make_engine(None).run(progress)
+    if config.stream_s_per_token == 0.0 or not trace:
+        return result, 1, 0.0
+    entries_s = [t.arrival_s + config.request_latency_s for t in trace]
+    used_s = admission_exits_s(entries_s, config.admission_s_per_request)
+    change_s = math.inf
+    passes = 1
+    while True:
+        tokens_s = [t for r in result.requests for t in r.token_times_s]
+        exits_s = front_end_exits_s(
+            entries_s, config.admission_s_per_request, tokens_s, config.stream_s_per_token
+        )
+        change_s = max(abs(a - b) for a, b in zip(exits_s, used_s, strict=True))
+        if change_s <= FRONT_END_TOLERANCE_S or passes >= FRONT_END_PASSES:
+            return result, passes, change_s
+        used_s = exits_s
+        result = make_engine(exits_s).run(progress)
+        passes += 1
 
 
 @contextlib.contextmanager

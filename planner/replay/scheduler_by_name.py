@@ -87,7 +87,16 @@ SCHEDULERS.register(
     "lvf-vllm",
     SchedulingPolicy(lambda setup: LvfAsVllmAdapter(setup.rotation)),
     summary="lvf as the vLLM adapter applies it: asked only while a victim exists, "
-    "its plan applied only when it preempts, vLLM's own order otherwise",
+    "its plan applied only when it preempts, vLLM's own order and recompute otherwise",
+    served_by=PLAN_ROTATION,
+)
+SCHEDULERS.register(
+    "lvf-vllm-swap",
+    SchedulingPolicy(
+        lambda setup: LvfAsVllmAdapter(setup.rotation, name="lvf-vllm-swap", swaps=True)
+    ),
+    summary="lvf-vllm with the adapter's engine_preemptions: swap "
+    "(vLLM's own preemptions swapped out by the connector, not recomputed)",
     served_by=PLAN_ROTATION,
 )
 SCHEDULERS.register(

@@ -280,15 +280,17 @@ class LvfAsVllmAdapter:
     TPOT slack, or lost by more than lost_slack_tbts), and its plan is
     applied only when it preempts: its victims swap out and the requests it
     prioritizes go first, ahead of vLLM's order. Every other iteration is
-    vLLM's own (fcfs-vllm), with preemption by swap (the adapter's swap
-    connector) and the swapped requests first in line, as vLLM puts a
-    preempted request back at the head of its waiting queue. The adapter's
+    vLLM's own (fcfs-vllm): its preemptions recompute, as the adapter's
+    default engine_preemptions "recompute" leaves them (swaps=True: the
+    connector swaps them out, engine_preemptions "swap"), and the preempted
+    requests go first in line, as vLLM puts a preempted request back at the
+    head of its waiting queue. The adapter's
     one-step lag (pipelined planning: a plan made on the last step's
     snapshot) is not modelled."""
 
     inputs: RotationInputs
     name: str = "lvf-vllm"
-    swaps: bool = True
+    swaps: bool = False
     keeps_cpu_copies: bool = False
     in_order: bool = True
     idle_unless_waiting: bool = True

@@ -75,6 +75,7 @@ class ReplaySetup:
             "max_running": e.max_running,
             "request_latency_s": e.request_latency_s,
             "admission_s_per_request": e.admission_s_per_request,
+            "stream_s_per_token": e.stream_s_per_token,
             "prefix_cache": e.prefix_cache,
             "prefix_block_tokens": e.prefix_block_tokens,
             "prefill_s_per_sequence": e.prefill_s_per_sequence,
@@ -93,6 +94,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
     model_name, sep, hardware_name = profile.partition("@")
     request_latency_s = 0.0
     admission_s = 0.0
+    stream_s = 0.0
     if not sep or not model_name or not hardware_name:
         raise ProfileError("profile", f"expected MODEL@HARDWARE, got {profile!r}")
     if hardware_name.endswith(".json") or Path(hardware_name).is_file():
@@ -105,6 +107,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         request_latency_s = measured.request_latency_s(model.name, knobs.tensor_parallel)
         if knobs.admission_queue:
             admission_s = measured.admission_s_per_request(model.name, knobs.tensor_parallel)
+            stream_s = measured.stream_s_per_token(model.name, knobs.tensor_parallel)
     else:
         found_model = find_model(model_name)
         found_hardware = find_hardware(hardware_name)
@@ -140,6 +143,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         slo=knobs.slo,
         request_latency_s=request_latency_s,
         admission_s_per_request=admission_s,
+        stream_s_per_token=stream_s,
         prefix_cache=knobs.prefix_cache,
         prefix_block_tokens=knobs.prefix_block_tokens,
         prefill_s_per_sequence=cost.constants.prefill_s_per_sequence,

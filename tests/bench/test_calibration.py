@@ -5,6 +5,7 @@ table."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -29,7 +30,9 @@ from planner.bench.calibration import (
     relative_error,
     run_trace,
     save_measurement,
+    stream_fit_error,
     targets,
+    with_stream_work,
 )
 from planner.bench.calibration_loads import LOADS, QUICK_LOADS
 from planner.bench.openai_stream import StreamRecord
@@ -207,3 +210,22 @@ def test_a_saved_measurement_loads_back_as_it_was(tmp_path):
     (tmp_path / MEASUREMENTS).unlink()
     with pytest.raises(ValueError, match="no measurement"):
         load_measurement(tmp_path)
+
+
+def test_the_streaming_fit_weighs_the_ttft_median_and_tail_alike():
+    measured = {"engine_ttft_p50_s": 0.02, "engine_ttft_p99_s": 0.06}
+    assert stream_fit_error(measured, dict(measured)) == 0.0
+    # Twice the median and half the tail: log 2 each.
+    off = {"engine_ttft_p50_s": 0.04, "engine_ttft_p99_s": 0.03}
+    assert stream_fit_error(measured, off) == pytest.approx(2 * math.log(2))
+    assert stream_fit_error(measured, {**off, "engine_ttft_p99_s": None}) == math.inf
+
+
+def test_the_streaming_work_goes_on_every_cost_entry(tmp_path):
+    src = tmp_path / "p.json"
+    src.write_text('{"name": "x", "cost": [{"model": "a"}, {"model": "b"}]}', encoding="utf-8")
+    out = tmp_path / "q.json"
+    with_stream_work(src, 0.0012, out)
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert [e["stream_s_per_token"] for e in doc["cost"]] == [0.0012, 0.0012]
+    assert doc["name"] == "x"

@@ -69,9 +69,13 @@ def test_calibration_runs_end_to_end_and_reports_every_error(
     # The bursts overflow the KV pool, in the engine and in the replay.
     assert bursts["vllm"].engine_counters["preemptions"] > 0
     assert bursts["vllm"].predicted["preemptions"] > 0
-    # The plugin's connector swaps what vLLM preempts (the planner itself is
-    # asked only while a running request could be a victim: maybe never).
-    assert bursts["rotation"].engine_counters["swap_outs"] > 0
+    # With the plugin the bursts overflow too; vLLM's own preemptions are
+    # recomputed as without it, so only a plan the planner was asked for
+    # (only while a running request could be a victim: maybe never) swaps.
+    rotation = bursts["rotation"].engine_counters
+    assert rotation["preemptions"] > 0
+    if rotation.get("planner_calls", 0) == 0:
+        assert rotation.get("swap_outs", 0) == 0
 
     [profile_info] = cal.profiles
     profile = load_profile(profile_info["path"])

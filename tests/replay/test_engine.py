@@ -16,7 +16,13 @@ import pytest
 from planner.domain.rotation import RotationInputs, RotationParams
 from planner.profiles.fit import LinearCost
 from planner.profiles.link import LinkModel
-from planner.replay.engine import Engine, EngineConfig, admission_exits_s
+from planner.replay.engine import (
+    Engine,
+    EngineConfig,
+    admission_exits_s,
+    front_end_exits_s,
+    run_through_front_end,
+)
 from planner.replay.records import ReplayResult
 from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
 from planner.replay.schedulers import EngineView, Fcfs, SchedulePlan
@@ -646,6 +652,69 @@ def test_an_admission_queue_spaces_a_burst_before_the_engine():
         assert o.token_times_s[0] == pytest.approx(0.01 + 0.05 * (i + 1) + prefill_s)
     with pytest.raises(ValueError, match="admission_s_per_request"):
         run(-0.01)
+
+
+def test_a_front_end_serves_admissions_and_streamed_tokens_in_the_order_they_come():
+    # Admissions take 10 ms, tokens 1 ms: the request entering at 0.1 waits
+    # behind the five tokens streamed from 0.095 (the server is busy to 0.1),
+    # the one at 0.5 finds it idle; a token at the same time as an admission
+    # comes after it.
+    tokens = [0.095] * 5 + [0.5]
+    assert front_end_exits_s([0.0, 0.1, 0.5], 0.01, tokens, 0.001) == pytest.approx(
+        [0.01, 0.11, 0.51]
+    )
+    assert front_end_exits_s([0.0, 0.0999], 0.01, [0.05] * 20, 0.004) == pytest.approx(
+        [0.01, 0.05 + 20 * 0.004 + 0.01]
+    )
+    # Without streaming work it is the admission queue.
+    entries = [0.0, 0.0, 0.05, 1.0]
+    assert front_end_exits_s(entries, 0.02, [0.01, 0.03], 0.0) == pytest.approx(
+        admission_exits_s(entries, 0.02)
+    )
+
+
+def test_requests_wait_behind_the_tokens_the_front_end_streams():
+    # One long request arrives first and decodes; a second arrives while
+    # its tokens stream. With streaming work on the front end the second
+    # reaches the engine later, the more the longer each token takes, and
+    # the replay stops at a fixed point: its arrivals are what its tokens
+    # give.
+    trace = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=40, output_tokens=200, id="long"),
+        TraceRequest(arrival_s=0.1, prompt_tokens=40, output_tokens=2, id="late"),
+    ]
+    cost = LinearCost(1e-3, 1e-5, 2e-4, 0.0)
+    link = LinkModel.flat(10.0, 10.0, full_duplex=True)
+
+    def run(stream_s: float) -> tuple[ReplayResult, int, float]:
+        config = EngineConfig(
+            gpu_kv_blocks=64,
+            cpu_kv_blocks=0,
+            block_bytes=1,
+            admission_s_per_request=0.001,
+            stream_s_per_token=stream_s,
+        )
+        return run_through_front_end(
+            config,
+            trace,
+            lambda admitted_s: Engine(config, Fcfs(), cost, link, trace, admitted_s=admitted_s),
+        )
+
+    alone, passes, change_s = run(0.0)
+    assert passes == 1 and change_s == 0.0
+    slow, passes, change_s = run(0.002)
+    assert passes > 1 and change_s <= 1e-6
+    ttft = [r.token_times_s[0] - r.arrival_s for r in (alone.requests[1], slow.requests[1])]
+    # The long request streams a token per iteration (about 1.2 ms) at 2 ms
+    # each: by 0.1 the front end is far behind.
+    assert ttft[1] > ttft[0] + 0.05
+    assert slow.requests[0].token_times_s[0] == alone.requests[0].token_times_s[0]
+    tokens = [t for r in slow.requests for t in r.token_times_s]
+    exits = front_end_exits_s([0.0, 0.1], 0.001, tokens, 0.002)
+    # At the fixed point the late request reached the engine when its
+    # tokens say it left the front end: its first token within a few
+    # iterations after that.
+    assert exits[1] < slow.requests[1].token_times_s[0] < exits[1] + 0.01
 
 
 def test_the_per_sequence_cost_is_charged_once_per_prefilling_sequence():

@@ -236,13 +236,18 @@ def test_make_scheduler_names_and_flags() -> None:
         "fcfs-vllm": (False, False),
         "lvf": (True, True),
         "lvf-paper": (True, True),
-        "lvf-vllm": (True, False),
+        "lvf-vllm": (False, False),
+        "lvf-vllm-swap": (True, False),
         "waiting-first": (True, False),
         "swapped-first": (True, False),
         "cfs": (True, False),
         "cfs-peer": (True, False),
     }
-    assert [name for name, s in made.items() if s.running_first] == ["fcfs-vllm", "lvf-vllm"]
+    assert [name for name, s in made.items() if s.running_first] == [
+        "fcfs-vllm",
+        "lvf-vllm",
+        "lvf-vllm-swap",
+    ]
     with pytest.raises(ValueError, match="unknown policy 'sjf'"):
         make_scheduler("sjf", RotationInputs())
 
@@ -471,13 +476,26 @@ def test_fcfs_preempts_the_most_recent_by_recompute() -> None:
     assert [s.prefill_tokens for s in result.timeline if s.prefill_tokens] == [8, 5]
 
 
-def test_lvf_vllm_with_no_victim_preempts_as_vllm_does_but_by_swap() -> None:
+def test_lvf_vllm_with_no_victim_preempts_as_vllm_does() -> None:
     # fcfs's case: nobody could be a victim (no TPOT slack to spare yet), so
     # every step is vLLM's own; B, admitted last, is preempted when the
-    # decodes need a block, swapped out (the adapter's connector) instead of
-    # recomputed, and swapped back in once A has finished.
+    # decodes need a block and recomputed, exactly as fcfs-vllm does it.
     trace = [req(0.0, 4, 8, "A"), req(0.0, 4, 8, "B")]
     engine, result = simulate(trace, config(gpu=3), "lvf-vllm", lvf_inputs())
+    _, vllm = simulate(trace, config(gpu=3), "fcfs-vllm", lvf_inputs())
+    assert result.totals.preemptions == 1 and result.totals.swap_outs == 0
+    assert result.requests[1].recomputed_tokens > 0
+    assert [o.token_times_s for o in result.requests] == [o.token_times_s for o in vllm.requests]
+    assert isinstance(engine.scheduler, LvfAsVllmAdapter) and engine.scheduler.asked == 0
+    check_all_finished(result, trace)
+
+
+def test_lvf_vllm_swap_swaps_vllms_own_preemptions() -> None:
+    # The same case with engine_preemptions "swap": B is swapped out (the
+    # adapter's connector) instead of recomputed, and swapped back in once A
+    # has finished.
+    trace = [req(0.0, 4, 8, "A"), req(0.0, 4, 8, "B")]
+    engine, result = simulate(trace, config(gpu=3), "lvf-vllm-swap", lvf_inputs())
     assert [e for e in engine.events if e[2] == "B"][:1] == [(1, "swap_out", "B")]
     assert {e for _, e, _ in engine.events} == {"swap_out", "swap_in"}
     assert result.totals.preemptions == result.totals.swap_outs == 1
