@@ -18,7 +18,14 @@ what a model switch costs it.
   slices prewarmed by ``plan_placement``; ``choose_chunk``; one
   ``RhoTuner`` per resident model; a switch costs engine set-up (the
   paper's 50 ms). A model with every weight resident runs as dedicated
-  runs its own (``resident_like_hbm``).
+  runs its own (``resident_like_hbm``). When the KV of the requests in
+  flight, or of one it would admit, needs HBM its resident weights hold, it
+  drops weights (they stream instead) only if the decode batch that room
+  lets run makes more tokens per second (the slice's residents taking
+  turns) than the batch without it; else the request waits or the youngest
+  running one swaps out (``kv_takes_weights``).
+- ``c2cserve-kv-first``: c2cserve dropping resident weights whenever the
+  KV needs their room.
 - ``c2cserve-light-share``: c2cserve sharing only light slices: a model
   joins a slice only if its residents' requests in flight and its own are
   at most ``share_max_in_flight``, and a shared slice busier than that
@@ -72,6 +79,11 @@ STATIC = "static"
 TUNER = "tuner"
 BEST_STATIC = "best-static"
 NO_RHO = "none"
+# When a slice's KV needs the HBM its resident weights hold: drop weights
+# whenever it does, or only when the decode batch the room lets run makes
+# more tokens per second than the batch that runs without it.
+KV_TAKES_WEIGHTS = "always"
+KV_TAKES_WEIGHTS_WHEN_FASTER = "when-faster"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +129,9 @@ class ServerlessPolicy:
     # for), and the resident weights' HBM reads timed as the baselines'
     # weight reads (a roofline term of their own, partly resident models too).
     resident_like_hbm: bool = False
+    # Policies that keep weights resident: when the KV of requests in flight
+    # or admitted may take the HBM of resident weights (KV_TAKES_WEIGHTS*).
+    kv_takes_weights: str = KV_TAKES_WEIGHTS
 
     @property
     def respects_link_budget(self) -> bool:
@@ -124,6 +139,7 @@ class ServerlessPolicy:
 
 
 C2CSERVE = "c2cserve"
+C2CSERVE_KV_FIRST = "c2cserve-kv-first"
 C2CSERVE_LIGHT_SHARE = "c2cserve-light-share"
 C2CSERVE_CHUNKED = "c2cserve-chunked"
 C2CSERVE_STREAM = "c2cserve-stream"
@@ -143,6 +159,16 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
     (
         ServerlessPolicy(
             C2CSERVE,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            keeps_resident=True,
+            resident_like_hbm=True,
+            kv_takes_weights=KV_TAKES_WEIGHTS_WHEN_FASTER,
+        ),
+        ServerlessPolicy(
+            C2CSERVE_KV_FIRST,
             streams=True,
             preempts=True,
             shares=True,
@@ -232,7 +258,9 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
     summaries={
         C2CSERVE: "C2CServe: what fits of the weights resident next to the KV on slices that "
         "hold the whole model (all resident: prefilled as dedicated prefills, in one large "
-        "chunk), the rest streamed over C2C; queue-aware scheduling",
+        "chunk), the rest streamed over C2C; KV takes resident weights' HBM only when that "
+        "raises the slice's decode tokens/s; queue-aware scheduling",
+        C2CSERVE_KV_FIRST: "c2cserve dropping resident weights whenever the KV needs their HBM",
         C2CSERVE_LIGHT_SHARE: "c2cserve sharing a slice only while its requests in flight stay "
         "within --share-max-in-flight, shedding a model from a busier one",
         C2CSERVE_CHUNKED: "c2cserve choosing prefill chunks and rho for resident weights as "
