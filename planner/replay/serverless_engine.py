@@ -114,11 +114,13 @@ from planner.replay.serverless_policies import (
     C2CSERVE_CHUNKED,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_KV_CAP,
     C2CSERVE_KV_FIRST,
     C2CSERVE_LIGHT_SHARE,
     C2CSERVE_PARTIAL,
     C2CSERVE_STREAM,
     DEDICATED,
+    KV_TAKES_WEIGHTS_WHEN_ALONE,
     KV_TAKES_WEIGHTS_WHEN_FASTER,
     RANDOM,
     RANDOM_PLACEMENT,
@@ -139,6 +141,7 @@ __all__ = [
     "C2CSERVE_CHUNKED",
     "C2CSERVE_EXCLUSIVE",
     "C2CSERVE_INACTIVE",
+    "C2CSERVE_KV_CAP",
     "C2CSERVE_KV_FIRST",
     "C2CSERVE_LIGHT_SHARE",
     "C2CSERVE_PARTIAL",
@@ -1034,6 +1037,10 @@ class ServerlessEngine:
             return False
         before = [o.resident_bytes for o in s.residents]
         split = resident_split(before, free, tokens * self._kv_token_bytes)
+        if self._p.kv_takes_weights == KV_TAKES_WEIGHTS_WHEN_ALONE and (
+            without or any(o.running for o in s.residents if o is not r)
+        ):
+            return False
         if self._p.kv_takes_weights == KV_TAKES_WEIGHTS_WHEN_FASTER:
             judged = max(tokens, judged_tokens) * self._kv_token_bytes
             kept = [float(k) for k in resident_split(before, free, min(judged, free))]

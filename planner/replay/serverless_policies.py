@@ -26,6 +26,9 @@ what a model switch costs it.
   running one swaps out (``kv_takes_weights``).
 - ``c2cserve-kv-first``: c2cserve dropping resident weights whenever the
   KV needs their room.
+- ``c2cserve-kv-cap``: c2cserve dropping resident weights only for the KV
+  of a request alone on its slice: with others in flight the KV is capped
+  at what fits next to the weights, as on the HBM baselines' slices.
 - ``c2cserve-light-share``: c2cserve sharing only light slices: a model
   joins a slice only if its residents' requests in flight and its own are
   at most ``share_max_in_flight``, and a shared slice busier than that
@@ -84,6 +87,9 @@ NO_RHO = "none"
 # more tokens per second than the batch that runs without it.
 KV_TAKES_WEIGHTS = "always"
 KV_TAKES_WEIGHTS_WHEN_FASTER = "when-faster"
+# ... or only for a request alone on the slice (else it waits, or the
+# youngest running request swaps out, as on a slice with every weight in HBM).
+KV_TAKES_WEIGHTS_WHEN_ALONE = "when-alone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +146,7 @@ class ServerlessPolicy:
 
 C2CSERVE = "c2cserve"
 C2CSERVE_KV_FIRST = "c2cserve-kv-first"
+C2CSERVE_KV_CAP = "c2cserve-kv-cap"
 C2CSERVE_LIGHT_SHARE = "c2cserve-light-share"
 C2CSERVE_CHUNKED = "c2cserve-chunked"
 C2CSERVE_STREAM = "c2cserve-stream"
@@ -175,6 +182,16 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
             prewarm=True,
             keeps_resident=True,
             resident_like_hbm=True,
+        ),
+        ServerlessPolicy(
+            C2CSERVE_KV_CAP,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            keeps_resident=True,
+            resident_like_hbm=True,
+            kv_takes_weights=KV_TAKES_WEIGHTS_WHEN_ALONE,
         ),
         ServerlessPolicy(
             C2CSERVE_LIGHT_SHARE,
@@ -261,6 +278,8 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
         "chunk), the rest streamed over C2C; KV takes resident weights' HBM only when that "
         "raises the slice's decode tokens/s; queue-aware scheduling",
         C2CSERVE_KV_FIRST: "c2cserve dropping resident weights whenever the KV needs their HBM",
+        C2CSERVE_KV_CAP: "c2cserve dropping resident weights for the KV of a request alone on "
+        "its slice only",
         C2CSERVE_LIGHT_SHARE: "c2cserve sharing a slice only while its requests in flight stay "
         "within --share-max-in-flight, shedding a model from a busier one",
         C2CSERVE_CHUNKED: "c2cserve choosing prefill chunks and rho for resident weights as "

@@ -20,6 +20,7 @@ from planner.replay.serverless_engine import (
     C2CSERVE_CHUNKED,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_KV_CAP,
     C2CSERVE_KV_FIRST,
     C2CSERVE_LIGHT_SHARE,
     C2CSERVE_PARTIAL,
@@ -699,3 +700,24 @@ def test_c2cserve_queues_a_request_whose_kv_would_evict_weights_that_make_decode
     # once their prefills are done); admitting the big prompt slowed them
     # (to 87-140 ms a step while it prefilled), so the last ends ~2.5 s later.
     assert last_of_eight + 2.0 < first_eight_done
+
+
+def test_c2cserve_kv_cap_drops_weights_only_for_a_request_alone() -> None:
+    """The eight requests and the 38,000-token prompt above, on the whole
+    405 GB/s link: streaming 5 GB takes ~12 ms, within the resident
+    weights' HBM reads, so c2cserve admits the prompt next to the eight;
+    c2cserve-kv-cap holds it back while any request runs and, once it is
+    alone, drops the weights its KV needs instead of rejecting it."""
+    cfg = config()
+    eight = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=3800, output_tokens=400, id=f"r{i}", model="a")
+        for i in range(8)
+    ]
+    big = TraceRequest(arrival_s=5.0, prompt_tokens=38_000, output_tokens=3, id="big", model="a")
+    for policy, waits in ((C2CSERVE, False), (C2CSERVE_KV_CAP, True)):
+        run = ServerlessEngine(cfg, policy, [*eight, big]).run()
+        assert run.stats.rejected == 0
+        assert all(o.finish_s is not None for o in run.result.requests)
+        last_of_eight = max(o.finish_s or 0.0 for o in run.result.requests if o.id != "big")
+        first_token = next(o for o in run.result.requests if o.id == "big").token_times_s[0]
+        assert (first_token >= last_of_eight) == waits, policy
