@@ -114,10 +114,14 @@ from planner.replay.serverless_policies import (
     C2CSERVE_CHUNKED,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_KV_CAP,
+    C2CSERVE_KV_FIRST,
     C2CSERVE_LIGHT_SHARE,
     C2CSERVE_PARTIAL,
     C2CSERVE_STREAM,
     DEDICATED,
+    KV_TAKES_WEIGHTS_WHEN_ALONE,
+    KV_TAKES_WEIGHTS_WHEN_FASTER,
     RANDOM,
     RANDOM_PLACEMENT,
     SERVERLESS_POLICIES,
@@ -137,6 +141,8 @@ __all__ = [
     "C2CSERVE_CHUNKED",
     "C2CSERVE_EXCLUSIVE",
     "C2CSERVE_INACTIVE",
+    "C2CSERVE_KV_CAP",
+    "C2CSERVE_KV_FIRST",
     "C2CSERVE_LIGHT_SHARE",
     "C2CSERVE_PARTIAL",
     "C2CSERVE_STREAM",
@@ -1009,19 +1015,77 @@ class ServerlessEngine:
             o.resident_bytes = float(kept)
         r.resident_bytes = float(split[-1])
 
-    def _make_room(self, s: _Slice, tokens: int) -> bool:
+    def _make_room(
+        self,
+        s: _Slice,
+        tokens: int,
+        r: _Resident,
+        with_room: list[_Req],
+        without: list[_Req],
+        *,
+        judged_tokens: int = 0,
+    ) -> bool:
         """Drop resident weights of ``s`` (no copy: they stream instead)
-        until its KV holds ``tokens``; whether it does."""
-        free = s.free_bytes - sum(r.copying_bytes for r in s.residents)
+        until its KV holds ``tokens``; whether it does. ``with_room`` and
+        ``without``: the decodes ``r`` runs if the room is made and if not;
+        under KV_TAKES_WEIGHTS_WHEN_FASTER the weights go only when the
+        first makes the slice more decode tokens per second, with the
+        weights left once the KV holds ``judged_tokens`` (at least
+        ``tokens``: a prefill's whole prompt, not its next chunk)."""
+        free = s.free_bytes - sum(o.copying_bytes for o in s.residents)
         if not self._p.keeps_resident or tokens * self._kv_token_bytes > free:
             return False
-        split = resident_split(
-            [r.resident_bytes for r in s.residents], free, tokens * self._kv_token_bytes
-        )
-        for r, kept in zip(s.residents, split, strict=True):
-            r.resident_bytes = float(kept)
+        before = [o.resident_bytes for o in s.residents]
+        split = resident_split(before, free, tokens * self._kv_token_bytes)
+        if self._p.kv_takes_weights == KV_TAKES_WEIGHTS_WHEN_ALONE and (
+            without or any(o.running for o in s.residents if o is not r)
+        ):
+            return False
+        if self._p.kv_takes_weights == KV_TAKES_WEIGHTS_WHEN_FASTER:
+            judged = max(tokens, judged_tokens) * self._kv_token_bytes
+            kept = [float(k) for k in resident_split(before, free, min(judged, free))]
+            if kept != before and self._decode_rate(s, r, with_room, kept) <= (
+                self._decode_rate(s, r, without, before)
+            ):
+                return False
+        for o, k in zip(s.residents, split, strict=True):
+            o.resident_bytes = float(k)
         self._refresh_kv_capacity(s)
         return s.kv_capacity >= tokens
+
+    def _decode_rate(
+        self, s: _Slice, r: _Resident, batch: list[_Req], resident: list[float]
+    ) -> float:
+        """Decode tokens per second of ``s``, its residents taking turns,
+        with ``batch`` as ``r``'s decodes, the others' running ones, and
+        ``resident`` bytes of weights kept per resident."""
+        tokens, seconds = 0, 0.0
+        for o, kept in zip(s.residents, resident, strict=True):
+            decodes = batch if o is r else o.running
+            if decodes:
+                tokens += len(decodes)
+                seconds += self._decode_s(s, o, decodes, kept)
+        return tokens / seconds if seconds > 0 else 0.0
+
+    def _decode_s(self, s: _Slice, r: _Resident, decodes: list[_Req], kept: float) -> float:
+        """One decode step of ``decodes`` of ``r`` on ``s`` with ``kept``
+        bytes of its weights resident (no jitter)."""
+        context = sum(q.out.prompt_tokens + q.generated for q in decodes)
+        all_kept = self._p.resident_like_hbm and self._weight_bytes - kept < 1024.0
+        rho = 0.0 if all_kept or r.tuner is None else r.tuner.state.rho
+        cost = model_pass_cost(
+            self.config.model,
+            len(decodes),
+            rho=rho,
+            mig=s.profile,
+            c2c_gbps=self._share(s)[0],
+            attended_pairs=float(context),
+            kv_read_tokens=float(context),
+            tiles=self._tiles(s, len(decodes)),
+            resident_fraction=kept / self._weight_bytes,
+            resident_reads_overlap=self._p.resident_like_hbm,
+        )
+        return cost.time_s
 
     def _kv_keep(self, s: _Slice, models: int) -> float:
         """KV bytes ``s`` keeps when residency is decided: what it holds
@@ -1139,7 +1203,9 @@ class ServerlessEngine:
         they fit, and return its queue head when that chunk fits."""
         cap = s.kv_capacity
         used = self._kv_used(s)
-        if used + len(r.running) > cap and self._make_room(s, used + len(r.running)):
+        if used + len(r.running) > cap and self._make_room(
+            s, used + len(r.running), r, r.running, r.running[:-1]
+        ):
             cap = s.kv_capacity
         while r.running and used + len(r.running) > cap:
             q = r.running.pop()
@@ -1156,7 +1222,7 @@ class ServerlessEngine:
             if head.kv_in_host:
                 # Its KV, then a token for it and for every decode.
                 need = used + head.kv_tokens + 1 + len(r.running)
-                if need > cap and self._make_room(s, need):
+                if need > cap and self._make_room(s, need, r, [*r.running, head], r.running):
                     cap = s.kv_capacity
                 if need > cap or len(r.running) >= self.config.max_running:
                     if used == 0:
@@ -1190,7 +1256,9 @@ class ServerlessEngine:
             )
         chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
         if used + chunk + len(r.running) > cap:
-            if self._make_room(s, used + chunk + len(r.running)):
+            need = used + chunk + len(r.running)
+            whole = used + head.out.prompt_tokens - head.prefilled + len(r.running)
+            if self._make_room(s, need, r, [*r.running, head], r.running, judged_tokens=whole):
                 return head
             if used == head.kv_tokens:
                 # Alone on the slice and still too big: it never fits.

@@ -18,7 +18,17 @@ what a model switch costs it.
   slices prewarmed by ``plan_placement``; ``choose_chunk``; one
   ``RhoTuner`` per resident model; a switch costs engine set-up (the
   paper's 50 ms). A model with every weight resident runs as dedicated
-  runs its own (``resident_like_hbm``).
+  runs its own (``resident_like_hbm``). When the KV of the requests in
+  flight, or of one it would admit, needs HBM its resident weights hold, it
+  drops weights (they stream instead) only if the decode batch that room
+  lets run makes more tokens per second (the slice's residents taking
+  turns) than the batch without it; else the request waits or the youngest
+  running one swaps out (``kv_takes_weights``).
+- ``c2cserve-kv-first``: c2cserve dropping resident weights whenever the
+  KV needs their room.
+- ``c2cserve-kv-cap``: c2cserve dropping resident weights only for the KV
+  of a request alone on its slice: with others in flight the KV is capped
+  at what fits next to the weights, as on the HBM baselines' slices.
 - ``c2cserve-light-share``: c2cserve sharing only light slices: a model
   joins a slice only if its residents' requests in flight and its own are
   at most ``share_max_in_flight``, and a shared slice busier than that
@@ -72,6 +82,14 @@ STATIC = "static"
 TUNER = "tuner"
 BEST_STATIC = "best-static"
 NO_RHO = "none"
+# When a slice's KV needs the HBM its resident weights hold: drop weights
+# whenever it does, or only when the decode batch the room lets run makes
+# more tokens per second than the batch that runs without it.
+KV_TAKES_WEIGHTS = "always"
+KV_TAKES_WEIGHTS_WHEN_FASTER = "when-faster"
+# ... or only for a request alone on the slice (else it waits, or the
+# youngest running request swaps out, as on a slice with every weight in HBM).
+KV_TAKES_WEIGHTS_WHEN_ALONE = "when-alone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +135,9 @@ class ServerlessPolicy:
     # for), and the resident weights' HBM reads timed as the baselines'
     # weight reads (a roofline term of their own, partly resident models too).
     resident_like_hbm: bool = False
+    # Policies that keep weights resident: when the KV of requests in flight
+    # or admitted may take the HBM of resident weights (KV_TAKES_WEIGHTS*).
+    kv_takes_weights: str = KV_TAKES_WEIGHTS
 
     @property
     def respects_link_budget(self) -> bool:
@@ -124,6 +145,8 @@ class ServerlessPolicy:
 
 
 C2CSERVE = "c2cserve"
+C2CSERVE_KV_FIRST = "c2cserve-kv-first"
+C2CSERVE_KV_CAP = "c2cserve-kv-cap"
 C2CSERVE_LIGHT_SHARE = "c2cserve-light-share"
 C2CSERVE_CHUNKED = "c2cserve-chunked"
 C2CSERVE_STREAM = "c2cserve-stream"
@@ -149,6 +172,26 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
             prewarm=True,
             keeps_resident=True,
             resident_like_hbm=True,
+            kv_takes_weights=KV_TAKES_WEIGHTS_WHEN_FASTER,
+        ),
+        ServerlessPolicy(
+            C2CSERVE_KV_FIRST,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            keeps_resident=True,
+            resident_like_hbm=True,
+        ),
+        ServerlessPolicy(
+            C2CSERVE_KV_CAP,
+            streams=True,
+            preempts=True,
+            shares=True,
+            prewarm=True,
+            keeps_resident=True,
+            resident_like_hbm=True,
+            kv_takes_weights=KV_TAKES_WEIGHTS_WHEN_ALONE,
         ),
         ServerlessPolicy(
             C2CSERVE_LIGHT_SHARE,
@@ -232,7 +275,11 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
     summaries={
         C2CSERVE: "C2CServe: what fits of the weights resident next to the KV on slices that "
         "hold the whole model (all resident: prefilled as dedicated prefills, in one large "
-        "chunk), the rest streamed over C2C; queue-aware scheduling",
+        "chunk), the rest streamed over C2C; KV takes resident weights' HBM only when that "
+        "raises the slice's decode tokens/s; queue-aware scheduling",
+        C2CSERVE_KV_FIRST: "c2cserve dropping resident weights whenever the KV needs their HBM",
+        C2CSERVE_KV_CAP: "c2cserve dropping resident weights for the KV of a request alone on "
+        "its slice only",
         C2CSERVE_LIGHT_SHARE: "c2cserve sharing a slice only while its requests in flight stay "
         "within --share-max-in-flight, shedding a model from a busier one",
         C2CSERVE_CHUNKED: "c2cserve choosing prefill chunks and rho for resident weights as "

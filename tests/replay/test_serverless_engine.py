@@ -20,6 +20,8 @@ from planner.replay.serverless_engine import (
     C2CSERVE_CHUNKED,
     C2CSERVE_EXCLUSIVE,
     C2CSERVE_INACTIVE,
+    C2CSERVE_KV_CAP,
+    C2CSERVE_KV_FIRST,
     C2CSERVE_LIGHT_SHARE,
     C2CSERVE_PARTIAL,
     C2CSERVE_STREAM,
@@ -640,3 +642,82 @@ def test_a_second_copy_on_one_slice_starts_when_the_first_is_done() -> None:
     assert first.latency_s == pytest.approx(copy + cfg.switch_setup_s)
     assert second.latency_s == pytest.approx(2 * copy + cfg.switch_setup_s - 0.01)
     assert all(o.finish_s is not None for o in run.result.requests)
+
+
+def test_c2cserve_queues_a_request_whose_kv_would_evict_weights_that_make_decode_slower() -> None:
+    """Eight requests of 3,800 prompt tokens decode on one 24 GB slice with
+    every weight resident (30,400 of the 30,818 KV tokens that fit next to
+    them). A 38,000-token prompt arrives: admitting it drops about 5.0 GB
+    of weights, which then stream over a 135 GB/s link (a third of
+    GH200's): nine decodes per step of ~37 ms against eight per ~20 ms, so
+    c2cserve queues it until the eight are done; c2cserve-kv-first admits
+    it. (On the whole 405 GB/s link the 5 GB stream within the HBM reads'
+    time and c2cserve admits it too.)"""
+    cfg = config(c2c_gbps=135.0)
+    eight = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=3800, output_tokens=400, id=f"r{i}", model="a")
+        for i in range(8)
+    ]
+    big = TraceRequest(arrival_s=5.0, prompt_tokens=38_000, output_tokens=3, id="big", model="a")
+    weights = cfg.model.param_bytes
+    kv_token = cfg.model.kv_bytes_per_token()
+    free = _free_bytes(cfg)
+    dropped = (8 * 3800 + 38_000) * kv_token - (free - weights)
+    assert 4.9e9 < dropped < 5.1e9
+    probe = ServerlessEngine(cfg, C2CSERVE, [])
+    s = probe._slices[0]
+
+    def rate(n: int, context: int, kept: float) -> float:
+        cost = model_pass_cost(
+            cfg.model,
+            n,
+            rho=0.0,
+            mig=s.profile,
+            c2c_gbps=cfg.link_gbps,
+            attended_pairs=float(context),
+            kv_read_tokens=float(context),
+            tiles=probe._tiles(s, n),
+            resident_fraction=kept / weights,
+            resident_reads_overlap=True,
+        )
+        return n / cost.time_s
+
+    without = rate(8, 8 * 3800, weights)
+    with_big = rate(9, 8 * 3800 + 38_000, weights - dropped)
+    assert with_big < 0.7 * without, (with_big, without)
+
+    ours = ServerlessEngine(cfg, C2CSERVE, [*eight, big]).run()
+    first = ServerlessEngine(cfg, C2CSERVE_KV_FIRST, [*eight, big]).run()
+    for run in (ours, first):
+        assert all(o.finish_s is not None for o in run.result.requests)
+    last_of_eight = max(o.finish_s or 0.0 for o in ours.result.requests if o.id != "big")
+    ours_big = next(o for o in ours.result.requests if o.id == "big")
+    first_big = next(o for o in first.result.requests if o.id == "big")
+    assert ours_big.token_times_s[0] >= last_of_eight
+    first_eight_done = max(o.finish_s or 0.0 for o in first.result.requests if o.id != "big")
+    assert first_big.token_times_s[0] < first_eight_done
+    # Waiting kept the eight's decodes at the all-resident step (~20 ms
+    # once their prefills are done); admitting the big prompt slowed them
+    # (to 87-140 ms a step while it prefilled), so the last ends ~2.5 s later.
+    assert last_of_eight + 2.0 < first_eight_done
+
+
+def test_c2cserve_kv_cap_drops_weights_only_for_a_request_alone() -> None:
+    """The eight requests and the 38,000-token prompt above, on the whole
+    405 GB/s link: streaming 5 GB takes ~12 ms, within the resident
+    weights' HBM reads, so c2cserve admits the prompt next to the eight;
+    c2cserve-kv-cap holds it back while any request runs and, once it is
+    alone, drops the weights its KV needs instead of rejecting it."""
+    cfg = config()
+    eight = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=3800, output_tokens=400, id=f"r{i}", model="a")
+        for i in range(8)
+    ]
+    big = TraceRequest(arrival_s=5.0, prompt_tokens=38_000, output_tokens=3, id="big", model="a")
+    for policy, waits in ((C2CSERVE, False), (C2CSERVE_KV_CAP, True)):
+        run = ServerlessEngine(cfg, policy, [*eight, big]).run()
+        assert run.stats.rejected == 0
+        assert all(o.finish_s is not None for o in run.result.requests)
+        last_of_eight = max(o.finish_s or 0.0 for o in run.result.requests if o.id != "big")
+        first_token = next(o for o in run.result.requests if o.id == "big").token_times_s[0]
+        assert (first_token >= last_of_eight) == waits, policy
