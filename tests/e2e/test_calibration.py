@@ -39,7 +39,10 @@ def test_calibration_runs_end_to_end_and_reports_every_error(
     tiny_model: Path, tmp_path: Path
 ) -> None:
     loads = [QUICK_LOADS["steady"], QUICK_LOADS["bursts"]]
-    settings = Settings(quick=True, profile_repeats=1)
+    # The front end's per-token time is fitted per run and may pace the
+    # quick bursts' admissions below the pool's size in the replay; the fit
+    # has its own tests, and without it the replay's bursts must overflow.
+    settings = Settings(quick=True, profile_repeats=1, stream_work="none")
     cal = calibrate(
         settings,
         loads,
