@@ -70,7 +70,7 @@ what a model switch costs it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.profiles.switch_costs import DENSE_SWITCH_PROFILES, SwitchProfile
 from planner.registry import Registry, registry_of
@@ -160,39 +160,24 @@ STATIC_RHO = "static-rho"
 SLLM = "sllm"
 AEGAEON = "aegaeon"
 
+_C2CSERVE = ServerlessPolicy(
+    C2CSERVE,
+    streams=True,
+    preempts=True,
+    shares=True,
+    prewarm=True,
+    keeps_resident=True,
+    resident_like_hbm=True,
+    kv_takes_weights=KV_TAKES_WEIGHTS_WHEN_FASTER,
+)
+
 SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
     "serverless policy",
     lambda p: p.name,
     (
-        ServerlessPolicy(
-            C2CSERVE,
-            streams=True,
-            preempts=True,
-            shares=True,
-            prewarm=True,
-            keeps_resident=True,
-            resident_like_hbm=True,
-            kv_takes_weights=KV_TAKES_WEIGHTS_WHEN_FASTER,
-        ),
-        ServerlessPolicy(
-            C2CSERVE_KV_FIRST,
-            streams=True,
-            preempts=True,
-            shares=True,
-            prewarm=True,
-            keeps_resident=True,
-            resident_like_hbm=True,
-        ),
-        ServerlessPolicy(
-            C2CSERVE_KV_CAP,
-            streams=True,
-            preempts=True,
-            shares=True,
-            prewarm=True,
-            keeps_resident=True,
-            resident_like_hbm=True,
-            kv_takes_weights=KV_TAKES_WEIGHTS_WHEN_ALONE,
-        ),
+        _C2CSERVE,
+        replace(_C2CSERVE, name=C2CSERVE_KV_FIRST, kv_takes_weights=KV_TAKES_WEIGHTS),
+        replace(_C2CSERVE, name=C2CSERVE_KV_CAP, kv_takes_weights=KV_TAKES_WEIGHTS_WHEN_ALONE),
         ServerlessPolicy(
             C2CSERVE_LIGHT_SHARE,
             streams=True,
