@@ -2,7 +2,9 @@
 (`Backend.BRANCH_AND_BOUND`).
 
 The problem supplies the groups' search order, the bounds of a node's
-children and, at the last group, their exact objective; this module owns
+children and, at the last group, their exact objective (or, for a leaf
+that cannot beat the incumbent, any value above the incumbent's); this
+module owns
 the search: the incumbent, the stack (children searched by their dive key,
 smallest first), pruning, the limits and what the search proved.
 
@@ -55,9 +57,11 @@ class AssignmentProblem(Protocol):
         """Groups to assign, in search order."""
         ...
 
-    def expand(self, partial: IntArray) -> Children:
+    def expand(self, partial: IntArray, cutoff: float) -> Children:
         """The children of the node whose first len(partial) groups (in
-        search order) take these choices."""
+        search order) take these choices. cutoff: the incumbent's objective
+        (+inf without one); a leaf whose objective is above it may report
+        any value above it (+inf included) instead."""
         ...
 
     def assignment(self, partial: IntArray) -> IntArray:
@@ -144,7 +148,7 @@ def branch_and_bound(
             stack.append((bound, tiebreak, partial))
             complete = False
             break
-        children = problem.expand(partial)
+        children = problem.expand(partial, math.inf if best is None else best.objective)
         nodes += len(children.bound)
         if children.leaves:
             if len(children.bound):

@@ -24,7 +24,7 @@ class Knapsack:
     def num_groups(self) -> int:
         return len(self.cost)
 
-    def expand(self, partial: np.ndarray) -> Children:
+    def expand(self, partial: np.ndarray, cutoff: float) -> Children:
         d = len(partial)
         rows = np.arange(d)
         cost = self.cost[rows, partial].sum() + self.cost[d]

@@ -22,7 +22,9 @@ event-model step latency in the search space, with a proven bound on it.
   of the fetches placed so far) with the blocks the other requests must
   still fetch to fit the memory row (cover_bound.py, buffer_bound.py) added
   at the end: a lower bound on the exact latency of every completion.
-  Leaves are evaluated exactly. On larger trees the bound stays the root's.
+  Leaves are evaluated exactly, except those that fail the first window's
+  memory row (not simulated) or must end past the incumbent (stopped); each
+  counts one node. On larger trees the bound stays the root's.
 - Work: one node = one assignment simulated or one child bounded;
   `node_limit` stops on work (the same answer on any machine), the time
   limit on the clock. Stopped early, the result is FEASIBLE with the least
@@ -63,7 +65,7 @@ from planner.policies.offload.problem import (
     offload_problem,
 )
 from planner.policies.offload.search_space import candidate_patterns
-from planner.policies.offload.step_kernels import relaxed_latencies
+from planner.policies.offload.step_kernels import relaxed_latencies, score_leaves
 from planner.solvers import Children, Incumbent, Status
 from planner.solvers import branch_and_bound as search_tree
 
@@ -263,6 +265,7 @@ def _load_kernels() -> None:
         kernel = packed(problem)
         nodes = _Nodes(problem)
         nodes.expand(np.zeros(0, np.int64))
+        nodes.expand(np.zeros(problem.num_requests - 1, np.int64))
         stall_greedy(problem)
         problem.evaluate(np.zeros((1, 3), np.int64))
         evaluate_one(kernel, np.zeros(3, np.int64))
@@ -341,7 +344,7 @@ class _Nodes:
         bound, _, _ = self._bounds(np.zeros((1, 0), dtype=np.int64))
         return float(bound[0])
 
-    def expand(self, partial: IntArray) -> Children:
+    def expand(self, partial: IntArray, cutoff: float = math.inf) -> Children:
         p = self.p
         depth = len(partial)
         choices = np.empty((p.num_choices, depth + 1), dtype=np.int64)
@@ -350,8 +353,23 @@ class _Nodes:
         if depth + 1 == p.num_requests:
             full = np.empty((p.num_choices, p.num_requests), dtype=np.int64)
             full[:, self.order] = choices
-            ev = p.evaluate(full)
-            return Children(ev.objective, ev.tiebreak, ev.objective, leaves=True)
+            latency, held, fetched = score_leaves(
+                p.comp_s,
+                p.bandwidth_blocks_per_s,
+                p.blocks_f,
+                p.layers_of,
+                p.count,
+                p.mem_coef,
+                p.mem_cap,
+                p.slo_coef_f,
+                p.slo_cap_s,
+                SLO_RTOL,
+                full,
+                cutoff,
+            )
+            objective = np.where(held > 0, latency, np.inf)
+            tiebreak = p.window_weight * (p.num_windows - held).astype(np.float64) + fetched
+            return Children(objective, tiebreak, objective, leaves=True)
         bound, tiebreak, dive = self._bounds(choices)
         return Children(bound, tiebreak, dive, leaves=False)
 

@@ -290,6 +290,72 @@ def score_assignments(  # noqa: PLR0917
 
 
 @jit
+def score_leaves(  # noqa: PLR0917
+    comp: Any,
+    bandwidth: float,
+    blocks: Any,
+    layers_of: Any,
+    count: Any,
+    mem_coef: Any,
+    mem_cap: Any,
+    slo_coef: Any,
+    slo_cap_s: Any,
+    slo_rtol: float,
+    choices: Any,
+    cutoff: float,
+) -> Any:
+    """The search tree's leaves: (latency, held, fetched) of choices (N, R)
+    as score_assignments gives them, except that a row whose first window's
+    memory row fails is not simulated (latency +inf, held 0) and one whose
+    step must end past `cutoff` is stopped there (latency +inf): only the
+    rows that can come within float rounding of cutoff are exact."""
+    num, num_r = choices.shape
+    num_w = mem_cap.shape[0]
+    num_l = comp.shape[0]
+    latency = np.full(num, np.inf)
+    held = np.zeros(num, np.int64)
+    fetched = np.zeros(num, np.int64)
+    per_layer = np.zeros(max(num_l, 1), np.int64)
+    scratch = step_scratch(num_r, num_l)
+    remaining = remaining_compute(comp)
+    for n in range(num):
+        per_layer[:] = 0
+        total = 0
+        for r in range(num_r):
+            c = choices[n, r]
+            b = int(blocks[r])
+            for j in range(count[c]):
+                per_layer[layers_of[c, j]] += b
+            total += b * count[c]
+        most = 0
+        for layer in range(num_l):
+            most = max(most, per_layer[layer])
+        fetched[n] = total
+        mem = most
+        for r in range(num_r):
+            mem += mem_coef[0, r, choices[n, r]]
+        if num_w > 0 and mem > mem_cap[0]:
+            continue
+        latency[n] = step_latency(
+            comp, remaining, bandwidth, blocks, layers_of, count, choices[n], cutoff, scratch
+        )
+        if not np.isfinite(latency[n]):
+            continue
+        for w in range(num_w):
+            mem = most
+            slo = 0.0
+            for r in range(num_r):
+                mem += mem_coef[w, r, choices[n, r]]
+                slo += slo_coef[w, r, choices[n, r]]
+            if mem > mem_cap[w]:
+                break
+            if latency[n] + slo / bandwidth > slo_cap_s[w] * (1 + slo_rtol):
+                break
+            held[n] = w + 1
+    return latency, held, fetched
+
+
+@jit
 def relaxed_latencies(  # noqa: PLR0917
     comp: Any,
     bandwidth: float,

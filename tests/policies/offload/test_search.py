@@ -21,7 +21,7 @@ from planner.policies.offload.greedy import greedy_choice
 from planner.policies.offload.ilp import build_offload_ilp
 from planner.policies.offload.placement import end_blocks, plan_layer_offload, window_options
 from planner.policies.offload.problem import OffloadProblem, offload_problem
-from planner.policies.offload.search import branch_and_bound, stall_greedy
+from planner.policies.offload.search import _Nodes, branch_and_bound, stall_greedy
 from planner.policies.offload.search_space import candidate_patterns
 from planner.policies.offload.step import StepInputs
 
@@ -286,3 +286,34 @@ def test_backend_names_are_typed():
         OffloadParams(backend="simplex")
     with pytest.raises(ValueError, match="node_limit"):
         OffloadParams(node_limit=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches, st.floats(0.9, 1.5))
+def test_leaf_scores_are_exact_below_the_cutoff(case, cutoff_scale):
+    """The tree's leaves: the objective and tiebreak problem.evaluate gives
+    for every row that can beat the cutoff; +inf only for rows that are
+    infeasible or end past the cutoff."""
+    tokens, deposits, slo, layers, fill = case
+    batch = make_batch(tokens, deposits[: len(tokens)], slo)
+    blocks = sum(-(-t // 16) for t in tokens) * layers
+    inputs = make_inputs(layers, max(int(blocks * fill), 1), max_window_steps=8)
+    problem, _ = problem_of(batch, inputs)
+    rng = np.random.default_rng(len(tokens) * 1000 + layers)
+    choices = rng.integers(0, problem.num_choices, (200, problem.num_requests))
+    optimum = problem.enumerate()
+    cutoff = math.inf
+    if optimum.choice is not None:  # the optimum sits on a memory or SLO row's edge
+        choices = np.vstack((choices, optimum.choice))
+        cutoff = float(optimum.latency) * cutoff_scale
+    ev = problem.evaluate(choices)
+    nodes = _Nodes(problem)
+    for row, expected, tie in zip(choices, ev.objective, ev.tiebreak, strict=True):
+        in_order = row[nodes.order]  # the tree places requests in its own order
+        children = nodes.expand(in_order[:-1], cutoff)
+        got = float(children.bound[in_order[-1]])
+        if expected <= cutoff:
+            assert got == pytest.approx(expected, rel=1e-12)
+            assert float(children.tiebreak[in_order[-1]]) == tie
+        else:
+            assert got > cutoff
