@@ -163,11 +163,16 @@ def branch_and_bound(
                         problem.assignment(np.append(partial, c).astype(np.int64)), value, tie
                     )
             continue
+        base = np.empty(len(partial) + 1, dtype=np.int64)
+        base[:-1] = partial
+        bounds, tiebreaks = children.bound.tolist(), children.tiebreak.tolist()
         for c in np.argsort(-children.dive, kind="stable").tolist():
-            b, t = float(children.bound[c]), float(children.tiebreak[c])
+            b, t = bounds[c], tiebreaks[c]
             if prunes(b, t):
                 continue
-            stack.append((b, t, np.append(partial, c).astype(np.int64)))
+            child = base.copy()
+            child[-1] = c
+            stack.append((b, t, child))
     wall = time.perf_counter() - started
     open_bounds = [entry[0] for entry in stack]
     if math.isfinite(gap_pruned):

@@ -57,6 +57,7 @@ from planner.policies.offload.local_search import (
     packed,
 )
 from planner.policies.offload.local_search import stall_greedy as compiled_stall_greedy
+from planner.policies.offload.node_bounds import child_bounds
 from planner.policies.offload.problem import (
     LATENCY_RTOL,
     SLO_RTOL,
@@ -65,7 +66,7 @@ from planner.policies.offload.problem import (
     offload_problem,
 )
 from planner.policies.offload.search_space import candidate_patterns
-from planner.policies.offload.step_kernels import relaxed_latencies, score_leaves
+from planner.policies.offload.step_kernels import score_leaves
 from planner.solvers import Children, Incumbent, Status
 from planner.solvers import branch_and_bound as search_tree
 
@@ -322,14 +323,19 @@ class _Nodes:
         # (buffer_bound.py): uniform weights, and the LP's best.
         usable = max(int(self.offloadable.sum()), 1)
         uniform = np.where(self.offloadable, 1.0 / usable, 0.0)
-        self.buffer_shares = [(uniform, 1.0 / usable), buffer_share(p.fetch.max(axis=0) > 0)]
+        best_nu, best_share = buffer_share(p.fetch.max(axis=0) > 0)
+        self.nus = np.ascontiguousarray([uniform, best_nu], dtype=np.float64)  # (2, L)
+        self.shares = np.array([1.0 / usable, best_share])
         ordered_mem = p.mem_coef[:, self.order, :]  # (W, R, C)
         # Suffix sums over the requests still to place (index i: order[i:]).
-        self.mem_min_suffix = _suffix(ordered_mem.min(axis=2).T).T  # (W, R+1)
+        self.mem_min_suffix = np.ascontiguousarray(_suffix(ordered_mem.min(axis=2).T).T)  # (W, R+1)
         self.mem_max_free_suffix = _suffix((-ordered_mem[0]).max(axis=1))  # (R+1,)
+        self.slo_min_suffix = np.ascontiguousarray(
+            _suffix(p.slo_coef[:, self.order, :].min(axis=2).T).T
+        )
         freed = (-p.mem_coef[0]).astype(np.float64)  # (R, C)
         self.fetch_curve = cover_curve(freed, p.fetched.astype(np.float64), self.order)
-        self.slo_min_suffix = _suffix(p.slo_coef[:, self.order, :].min(axis=2).T).T
+        self.choice_range = np.arange(p.num_choices, dtype=np.int64)
 
     @property
     def num_groups(self) -> int:
@@ -347,13 +353,11 @@ class _Nodes:
     def expand(self, partial: IntArray, cutoff: float = math.inf) -> Children:
         p = self.p
         depth = len(partial)
-        choices = np.empty((p.num_choices, depth + 1), dtype=np.int64)
-        choices[:, :depth] = partial
-        choices[:, depth] = np.arange(p.num_choices)
         if depth + 1 == p.num_requests:
             full = np.empty((p.num_choices, p.num_requests), dtype=np.int64)
-            full[:, self.order] = choices
-            latency, held, fetched = score_leaves(
+            full[:, self.order[:depth]] = partial
+            full[:, self.order[depth]] = self.choice_range
+            objective, tiebreak = score_leaves(
                 p.comp_s,
                 p.bandwidth_blocks_per_s,
                 p.blocks_f,
@@ -364,74 +368,44 @@ class _Nodes:
                 p.slo_coef_f,
                 p.slo_cap_s,
                 SLO_RTOL,
+                float(p.window_weight),
                 full,
                 cutoff,
             )
-            objective = np.where(held > 0, latency, np.inf)
-            tiebreak = p.window_weight * (p.num_windows - held).astype(np.float64) + fetched
             return Children(objective, tiebreak, objective, leaves=True)
+        choices = np.empty((p.num_choices, depth + 1), dtype=np.int64)
+        choices[:, :depth] = partial
+        choices[:, depth] = self.choice_range
         bound, tiebreak, dive = self._bounds(choices)
         return Children(bound, tiebreak, dive, leaves=False)
 
     def _bounds(self, choices: IntArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Lower bounds (latency, tiebreak) below nodes whose first requests
-        (order[:depth]) take choices (N, depth), and the dive key."""
         p = self.p
-        n, depth = choices.shape
-        placed = self.order[:depth]
-        f = (
-            p.fetch[placed[None, :], choices].sum(axis=1)
-            if depth
-            else np.zeros((n, p.fetch.shape[2]), np.int64)
-        )  # (N, L)
-        mem = p.mem_coef[:, placed[None, :], choices].sum(axis=2).T  # (N, W)
-        slo = p.slo_coef[:, placed[None, :], choices].sum(axis=2).T
-        fetched = p.fetched[placed[None, :], choices].sum(axis=1).astype(np.float64)
-        buffer = f.max(axis=1) if f.shape[1] else np.zeros(n, np.int64)
-        mem_lb = mem.T + self.mem_min_suffix[:, depth][:, None] + buffer[None, :]  # (W, N)
-        need = (mem[:, 0] + buffer - p.mem_cap[0]).astype(np.float64)  # blocks the rest must free
-        x = (mem[:, 0] - p.mem_cap[0]).astype(np.float64)
-        if depth == p.num_requests:
-            must_fetch = np.zeros(n)
-        else:
-            # The blocks to free grow with the buffer, which is at least
-            # nu . F + t * (blocks still to fetch) (buffer_bound.py): a few
-            # rounds of fetch >= cost(x + nu . F + t * fetch) from below.
-            to_free = np.maximum(need, 0.0)
-            must_fetch = self.fetch_curve.at(depth, to_free)
-            for _ in range(3):
-                for nu, share in self.buffer_shares:
-                    grown = x + f @ nu + share * np.where(np.isfinite(must_fetch), must_fetch, 0)
-                    to_free = np.maximum(to_free, grown)
-                must_fetch = np.maximum(must_fetch, self.fetch_curve.at(depth, to_free))
-            unreachable = ~np.isfinite(must_fetch)
-            must_fetch = np.where(unreachable, 0.0, np.ceil(must_fetch - 1e-6))
-            need = np.where(unreachable, np.inf, need)
-        latency = relaxed_latencies(
+        out: tuple[FloatArray, FloatArray, FloatArray] = child_bounds(
             p.comp_s,
             p.bandwidth_blocks_per_s,
             self.blocks_f,
             p.layers_of,
             p.count,
             self.order,
+            p.fetch,
+            p.fetched,
+            p.mem_coef,
+            p.mem_cap,
+            p.slo_coef,
+            p.slo_cap_s,
+            SLO_RTOL,
+            float(p.window_weight),
+            self.mem_min_suffix,
+            self.mem_max_free_suffix,
+            self.slo_min_suffix,
+            self.fetch_curve.freed,
+            self.fetch_curve.cost,
+            self.nus,
+            self.shares,
             np.ascontiguousarray(choices),
-            must_fetch,
         )
-        slo_lb = (
-            latency[None, :]
-            + (slo.T + self.slo_min_suffix[:, depth][:, None]) / p.bandwidth_blocks_per_s
-        )
-        holds = (mem_lb <= p.mem_cap[:, None]) & (slo_lb <= p.slo_cap_s[:, None] * (1 + SLO_RTOL))
-        held = np.cumprod(holds, axis=0).sum(axis=0)
-        feasible = (held > 0) & (need <= self.mem_max_free_suffix[depth])
-        tiebreak = p.window_weight * (p.num_windows - held).astype(np.float64) + fetched
-        tiebreak = tiebreak + must_fetch
-        bound = np.where(feasible, latency, np.inf)
-        # Dive: least bound first, fewer fetched blocks breaking ties.
-        dive = np.where(
-            feasible, latency * (1 + 1e-9 * tiebreak / max(tiebreak.max(), 1.0)), np.inf
-        )
-        return bound, tiebreak, dive
+        return out
 
 
 def _suffix(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

@@ -301,14 +301,17 @@ def score_leaves(  # noqa: PLR0917
     slo_coef: Any,
     slo_cap_s: Any,
     slo_rtol: float,
+    window_weight: float,
     choices: Any,
     cutoff: float,
 ) -> Any:
-    """The search tree's leaves: (latency, held, fetched) of choices (N, R)
-    as score_assignments gives them, except that a row whose first window's
-    memory row fails is not simulated (latency +inf, held 0) and one whose
-    step must end past `cutoff` is stopped there (latency +inf): only the
-    rows that can come within float rounding of cutoff are exact."""
+    """The search tree's leaves: (objective, tiebreak) of choices (N, R) as
+    problem.py's evaluation gives them (objective: the latency, +inf when no
+    window holds; tiebreak: window_weight * windows not held + blocks
+    fetched), except that a row whose first window's memory row fails is not
+    simulated and one whose step must end past `cutoff` is stopped there
+    (objective +inf for both): only the rows that can come within float
+    rounding of cutoff are exact."""
     num, num_r = choices.shape
     num_w = mem_cap.shape[0]
     num_l = comp.shape[0]
@@ -352,7 +355,13 @@ def score_leaves(  # noqa: PLR0917
             if latency[n] + slo / bandwidth > slo_cap_s[w] * (1 + slo_rtol):
                 break
             held[n] = w + 1
-    return latency, held, fetched
+    objective = np.full(num, np.inf)
+    tiebreak = np.empty(num)
+    for n in range(num):
+        if held[n] > 0:
+            objective[n] = latency[n]
+        tiebreak[n] = window_weight * (num_w - held[n]) + fetched[n]
+    return objective, tiebreak
 
 
 @jit

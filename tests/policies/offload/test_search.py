@@ -6,6 +6,7 @@ limits, the gap and the backends."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -317,3 +318,36 @@ def test_leaf_scores_are_exact_below_the_cutoff(case, cutoff_scale):
             assert float(children.tiebreak[in_order[-1]]) == tie
         else:
             assert got > cutoff
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches, st.integers(0, 3))
+def test_node_bounds_never_exceed_a_completion(case, depth_seed):
+    """A child's bound (node_bounds.py) is at most the exact objective of
+    every completion below it, and +inf only when none is feasible."""
+    tokens, deposits, slo, layers, fill = case
+    batch = make_batch(tokens, deposits[: len(tokens)], slo)
+    blocks = sum(-(-t // 16) for t in tokens) * layers
+    inputs = make_inputs(layers, max(int(blocks * fill), 1), max_window_steps=8)
+    problem, _ = problem_of(batch, inputs)
+    if problem.num_requests < 2:
+        return
+    nodes = _Nodes(problem)
+    depth = depth_seed % (problem.num_requests - 1)  # children are internal nodes
+    rng = np.random.default_rng(depth_seed * 7919 + layers)
+    partial = rng.integers(0, problem.num_choices, depth)
+    children = nodes.expand(partial)
+    rest = problem.num_requests - depth - 1
+    tails = np.array(list(itertools.product(range(problem.num_choices), repeat=rest)), np.int64)
+    tails = tails.reshape(len(tails), rest)
+    for c in range(problem.num_choices):
+        in_order = np.hstack((np.tile(np.append(partial, c), (len(tails), 1)), tails))
+        full = np.empty_like(in_order)
+        full[:, nodes.order] = in_order
+        ev = problem.evaluate(full)
+        best = float(ev.objective.min())
+        bound = float(children.bound[c])
+        if math.isinf(bound):
+            assert math.isinf(best)
+        else:
+            assert bound <= best * (1 + 1e-12)
