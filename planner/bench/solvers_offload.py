@@ -42,7 +42,7 @@ from planner.bench.markdown import write_section
 from planner.bench.solvers_offload_instances import PRESSURES, Instance, make_instance, setting_for
 from planner.bench.solvers_offload_report import markdown_section, text_report
 from planner.policies.offload.local_search import STAGGER_REQUESTS
-from planner.policies.offload.search import branch_and_bound, warm_up
+from planner.policies.offload.search import SPREAD_IDLE_SHARE, branch_and_bound, warm_up
 from planner.policies.offload.search_space import SearchMode, candidate_patterns
 from planner.solvers import (
     Backend,
@@ -59,14 +59,17 @@ BACKENDS = (
     "bnb",
     "bnb-work",
     "bnb-work-narrow",
+    "bnb-work-nospread",
     "bnb-long",
     "cp-sat",
     "gurobi",
     "exhaustive",
 )
 # Stopped on work alone: bnb-work-narrow is bnb-work without the local
-# search's stagger moves (local_search.py), the search before them.
-WORK_BACKENDS = ("bnb-work", "bnb-work-narrow")
+# search's stagger moves (local_search.py) nor the spread start's descent
+# (search.py); bnb-work-nospread without the latter only (the search before
+# it).
+WORK_BACKENDS = ("bnb-work", "bnb-work-narrow", "bnb-work-nospread")
 # The reference where enumeration is out of reach: the branch and bound with
 # a long limit (bnb-long), for "within 1% of the best known".
 DEFAULT_REFERENCE_TIME_LIMIT_S = 1.0
@@ -80,9 +83,10 @@ DEFAULT_TIME_LIMIT_S = 0.01
 # machine, however loaded): per size, the nodes one core of the bench
 # machine (AMD EPYC) does within SIZE_TIME_LIMITS_S on the size's costliest
 # instance (a node costs 2-5 us at 16x32, 5-20 us at 64x80: more for plans
-# with more fetches), else DEFAULT_NODE_LIMIT; its time limit,
-# WORK_TIME_LIMIT_S, is a backstop.
-SIZE_NODE_LIMITS = {(4, 32): 900, (16, 32): 900, (64, 80): 1000}
+# with more fetches; about 1.4 us at 4x32, where the compiled tree does most
+# of the work), else DEFAULT_NODE_LIMIT; its time limit, WORK_TIME_LIMIT_S,
+# is a backstop.
+SIZE_NODE_LIMITS = {(4, 32): 3000, (16, 32): 900, (64, 80): 1000}
 DEFAULT_NODE_LIMIT = 1000
 WORK_TIME_LIMIT_S = 1.0
 DEFAULT_SLACK_MS = 2.0
@@ -178,6 +182,7 @@ def _run_bnb(
     limit_s: float,
     node_limit: int | None = None,
     stagger_requests: int = STAGGER_REQUESTS,
+    spread_idle_share: float | None = SPREAD_IDLE_SHARE,
 ) -> Outcome:
     starts = [inst.greedy] if inst.greedy is not None else []
     cpu = time.process_time()
@@ -188,6 +193,7 @@ def _run_bnb(
         starts=starts,
         node_limit=node_limit,
         stagger_requests=stagger_requests,
+        spread_idle_share=spread_idle_share,
     )
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu
@@ -448,7 +454,10 @@ def run_bench(config: Config, progress: Callable[[str], None] = lambda _: None) 
             elif backend in WORK_BACKENDS:
                 nodes = config.nodes_for(size)
                 stagger = 0 if backend == "bnb-work-narrow" else STAGGER_REQUESTS
-                runs = [(i, _run_bnb(i, WORK_TIME_LIMIT_S, nodes, stagger)) for i in instances]
+                spread = None if backend != "bnb-work" else SPREAD_IDLE_SHARE
+                runs = [
+                    (i, _run_bnb(i, WORK_TIME_LIMIT_S, nodes, stagger, spread)) for i in instances
+                ]
             elif backend == "bnb-long":
                 runs = [
                     (i, _run_bnb(i, config.reference_time_limit_s))
@@ -477,6 +486,7 @@ def run_bench(config: Config, progress: Callable[[str], None] = lambda _: None) 
                 "bnb-long": config.reference_time_limit_s,
                 "bnb-work": WORK_TIME_LIMIT_S,
                 "bnb-work-narrow": WORK_TIME_LIMIT_S,
+                "bnb-work-nospread": WORK_TIME_LIMIT_S,
             }.get(backend, config.limit_for(size))
             case = _case(size, backend, limit, config.slack_ms, runs, reference, best)
             if backend in WORK_BACKENDS:

@@ -125,6 +125,7 @@ TALLY = (
     "kick_improvements",
     "stagger_sims",
     "stagger_moves",
+    "spread_improvements",  # search.py's descent from its spread start won
 )
 
 if COMPILED:
@@ -466,6 +467,18 @@ def _most_freeing(p: Any, choice: Any, frozen: int, excess: int) -> tuple[int, i
             if freed >= excess:
                 break
     return best_s, best_c
+
+
+@jit
+def idle_share(p: Any, work: Any, deadline: float, choice: Any) -> float:
+    """The share of a feasible choice's step in which the link idles while
+    blocks are still to be moved (one simulation)."""
+    scratch = step_scratch(choice.shape[0], p[0].shape[0])
+    latency = step_latency(p[0], p[1], p[2], p[4], p[5], p[6], choice, np.inf, scratch)
+    _tick(work, deadline)
+    if not latency > 0:
+        return 0.0
+    return float(scratch[7].sum()) / latency
 
 
 @jit
@@ -1011,19 +1024,30 @@ def _greedy_partners(  # noqa: PLR0917
 
 @jit
 def improve(  # noqa: PLR0917
-    p: Any, work: Any, deadline: float, choice: Any, kicks: int, tally: Any, stagger: int
+    p: Any,
+    work: Any,
+    deadline: float,
+    choice: Any,
+    kicks: int,
+    tally: Any,
+    stagger: int,
+    descended: bool,
 ) -> tuple[float, float, bool]:
-    """descend, then up to `kicks` kicks (see the module's docstring), from
-    a feasible choice (improved in place): (latency, tiebreak, finished:
-    the descent converged and the kicks ran out before the work did)."""
+    """descend (unless `descended`: choice is a local optimum already), then
+    up to `kicks` kicks (see the module's docstring), from a feasible choice
+    (improved in place): (latency, tiebreak, finished: the descent converged
+    and the kicks ran out before the work did)."""
     num_r = choice.shape[0]
     num_c = p[6].shape[0]
     best, best_tie = evaluate_one(p, choice)
     if not np.isfinite(best):
         return best, best_tie, True
-    best, best_tie, converged = descend(p, choice, best, best_tie, work, deadline, tally, stagger)
-    if not converged:
-        return best, best_tie, False
+    if not descended:
+        best, best_tie, converged = descend(
+            p, choice, best, best_tie, work, deadline, tally, stagger
+        )
+        if not converged:
+            return best, best_tie, False
     scratch = step_scratch(num_r, p[0].shape[0])
     trial = choice.copy()
     rng = np.array([KICK_SEED], np.uint64)

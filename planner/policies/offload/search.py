@@ -51,6 +51,7 @@ from planner.policies.offload.local_search import (
     TALLY,
     evaluate_one,
     fill_from_nothing,
+    idle_share,
     improve,
     new_work,
     now_s,
@@ -80,6 +81,11 @@ KICKS = 1 << 30
 # Trees of at most this many assignments are searched (branch and bound)
 # after the first local optimum; larger ones get the kicks only.
 EXACT_TREE_LIMIT = 1_000_000
+# On large trees, a second descent from spread_start when the first local
+# optimum leaves the link idle for at least this share of its step.
+SPREAD_IDLE_SHARE = 0.05
+# spread_start's pattern: the one offloading closest to this share of the layers.
+SPREAD_LAYER_SHARE = 1 / 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +167,7 @@ def branch_and_bound(
     starts: list[IntArray] | None = None,
     node_limit: int | None = None,
     stagger_requests: int = STAGGER_REQUESTS,
+    spread_idle_share: float | None = SPREAD_IDLE_SHARE,
 ) -> SearchResult:
     """The best plan under the exact model, within the limits.
     stagger_requests: the requests the local search's stagger moves try per
@@ -216,9 +223,24 @@ def branch_and_bound(
     if best.choice is not None and not proved and not work.spent():
         choice = best.choice.copy()
         # A small tree is searched after one local optimum, the kicks come
-        # after; a large one gets the kicks only.
-        work.run(improve, kernel, choice, 0 if small else KICKS, tally, stagger_requests)
-        best.offer(choice, *evaluate_one(kernel, choice))
+        # after; a large one gets the kicks only (after a second descent,
+        # from the spread start, when the first leaves the link idle).
+        descended = False
+        if not small and spread_idle_share is not None:
+            work.run(improve, kernel, choice, 0, tally, stagger_requests, False)
+            best.offer(choice, *evaluate_one(kernel, choice))
+            descended = True
+            if not work.spent() and work.run(idle_share, kernel, choice) >= spread_idle_share:
+                spread = spread_start(p)
+                if spread is not None:
+                    work.run(improve, kernel, spread, 0, tally, stagger_requests, False)
+                    if best.offer(spread, *evaluate_one(kernel, spread)):
+                        tally[TALLY.index("spread_improvements")] += 1
+            choice = best.choice.copy()
+        if not work.spent():
+            kicks = 0 if small else KICKS
+            work.run(improve, kernel, choice, kicks, tally, stagger_requests, descended)
+            best.offer(choice, *evaluate_one(kernel, choice))
     if _within_gap(best.objective, root, relative_gap):
         return _result(Status.OPTIMAL, best, root, work, time_limit_s, tally)
     if not small or work.spent():
@@ -239,12 +261,34 @@ def branch_and_bound(
         best.offer(out.incumbent.choice, out.incumbent.objective, out.incumbent.tiebreak)
     if not out.complete and best.choice is not None and not work.spent():
         choice = best.choice.copy()
-        work.run(improve, kernel, choice, KICKS, tally, stagger_requests)
+        work.run(improve, kernel, choice, KICKS, tally, stagger_requests, False)
         best.offer(choice, *evaluate_one(kernel, choice))
     bound = out.best_bound
     if bound is not None and math.isfinite(best.objective):
         bound = min(bound, best.objective)
     return _result(out.status, best, bound, work, time_limit_s, tally)
+
+
+def spread_start(problem: OffloadProblem) -> IntArray | None:
+    """A start that fetches from many small requests: the fewest of the
+    smallest requests, smallest first, that meet the first window's memory
+    row when each offloads the pattern closest to SPREAD_LAYER_SHARE of the
+    layers (None: not even all of them do)."""
+    p = problem
+    if p.num_requests == 0 or p.num_choices < 2:
+        return None
+    share = np.abs(p.count[1:] - SPREAD_LAYER_SHARE * len(p.comp_s))
+    pattern = 1 + int(np.argmin(share))
+    order = np.argsort(p.blocks, kind="stable")
+    none = p.mem_coef[0, order, 0]
+    mem = none.sum() + np.cumsum(p.mem_coef[0, order, pattern] - none)  # the k + 1 smallest
+    buffer = np.cumsum(p.fetch[order, pattern, :], axis=0).max(axis=1)
+    fits = np.flatnonzero(mem + buffer <= p.mem_cap[0])
+    if not len(fits):
+        return None
+    choice = np.zeros(p.num_requests, np.int64)
+    choice[order[: fits[0] + 1]] = pattern
+    return choice
 
 
 def warm_up() -> None:
@@ -274,7 +318,9 @@ def _load_kernels() -> None:
         optimum = problem.enumerate().choice
         if optimum is not None:
             tally = np.zeros(len(TALLY), np.int64)
-            improve(kernel, new_work(64), math.inf, optimum, 4, tally, STAGGER_REQUESTS)
+            improve(kernel, new_work(64), math.inf, optimum, 4, tally, STAGGER_REQUESTS, False)
+            idle_share(kernel, new_work(64), math.inf, optimum)
+            spread_start(problem)
     now_s()
 
 

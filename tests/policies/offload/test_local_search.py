@@ -153,7 +153,9 @@ def test_kicks_keep_the_best_plan_and_repeat_on_the_same_work(problem, kicks):
     for _ in range(2):
         choice = start.copy()
         tally = np.zeros(len(TALLY), np.int64)
-        latency, tiebreak, _ = improve(kernel, new_work(5000), NO_DEADLINE, choice, kicks, tally, 0)
+        latency, tiebreak, _ = improve(
+            kernel, new_work(5000), NO_DEADLINE, choice, kicks, tally, 0, False
+        )
         assert (latency, tiebreak) == _objective(problem, choice)
         assert tally[TALLY.index("kicks")] <= kicks
         runs.append((choice, latency, tiebreak))
