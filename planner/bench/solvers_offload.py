@@ -66,9 +66,9 @@ BACKENDS = (
     "exhaustive",
 )
 # Stopped on work alone: bnb-work-narrow is bnb-work without the local
-# search's stagger moves (local_search.py) nor the spread start's descent
-# (search.py); bnb-work-nospread without the latter only (the search before
-# it).
+# search's stagger moves (local_search.py) nor the spread moves (the spread
+# start's descent, search.py, and the spread kicks); bnb-work-nospread
+# without the spread moves only (the search before them).
 WORK_BACKENDS = ("bnb-work", "bnb-work-narrow", "bnb-work-nospread")
 # The reference where enumeration is out of reach: the branch and bound with
 # a long limit (bnb-long), for "within 1% of the best known".
@@ -182,7 +182,7 @@ def _run_bnb(
     limit_s: float,
     node_limit: int | None = None,
     stagger_requests: int = STAGGER_REQUESTS,
-    spread_idle_share: float | None = SPREAD_IDLE_SHARE,
+    spread: bool = True,
 ) -> Outcome:
     starts = [inst.greedy] if inst.greedy is not None else []
     cpu = time.process_time()
@@ -193,7 +193,8 @@ def _run_bnb(
         starts=starts,
         node_limit=node_limit,
         stagger_requests=stagger_requests,
-        spread_idle_share=spread_idle_share,
+        spread_idle_share=SPREAD_IDLE_SHARE if spread else None,
+        spread_kicks=spread,
     )
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu
@@ -454,7 +455,7 @@ def run_bench(config: Config, progress: Callable[[str], None] = lambda _: None) 
             elif backend in WORK_BACKENDS:
                 nodes = config.nodes_for(size)
                 stagger = 0 if backend == "bnb-work-narrow" else STAGGER_REQUESTS
-                spread = None if backend != "bnb-work" else SPREAD_IDLE_SHARE
+                spread = backend == "bnb-work"
                 runs = [
                     (i, _run_bnb(i, WORK_TIME_LIMIT_S, nodes, stagger, spread)) for i in instances
                 ]

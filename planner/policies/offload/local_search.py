@@ -50,8 +50,12 @@ NARROW_STEPS or drops to none.
 - improve: descend, then kicks while the work lasts, each from the best
   assignment: one offloading request (or two) drops to fewer patterns and
   fill repairs the memory row, or a request takes one to three patterns
-  more; then descend; the result replaces the best when it is better. The
-  kicks' choices come from a fixed pseudo-random sequence.
+  more, or (spread kicks, when asked) the largest offloading request drops
+  to nothing and the smallest requests that offload nothing, smallest
+  first, take one of the three largest patterns until the memory row holds
+  (the best plans fetch from many small requests); then descend; the result
+  replaces the best when it is better. The kicks' choices come from a fixed
+  pseudo-random sequence.
 - stall_greedy: a start that minds the stall on the linear surrogate: from
   nothing offloaded, while the shortest window's memory row does not hold,
   the single move that adds the least surrogate stall per block it frees;
@@ -1032,6 +1036,7 @@ def improve(  # noqa: PLR0917
     tally: Any,
     stagger: int,
     descended: bool,
+    spread_kicks: bool,
 ) -> tuple[float, float, bool]:
     """descend (unless `descended`: choice is a local optimum already), then
     up to `kicks` kicks (see the module's docstring), from a feasible choice
@@ -1053,6 +1058,8 @@ def improve(  # noqa: PLR0917
     rng = np.array([KICK_SEED], np.uint64)
     offloading = np.empty(num_r, np.int64)
     no_seeds = np.zeros((0, 3))
+    smallest_first = np.argsort(p[3], kind="mergesort")
+    kinds = 4 if spread_kicks else 3
     for _ in range(kicks):
         tally[10] += 1
         trial[:] = choice
@@ -1062,8 +1069,25 @@ def improve(  # noqa: PLR0917
             if trial[r] > 0:
                 offloading[n] = r
                 n += 1
-        kind = _draw(rng, 3)
-        if n == 0 or kind == 2:
+        kind = _draw(rng, kinds)
+        if kind == 3 and n > 0:
+            # The largest offloading request to nothing; the smallest
+            # requests that offload nothing, smallest first, each to one of
+            # the three largest patterns, until the memory row holds.
+            big = offloading[0]
+            for i in range(n):
+                if p[3][offloading[i]] > p[3][big]:
+                    big = offloading[i]
+            _move(p, trial, layer_blocks, mem, big, 0)
+            for i in range(num_r):
+                if _excess(p, layer_blocks, mem) <= 0:
+                    break
+                r = smallest_first[i]
+                if r != big and trial[r] == 0:
+                    _move(p, trial, layer_blocks, mem, r, max(num_c - 1 - _draw(rng, 3), 1))
+            if _excess(p, layer_blocks, mem) > 0:
+                continue
+        elif n == 0 or kind == 2:
             # Raise a request by one to three patterns; descend then spends
             # the memory it frees.
             r = _draw(rng, num_r)

@@ -13,8 +13,12 @@ event-model step latency in the search space, with a proven bound on it.
 - Local search (local_search.improve, compiled): descent on the exact model
   with single, pair, compound and stagger moves (the requests whose fetch
   chains leave the link idle; stagger_requests=0 leaves them out) to a
-  local optimum, then kicks
-  (perturbation and descent again) while the work lasts.
+  local optimum; on large trees, when that local optimum leaves the link
+  idle for SPREAD_IDLE_SHARE of its step (too little fetched), a second
+  descent from spread_start (many small requests offloading); then kicks
+  (perturbation, spread kicks among them, and descent again) while the work
+  lasts. spread_idle_share=None and spread_kicks=False give the search
+  before the spread moves.
 - Branch and bound (planner.solvers.branch_and_bound), depth-first over the
   requests, largest KV first, from the local optimum, on trees of at most
   EXACT_TREE_LIMIT assignments (the kicks get what it leaves). A node's
@@ -168,6 +172,7 @@ def branch_and_bound(
     node_limit: int | None = None,
     stagger_requests: int = STAGGER_REQUESTS,
     spread_idle_share: float | None = SPREAD_IDLE_SHARE,
+    spread_kicks: bool = True,
 ) -> SearchResult:
     """The best plan under the exact model, within the limits.
     stagger_requests: the requests the local search's stagger moves try per
@@ -227,19 +232,23 @@ def branch_and_bound(
         # from the spread start, when the first leaves the link idle).
         descended = False
         if not small and spread_idle_share is not None:
-            work.run(improve, kernel, choice, 0, tally, stagger_requests, False)
+            work.run(improve, kernel, choice, 0, tally, stagger_requests, False, spread_kicks)
             best.offer(choice, *evaluate_one(kernel, choice))
             descended = True
             if not work.spent() and work.run(idle_share, kernel, choice) >= spread_idle_share:
                 spread = spread_start(p)
                 if spread is not None:
-                    work.run(improve, kernel, spread, 0, tally, stagger_requests, False)
+                    work.run(
+                        improve, kernel, spread, 0, tally, stagger_requests, False, spread_kicks
+                    )
                     if best.offer(spread, *evaluate_one(kernel, spread)):
                         tally[TALLY.index("spread_improvements")] += 1
             choice = best.choice.copy()
         if not work.spent():
             kicks = 0 if small else KICKS
-            work.run(improve, kernel, choice, kicks, tally, stagger_requests, descended)
+            work.run(
+                improve, kernel, choice, kicks, tally, stagger_requests, descended, spread_kicks
+            )
             best.offer(choice, *evaluate_one(kernel, choice))
     if _within_gap(best.objective, root, relative_gap):
         return _result(Status.OPTIMAL, best, root, work, time_limit_s, tally)
@@ -261,7 +270,7 @@ def branch_and_bound(
         best.offer(out.incumbent.choice, out.incumbent.objective, out.incumbent.tiebreak)
     if not out.complete and best.choice is not None and not work.spent():
         choice = best.choice.copy()
-        work.run(improve, kernel, choice, KICKS, tally, stagger_requests, False)
+        work.run(improve, kernel, choice, KICKS, tally, stagger_requests, False, spread_kicks)
         best.offer(choice, *evaluate_one(kernel, choice))
     bound = out.best_bound
     if bound is not None and math.isfinite(best.objective):
@@ -318,7 +327,9 @@ def _load_kernels() -> None:
         optimum = problem.enumerate().choice
         if optimum is not None:
             tally = np.zeros(len(TALLY), np.int64)
-            improve(kernel, new_work(64), math.inf, optimum, 4, tally, STAGGER_REQUESTS, False)
+            improve(
+                kernel, new_work(64), math.inf, optimum, 4, tally, STAGGER_REQUESTS, False, True
+            )
             idle_share(kernel, new_work(64), math.inf, optimum)
             spread_start(problem)
     now_s()

@@ -139,8 +139,8 @@ def test_descend_ends_at_a_local_optimum_of_the_narrow_single_moves(problem, sta
 
 
 @settings(max_examples=40, deadline=None)
-@given(problems, st.integers(0, 20))
-def test_kicks_keep_the_best_plan_and_repeat_on_the_same_work(problem, kicks):
+@given(problems, st.integers(0, 20), st.booleans())
+def test_kicks_keep_the_best_plan_and_repeat_on_the_same_work(problem, kicks, spread_kicks):
     start = _feasible_start(problem)
     if start is None:
         return
@@ -154,7 +154,7 @@ def test_kicks_keep_the_best_plan_and_repeat_on_the_same_work(problem, kicks):
         choice = start.copy()
         tally = np.zeros(len(TALLY), np.int64)
         latency, tiebreak, _ = improve(
-            kernel, new_work(5000), NO_DEADLINE, choice, kicks, tally, 0, False
+            kernel, new_work(5000), NO_DEADLINE, choice, kicks, tally, 0, False, spread_kicks
         )
         assert (latency, tiebreak) == _objective(problem, choice)
         assert tally[TALLY.index("kicks")] <= kicks
