@@ -177,7 +177,12 @@ def branch_and_bound(
     """The best plan under the exact model, within the limits.
     stagger_requests: the requests the local search's stagger moves try per
     round (local_search.py; 0: none, the narrow, pair and compound moves
-    only: the search before stagger moves, the bench's bnb-work-narrow)."""
+    only: the search before stagger moves). spread_idle_share: the link's
+    idle share of the first local optimum's step from which a second
+    descent starts from spread_start (None: never); spread_kicks: the
+    kicks include spread kicks. None and False: the search before the
+    spread moves (the bench's bnb-work-nospread; with stagger_requests=0
+    too, its bnb-work-narrow)."""
     _load_kernels()
     work = _Work(time_limit_s, node_limit)
     best = _Best()
