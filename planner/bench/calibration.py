@@ -26,7 +26,6 @@ import itertools
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +35,12 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from planner.bench.calibration_front_end import (
+    calibration_knobs,
+    engine_ttft_quantiles,
+    replay_in_process,
+    time_to_engine_first_token_s,
+)
 from planner.bench.calibration_loads import LOADS, QUICK_LOADS, CalibrationLoad
 from planner.bench.core_pinning import CoreSplit, pin_server, pinned_here, split_for
 from planner.bench.engine_profile import (
@@ -61,7 +66,7 @@ from planner.profiles.loading import save_profile
 from planner.profiles.models import ModelProfile
 from planner.replay.metrics import PolicyMetrics, summarize
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
-from planner.replay.report import metrics_from_json
+from planner.replay.setup import ReplayKnobs
 from planner.trace.io import write_trace
 from planner.trace.records import TraceRequest
 
@@ -103,6 +108,14 @@ class Settings:
     # (stream_s_per_token, fitted per repeat on STREAM_FIT_LOAD): one of
     # STREAM_WORK.
     stream_work: str = "fit"
+    # Where vLLM's own TTFT clock starts in the replay's front end: "fit"
+    # (clock_to_engine_s before the request reaches the engine, fitted per
+    # repeat on fit_load) or "arrival" (at the request's arrival at the
+    # front end): one of ENGINE_CLOCK.
+    engine_clock: str = "fit"
+    # The load each repeat fits the front end's free parameters on (the
+    # streaming work, the clock); the other loads are the check.
+    fit_load: str = "steady"
 
     @property
     def limits(self) -> EngineLimits:
@@ -115,14 +128,24 @@ class Settings:
         )
 
 
-# stream_s_per_token: "fit" on each repeat's STREAM_FIT_LOAD as vLLM's own
+# stream_s_per_token: "fit" on each repeat's fit_load as vLLM's own
 # scheduler served it (the grid STREAM_GRID_S whose replay comes closest to
-# vLLM's own TTFT p50 and p99 there, by the sum of the log ratios' sizes),
-# then used on every load of the repeat; "none": admissions only.
+# the client's TTFT p50 and p99 there, by the sum of the log ratios' sizes:
+# the whole wait, before and after vLLM's clock starts), then used on every
+# load of the repeat; "none": admissions only.
 STREAM_WORK = ("fit", "none")
-STREAM_FIT_LOAD = "steady"
-STREAM_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p99_s")
+STREAM_FIT_KEYS = ("ttft_p50_s", "ttft_p99_s")
 STREAM_GRID_S = tuple(round(1e-4 * i, 6) for i in range(31))
+# vLLM's clock: "fit": clock_to_engine_s, the part of a request's front-end
+# wait after vLLM's TTFT clock starts (planner.bench.calibration_front_end),
+# fitted per repeat on fit_load to vLLM's own TTFT p50 and p99 (the grid
+# CLOCK_GRID_S, by the sum of the log ratios' sizes) once the streaming work
+# is fitted; "arrival": the clock starts when the request reaches the front
+# end (the replay's TTFT less the request latency), and the streaming work
+# is fitted to vLLM's own TTFT instead of the client's.
+ENGINE_CLOCK = ("fit", "arrival")
+CLOCK_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p99_s")
+CLOCK_GRID_S = tuple(round(1e-4 * i, 6) for i in range(301))
 
 
 # The compared numbers: key, label, how to read it off PolicyMetrics.
@@ -457,13 +480,6 @@ def replay_command(
     ]
 
 
-def replay(command: list[str], json_out: Path) -> PolicyMetrics:
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"planner replay failed ({done.returncode}): {done.stderr.strip()}")
-    return metrics_from_json(json.loads(json_out.read_text(encoding="utf-8")))[0]
-
-
 # --- the whole run ---------------------------------------------------------------
 
 MEASUREMENTS = "measurements.json"
@@ -684,11 +700,13 @@ def with_stream_work(profile_path: Path, stream_s: float, out_path: Path) -> Non
     out_path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
 
 
-def stream_fit_error(measured: dict[str, float | None], replayed: dict[str, float | None]) -> float:
-    """How far the replay's STREAM_FIT_KEYS are from the measured ones: the
-    sum of the absolute log ratios (inf when one is missing or 0)."""
+def fit_error(
+    measured: dict[str, float | None], replayed: dict[str, float | None], keys: Sequence[str]
+) -> float:
+    """How far the replay's keys are from the measured ones: the sum of the
+    absolute log ratios (inf when one is missing or 0)."""
     total = 0.0
-    for key in STREAM_FIT_KEYS:
+    for key in keys:
         a, b = measured.get(key), replayed.get(key)
         if a is None or b is None or a <= 0 or b <= 0:
             return math.inf
@@ -696,7 +714,70 @@ def stream_fit_error(measured: dict[str, float | None], replayed: dict[str, floa
     return total
 
 
-def fit_stream_work(
+def stream_fit_error(measured: dict[str, float | None], replayed: dict[str, float | None]) -> float:
+    """fit_error over STREAM_FIT_KEYS."""
+    return fit_error(measured, replayed, STREAM_FIT_KEYS)
+
+
+def replay_knobs(settings: Settings) -> ReplayKnobs:
+    return calibration_knobs(
+        slo_ttft_s=settings.slo_ttft_s,
+        slo_tbt_s=settings.slo_tbt_s,
+        block_size=settings.block_size,
+        gpu_kv_blocks=settings.gpu_kv_blocks,
+        cpu_kv_blocks=settings.cpu_kv_blocks,
+        max_batched_tokens=settings.max_batched_tokens,
+        max_running=settings.max_running,
+    )
+
+
+@dataclass(slots=True)
+class Replayed:
+    """One run replayed: the replay's metrics, and each request's time from
+    reaching the engine to its first token (calibration_front_end)."""
+
+    metrics: dict[str, float | None]
+    to_first_token_s: list[float]
+    latency_s: float
+
+    def engine_view(self, settings: Settings, clock_to_engine_s: float) -> dict[str, float | None]:
+        """The replay's numbers for the engine rows (ENGINE_ROWS): its TBT as
+        it is; its TTFT as vLLM's clock runs (ENGINE_CLOCK)."""
+        if settings.engine_clock == "arrival":
+            return engine_view(self.metrics, self.latency_s)
+        p50, p99 = engine_ttft_quantiles(self.to_first_token_s, clock_to_engine_s, (0.5, 0.99))
+        return {
+            "engine_tbt_p50_s": self.metrics["tbt_p50_s"],
+            "engine_tbt_p99_s": self.metrics["tbt_p99_s"],
+            "engine_ttft_p50_s": p50,
+            "engine_ttft_p99_s": p99,
+        }
+
+
+def replay_run(
+    trace: Sequence[TraceRequest], profile: str, policy: str, settings: Settings
+) -> Replayed:
+    """The run's trace replayed in process as `planner replay` replays it
+    (replay_command)."""
+    result, config = replay_in_process(trace, profile, policy, replay_knobs(settings))
+    return Replayed(
+        metrics=read_metrics(summarize(result)),
+        to_first_token_s=time_to_engine_first_token_s(result, config),
+        latency_s=config.request_latency_s,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FrontEndFit:
+    """The front end's parameters fitted on one run: the streaming work
+    (None: not fitted), where vLLM's clock starts, and the fit's error."""
+
+    stream_s: float | None
+    clock_to_engine_s: float
+    error: float
+
+
+def fit_front_end(
     run: ServedRun,
     *,
     model_name: str,
@@ -704,26 +785,48 @@ def fit_stream_work(
     latency_s: float,
     settings: Settings,
     out_dir: Path,
-) -> tuple[float, float]:
-    """The stream_s_per_token of STREAM_GRID_S whose replay of run (vLLM's
-    own scheduler) comes closest to vLLM's own TTFT p50 and p99, and its
-    error (stream_fit_error)."""
-    measured = engine_side(run.counters)
-    stem = _run_stem(out_dir, run)
-    trace_path = stem.with_suffix(".trace.jsonl")
-    write_trace(trace_path, run_trace(run.records))
+    fit_stream: bool,
+) -> FrontEndFit:
+    """The front end's free parameters on run (vLLM's own scheduler): the
+    stream_s_per_token of STREAM_GRID_S (when fit_stream) and, with
+    engine_clock "fit", the clock_to_engine_s of CLOCK_GRID_S whose replay
+    comes closest (fit_error) to the client's TTFT p50 and p99 (the whole
+    wait, before and after vLLM's clock starts) and vLLM's own (the part
+    after it). With engine_clock "arrival": the streaming work alone, on
+    vLLM's own TTFT as engine_view sees it."""
+    measured = read_metrics(measured_metrics(run.records, settings, run.counters, run.side))
+    measured.update(engine_side(run.counters))
+    trace = run_trace(run.records)
     trial = out_dir / f"{profile_path.stem}.stream-trial.json"
-    json_out = out_dir / f"{stem.name}.stream-trial.replay.json"
-    best = (math.inf, 0.0)
-    for stream_s in STREAM_GRID_S:
-        with_stream_work(profile_path, stream_s, trial)
-        policy = dict(SIDES)[run.side]
-        cmd = replay_command(trace_path, f"{model_name}@{trial}", policy, settings, json_out)
-        replayed = engine_view(read_metrics(replay(cmd, json_out)), latency_s)
-        best = min(best, (stream_fit_error(measured, replayed), stream_s))
+    policy = dict(SIDES)[run.side]
+    best = FrontEndFit(None, 0.0, math.inf)
+    for stream_s in STREAM_GRID_S if fit_stream else (None,):
+        profile = profile_path
+        if stream_s is not None:
+            with_stream_work(profile_path, stream_s, trial)
+            profile = trial
+        replayed = replay_run(trace, f"{model_name}@{profile}", policy, settings)
+        if settings.engine_clock == "arrival":
+            view = {**replayed.metrics, **engine_view(replayed.metrics, latency_s)}
+            candidates = [(fit_error(measured, view, CLOCK_FIT_KEYS), 0.0)]
+        else:
+            keys = (*STREAM_FIT_KEYS, *CLOCK_FIT_KEYS) if fit_stream else CLOCK_FIT_KEYS
+            candidates = [
+                (
+                    fit_error(
+                        measured,
+                        {**replayed.metrics, **replayed.engine_view(settings, clock_s)},
+                        keys,
+                    ),
+                    clock_s,
+                )
+                for clock_s in CLOCK_GRID_S
+            ]
+        error, clock_s = min(candidates)
+        if error < best.error:
+            best = FrontEndFit(stream_s, clock_s, error)
     trial.unlink(missing_ok=True)
-    json_out.unlink(missing_ok=True)
-    return best[1], best[0]
+    return best
 
 
 def predict(
@@ -732,17 +835,33 @@ def predict(
     *,
     progress: Callable[[str], None] = print,
 ) -> Calibration:
-    """Fits each repeat's profile from its raw probes and replays every run
-    with it: the predicted side of every Side."""
+    """Fits each repeat's profile from its raw probes (and its front end on
+    the settings' fit_load) and replays every run with it: the predicted
+    side of every Side."""
     settings = m.settings
     config = json.loads((m.model_dir / "config.json").read_text(encoding="utf-8"))
     model_name = m.model_dir.resolve().name
     model = model_from_config(config, model_name)
     profiles: list[dict[str, Any]] = []
-    fits: dict[int, tuple[Path, CostFit]] = {}
+    fits: dict[int, tuple[Path, CostFit, float]] = {}
+    replayed: dict[tuple[str, str, int], Replayed] = {}
+
+    def replayed_run(run: ServedRun, profile_path: Path) -> Replayed:
+        key = (run.load.name, run.side, run.repeat)
+        if key not in replayed:
+            policy = dict(SIDES)[run.side]
+            progress(f"repeat {run.repeat}: replaying {run.load.name} with {policy}")
+            replayed[key] = replay_run(
+                run_trace(run.records), f"{model_name}@{profile_path}", policy, settings
+            )
+        return replayed[key]
+
     for info in m.profiles:
         repeat = int(info["repeat"])
         measured_path = Path(info["path"])
+        if not measured_path.with_suffix(".raw.json").is_file():
+            # The folder was moved: its own copy.
+            measured_path = out_dir / measured_path.name
         profile_path = out_dir / f"profile-{repeat}.{settings.per_request}.json"
         progress(f"repeat {repeat}: fitting the profile")
         fit = refit_profile(
@@ -756,28 +875,34 @@ def predict(
         admission_s = 0.0
         stream_s: float | None = None
         stream_error: float | None = None
+        fit_on = [
+            r
+            for r in m.runs
+            if r.repeat == repeat and r.load.name == settings.fit_load and r.side == "vllm"
+        ]
         if settings.per_request == PER_REQUEST_ADMISSION:
             admission_s = constants["prefill_s_per_sequence"]
             constants["prefill_s_per_sequence"] = 0.0
-            fit_on = [
-                r
-                for r in m.runs
-                if r.repeat == repeat and r.load.name == STREAM_FIT_LOAD and r.side == "vllm"
-            ]
-            if settings.stream_work == "fit" and fit_on:
-                progress(f"repeat {repeat}: fitting the streaming work on {STREAM_FIT_LOAD}")
-                stream_s, stream_error = fit_stream_work(
-                    fit_on[0],
-                    model_name=model_name,
-                    profile_path=profile_path,
-                    latency_s=fit.latency_s,
-                    settings=settings,
-                    out_dir=out_dir,
-                )
+        fit_stream = settings.per_request == PER_REQUEST_ADMISSION and settings.stream_work == "fit"
+        clock_s, clock_error = 0.0, None
+        if fit_on and (fit_stream or settings.engine_clock == "fit"):
+            progress(f"repeat {repeat}: fitting the front end on {settings.fit_load}")
+            front_end = fit_front_end(
+                fit_on[0],
+                model_name=model_name,
+                profile_path=profile_path,
+                latency_s=fit.latency_s,
+                settings=settings,
+                out_dir=out_dir,
+                fit_stream=fit_stream,
+            )
+            clock_s, clock_error = front_end.clock_to_engine_s, front_end.error
+            if front_end.stream_s is not None:
+                stream_s, stream_error = front_end.stream_s, front_end.error
                 streamed_path = profile_path.with_suffix(".stream.json")
                 with_stream_work(profile_path, stream_s, streamed_path)
                 profile_path = streamed_path
-        fits[repeat] = (profile_path, fit)
+        fits[repeat] = (profile_path, fit, clock_s)
         profiles.append(
             {
                 **info,
@@ -787,6 +912,9 @@ def predict(
                 "admission_s": admission_s,
                 "stream_s": stream_s,
                 "stream_fit_error": stream_error,
+                "clock_to_engine_s": clock_s if settings.engine_clock == "fit" else None,
+                "fit_load": settings.fit_load,
+                "clock_fit_error": clock_error,
                 "fit_median_abs_error": fit.median_abs_error,
                 "fit_p90_abs_error": fit.p90_abs_error,
                 "rows": fit.rows,
@@ -795,19 +923,16 @@ def predict(
         )
     sides: list[Side] = []
     for run in m.runs:
-        profile_path, fit = fits[run.repeat]
+        profile_path, fit, clock_s = fits[run.repeat]
         policy = dict(SIDES)[run.side]
         stem = _run_stem(out_dir, run)
         trace_path = stem.with_suffix(".trace.jsonl")
         write_trace(trace_path, run_trace(run.records))
         json_out = stem.with_suffix(".replay.json")
         cmd = replay_command(trace_path, f"{model_name}@{profile_path}", policy, settings, json_out)
-        progress(f"repeat {run.repeat}: replaying {run.load.name} with {policy}")
-        predicted = replay(cmd, json_out)
+        predicted = replayed_run(run, profile_path)
         measured = read_metrics(measured_metrics(run.records, settings, run.counters, run.side))
         measured.update(engine_side(run.counters))
-        replayed = read_metrics(predicted)
-        replayed.update(engine_view(replayed, fit.latency_s))
         sides.append(
             Side(
                 load=run.load.name,
@@ -815,7 +940,7 @@ def predict(
                 policy=policy,
                 repeat=run.repeat,
                 measured=measured,
-                predicted=replayed,
+                predicted={**predicted.metrics, **predicted.engine_view(settings, clock_s)},
                 requests=len(run.records),
                 failed=sum(1 for r in run.records if not r.done),
                 merged_chunks=sum(r.merged_chunks for r in run.records),
@@ -972,8 +1097,15 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
             f"{1e3 * p.get('admission_s', 0.0):.2f} ms per request"
             + (
                 f" + {1e3 * p['stream_s']:.1f} ms per streamed token (fitted on "
-                f"{STREAM_FIT_LOAD}, error {p['stream_fit_error']:.2f})"
+                f"{s.fit_load}, error {p['stream_fit_error']:.2f})"
                 if p.get("stream_s") is not None
+                else ""
+            )
+            + (
+                f"; vLLM's TTFT clock starts {1e3 * p['clock_to_engine_s']:.1f} ms before the "
+                f"request reaches the engine (fitted on {s.fit_load}, error "
+                f"{p['clock_fit_error']:.2f})"
+                if p.get("clock_to_engine_s") is not None and p.get("clock_fit_error") is not None
                 else ""
             )
             + "; fit error median "
@@ -1094,8 +1226,24 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         choices=STREAM_WORK,
         default=d.stream_work,
         help="with --per-request-work admission: the queue's server also streams the output "
-        f"tokens, its time per token fitted per repeat on the {STREAM_FIT_LOAD} load (fit, "
-        "the default), or admissions only (none)",
+        "tokens, its time per token fitted per repeat on the --fit-on load to the client's "
+        "TTFT (fit, the default), or admissions only (none)",
+    )
+    p.add_argument(
+        "--engine-clock",
+        choices=ENGINE_CLOCK,
+        default=d.engine_clock,
+        help="where vLLM's own TTFT clock starts in the replay's front end: a fitted time "
+        "before the request reaches the engine (fit, the default), or at its arrival at the "
+        "front end (arrival; the streaming work then fitted to vLLM's own TTFT)",
+    )
+    p.add_argument(
+        "--fit-on",
+        dest="fit_load",
+        choices=sorted(LOADS),
+        default=d.fit_load,
+        help=f"the load each repeat fits the front end on (default {d.fit_load}); the others "
+        "are the check",
     )
     p.add_argument(
         "--measure-only",
@@ -1135,6 +1283,10 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--per-request-work", args.per_request_work]
     if args.stream_work != d.stream_work:
         parts += ["--stream-work", args.stream_work]
+    if args.engine_clock != d.engine_clock:
+        parts += ["--engine-clock", args.engine_clock]
+    if args.fit_load != d.fit_load:
+        parts += ["--fit-on", args.fit_load]
     if args.measure_only:
         parts.append("--measure-only")
     if args.from_dir is not None:
@@ -1165,6 +1317,8 @@ def run(args: argparse.Namespace) -> int:
         pin_cores=args.pin_cores,
         per_request=args.per_request_work,
         stream_work=args.stream_work,
+        engine_clock=args.engine_clock,
+        fit_load=args.fit_load,
     )
 
     def progress(message: str) -> None:
@@ -1178,7 +1332,11 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
         args.out.mkdir(parents=True, exist_ok=True)
         measurement.settings = replace(
-            measurement.settings, per_request=args.per_request_work, stream_work=args.stream_work
+            measurement.settings,
+            per_request=args.per_request_work,
+            stream_work=args.stream_work,
+            engine_clock=args.engine_clock,
+            fit_load=args.fit_load,
         )
         cal = predict(measurement, args.from_dir, progress=progress)
         cal.command = f"{measurement.command}` (measured), then `{command_line(args)}"
