@@ -104,17 +104,18 @@ class Settings:
     # Where the replayed profile charges the fitted per-request work
     # (planner.bench.engine_profile.PER_REQUEST_WORK).
     per_request: str = PER_REQUEST_ADMISSION
-    # Whether the admission queue's server also streams the output tokens
-    # (stream_s_per_token, fitted per repeat on STREAM_FIT_LOAD): one of
-    # STREAM_WORK.
-    stream_work: str = "fit"
+    # Whether the admission queue's server also streams the output tokens,
+    # and its work per engine step or per token (fitted per repeat on
+    # fit_load): one of STREAM_WORK.
+    stream_work: str = "step"
     # Where vLLM's own TTFT clock starts in the replay's front end: "fit"
     # (clock_to_engine_s before the request reaches the engine, fitted per
-    # repeat on fit_load) or "arrival" (at the request's arrival at the
-    # front end): one of ENGINE_CLOCK.
+    # repeat on fit_load, with the client's latency) or "arrival" (at the
+    # request's arrival at the front end): one of ENGINE_CLOCK.
     engine_clock: str = "fit"
     # The load each repeat fits the front end's free parameters on (the
-    # streaming work, the clock); the other loads are the check.
+    # streaming work, the clock, the client's latency); the other loads are
+    # the check.
     fit_load: str = "steady"
 
     @property
@@ -128,24 +129,31 @@ class Settings:
         )
 
 
-# stream_s_per_token: "fit" on each repeat's fit_load as vLLM's own
-# scheduler served it (the grid STREAM_GRID_S whose replay comes closest to
-# the client's TTFT p50 and p99 there, by the sum of the log ratios' sizes:
-# the whole wait, before and after vLLM's clock starts), then used on every
-# load of the repeat; "none": admissions only.
-STREAM_WORK = ("fit", "none")
+# The front end's streaming work, fitted on each repeat's fit_load as vLLM's
+# own scheduler served it (the grid STREAM_GRID_S whose replay comes closest,
+# by the sum of the log ratios' sizes, to the client's TTFT p50 and p99
+# there, and with engine_clock "fit" to vLLM's own as well) and used on
+# every load of the repeat: "step" (stream_s_per_step: per engine step whose
+# tokens it streams, the step's output batch), "token" (stream_s_per_token:
+# per streamed token); "none": admissions only.
+STREAM_WORK = ("step", "token", "none")
+STREAM_FIELD = {"step": "stream_s_per_step", "token": "stream_s_per_token"}
 STREAM_FIT_KEYS = ("ttft_p50_s", "ttft_p99_s")
-STREAM_GRID_S = tuple(round(1e-4 * i, 6) for i in range(31))
-# vLLM's clock: "fit": clock_to_engine_s, the part of a request's front-end
-# wait after vLLM's TTFT clock starts (planner.bench.calibration_front_end),
-# fitted per repeat on fit_load to vLLM's own TTFT p50 and p99 (the grid
-# CLOCK_GRID_S, by the sum of the log ratios' sizes) once the streaming work
-# is fitted; "arrival": the clock starts when the request reaches the front
-# end (the replay's TTFT less the request latency), and the streaming work
-# is fitted to vLLM's own TTFT instead of the client's.
+STREAM_GRID_S = tuple(round(1e-4 * i, 6) for i in range(41))
+# vLLM's clock: "fit": the front end's wait splits at vLLM's TTFT clock
+# (planner.bench.calibration_front_end): before it, the client's request
+# latency (request_latency_s, refitted on fit_load to the client's TTFT p50
+# and p99 over LATENCY_GRID_S) and the queue; after it, clock_to_engine_s
+# before the request reaches the engine (fitted on fit_load to vLLM's own
+# TTFT p50 and p99 over CLOCK_GRID_S). A constant in either part shifts its
+# TTFT alike for every request, so each is fitted apart once the streaming
+# work gives the queue. "arrival": the clock starts when the request reaches
+# the front end (the replay's TTFT less the profile's request latency), and
+# the streaming work is fitted to vLLM's own TTFT alone.
 ENGINE_CLOCK = ("fit", "arrival")
 CLOCK_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p99_s")
 CLOCK_GRID_S = tuple(round(1e-4 * i, 6) for i in range(301))
+LATENCY_GRID_S = tuple(round(1e-4 * i, 6) for i in range(301))
 
 
 # The compared numbers: key, label, how to read it off PolicyMetrics.
@@ -162,6 +170,7 @@ METRICS: tuple[tuple[str, str, Reader], ...] = (
     ("tpot_p99_s", "TPOT p99 s", lambda m: m.tpot_s.p99),
     ("throughput_tok_s", "output tok/s", lambda m: m.throughput_tok_s),
     ("preemptions", "preemptions", lambda m: float(m.preemptions)),
+    ("swap_outs", "swap-outs (the planner's preemptions)", lambda m: float(m.swap_outs)),
     (
         "goodput",
         "goodput (both SLOs) %",
@@ -691,12 +700,22 @@ def refit_profile(
     return result.fit
 
 
-def with_stream_work(profile_path: Path, stream_s: float, out_path: Path) -> None:
-    """The profile at profile_path with stream_s_per_token stream_s on every
-    cost entry, written to out_path."""
+def with_stream_work(
+    profile_path: Path,
+    stream_s: float,
+    out_path: Path,
+    *,
+    field: str = "stream_s_per_token",
+    latency_s: float | None = None,
+) -> None:
+    """The profile at profile_path with field (a STREAM_FIELD) stream_s and,
+    when given, request_latency_s latency_s on every cost entry, written to
+    out_path."""
     doc = json.loads(profile_path.read_text(encoding="utf-8"))
     for entry in doc.get("cost", ()):
-        entry["stream_s_per_token"] = stream_s
+        entry[field] = stream_s
+        if latency_s is not None:
+            entry["request_latency_s"] = latency_s
     out_path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
 
 
@@ -739,6 +758,8 @@ class Replayed:
     metrics: dict[str, float | None]
     to_first_token_s: list[float]
     latency_s: float
+    # Each request's TTFT as its client sees it (from its arrival).
+    client_ttft_s: list[float] = field(default_factory=list)
 
     def engine_view(self, settings: Settings, clock_to_engine_s: float) -> dict[str, float | None]:
         """The replay's numbers for the engine rows (ENGINE_ROWS): its TBT as
@@ -764,17 +785,38 @@ def replay_run(
         metrics=read_metrics(summarize(result)),
         to_first_token_s=time_to_engine_first_token_s(result, config),
         latency_s=config.request_latency_s,
+        client_ttft_s=[
+            r.token_times_s[0] - r.arrival_s for r in result.requests if r.token_times_s
+        ],
     )
 
 
 @dataclass(frozen=True, slots=True)
 class FrontEndFit:
     """The front end's parameters fitted on one run: the streaming work
-    (None: not fitted), where vLLM's clock starts, and the fit's error."""
+    (None: not fitted), the client's request latency (None: the profile's),
+    where vLLM's clock starts, and the fit's error."""
 
     stream_s: float | None
+    latency_s: float | None
     clock_to_engine_s: float
     error: float
+
+
+def _best_shift(
+    samples: Sequence[float],
+    measured: dict[str, float | None],
+    keys: tuple[str, str],
+    grid: Sequence[float],
+    base_s: float = 0.0,
+) -> tuple[float, float]:
+    """The shift of grid whose samples + shift - base_s have the p50 and p99
+    (keys) closest to the measured ones (fit_error), and that error."""
+    best = (math.inf, 0.0)
+    for shift_s in grid:
+        p50, p99 = engine_ttft_quantiles(samples, shift_s - base_s, (0.5, 0.99))
+        best = min(best, (fit_error(measured, {keys[0]: p50, keys[1]: p99}, keys), shift_s))
+    return best[1], best[0]
 
 
 def fit_front_end(
@@ -788,43 +830,38 @@ def fit_front_end(
     fit_stream: bool,
 ) -> FrontEndFit:
     """The front end's free parameters on run (vLLM's own scheduler): the
-    stream_s_per_token of STREAM_GRID_S (when fit_stream) and, with
-    engine_clock "fit", the clock_to_engine_s of CLOCK_GRID_S whose replay
-    comes closest (fit_error) to the client's TTFT p50 and p99 (the whole
-    wait, before and after vLLM's clock starts) and vLLM's own (the part
-    after it). With engine_clock "arrival": the streaming work alone, on
-    vLLM's own TTFT as engine_view sees it."""
+    streaming work of STREAM_GRID_S (when fit_stream) and, with engine_clock
+    "fit", the client's request latency and vLLM's clock (ENGINE_CLOCK), so
+    that the replay comes closest (fit_error) to the client's TTFT p50 and
+    p99 and vLLM's own. With engine_clock "arrival": the streaming work
+    alone, on vLLM's own TTFT as engine_view sees it."""
     measured = read_metrics(measured_metrics(run.records, settings, run.counters, run.side))
     measured.update(engine_side(run.counters))
     trace = run_trace(run.records)
     trial = out_dir / f"{profile_path.stem}.stream-trial.json"
     policy = dict(SIDES)[run.side]
-    best = FrontEndFit(None, 0.0, math.inf)
+    best = FrontEndFit(None, None, 0.0, math.inf)
     for stream_s in STREAM_GRID_S if fit_stream else (None,):
         profile = profile_path
         if stream_s is not None:
-            with_stream_work(profile_path, stream_s, trial)
+            with_stream_work(
+                profile_path, stream_s, trial, field=STREAM_FIELD[settings.stream_work]
+            )
             profile = trial
         replayed = replay_run(trace, f"{model_name}@{profile}", policy, settings)
         if settings.engine_clock == "arrival":
             view = {**replayed.metrics, **engine_view(replayed.metrics, latency_s)}
-            candidates = [(fit_error(measured, view, CLOCK_FIT_KEYS), 0.0)]
+            fitted = FrontEndFit(stream_s, None, 0.0, fit_error(measured, view, CLOCK_FIT_KEYS))
         else:
-            keys = (*STREAM_FIT_KEYS, *CLOCK_FIT_KEYS) if fit_stream else CLOCK_FIT_KEYS
-            candidates = [
-                (
-                    fit_error(
-                        measured,
-                        {**replayed.metrics, **replayed.engine_view(settings, clock_s)},
-                        keys,
-                    ),
-                    clock_s,
-                )
-                for clock_s in CLOCK_GRID_S
-            ]
-        error, clock_s = min(candidates)
-        if error < best.error:
-            best = FrontEndFit(stream_s, clock_s, error)
+            latency_fit, client_error = _best_shift(
+                replayed.client_ttft_s, measured, STREAM_FIT_KEYS, LATENCY_GRID_S, latency_s
+            )
+            clock_fit, clock_error = _best_shift(
+                replayed.to_first_token_s, measured, CLOCK_FIT_KEYS, CLOCK_GRID_S
+            )
+            fitted = FrontEndFit(stream_s, latency_fit, clock_fit, client_error + clock_error)
+        if fitted.error < best.error:
+            best = fitted
     trial.unlink(missing_ok=True)
     return best
 
@@ -883,8 +920,11 @@ def predict(
         if settings.per_request == PER_REQUEST_ADMISSION:
             admission_s = constants["prefill_s_per_sequence"]
             constants["prefill_s_per_sequence"] = 0.0
-        fit_stream = settings.per_request == PER_REQUEST_ADMISSION and settings.stream_work == "fit"
+        fit_stream = (
+            settings.per_request == PER_REQUEST_ADMISSION and settings.stream_work != "none"
+        )
         clock_s, clock_error = 0.0, None
+        fitted_latency_s: float | None = None
         if fit_on and (fit_stream or settings.engine_clock == "fit"):
             progress(f"repeat {repeat}: fitting the front end on {settings.fit_load}")
             front_end = fit_front_end(
@@ -897,11 +937,18 @@ def predict(
                 fit_stream=fit_stream,
             )
             clock_s, clock_error = front_end.clock_to_engine_s, front_end.error
-            if front_end.stream_s is not None:
+            fitted_latency_s = front_end.latency_s
+            if front_end.stream_s is not None or fitted_latency_s is not None:
                 stream_s, stream_error = front_end.stream_s, front_end.error
-                streamed_path = profile_path.with_suffix(".stream.json")
-                with_stream_work(profile_path, stream_s, streamed_path)
-                profile_path = streamed_path
+                fitted_path = profile_path.with_suffix(".front-end.json")
+                with_stream_work(
+                    profile_path,
+                    stream_s or 0.0,
+                    fitted_path,
+                    field=STREAM_FIELD.get(settings.stream_work, "stream_s_per_token"),
+                    latency_s=fitted_latency_s,
+                )
+                profile_path = fitted_path
         fits[repeat] = (profile_path, fit, clock_s)
         profiles.append(
             {
@@ -909,6 +956,8 @@ def predict(
                 "path": str(profile_path),
                 "constants": constants,
                 "latency_s": fit.latency_s,
+                "fitted_latency_s": fitted_latency_s,
+                "stream_work": settings.stream_work,
                 "admission_s": admission_s,
                 "stream_s": stream_s,
                 "stream_fit_error": stream_error,
@@ -1093,19 +1142,29 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
             f"{1e6 * c['decode_s_per_token']:.1f} us per decode token + "
             f"{1e9 * c['attn_s_per_context_token']:.2f} ns per attended token + "
             f"{1e6 * c['prefill_s_per_sequence']:.0f} us per prefilling sequence; client latency "
-            f"{1e3 * p['latency_s']:.1f} ms; admission queue "
-            f"{1e3 * p.get('admission_s', 0.0):.2f} ms per request"
+            f"{1e3 * p['latency_s']:.1f} ms"
             + (
-                f" + {1e3 * p['stream_s']:.1f} ms per streamed token (fitted on "
-                f"{s.fit_load}, error {p['stream_fit_error']:.2f})"
+                f" (refitted on {s.fit_load}: {1e3 * p['fitted_latency_s']:.1f} ms)"
+                if p.get("fitted_latency_s") is not None
+                else ""
+            )
+            + f"; admission queue {1e3 * p.get('admission_s', 0.0):.2f} ms per request"
+            + (
+                f" + {1e3 * p['stream_s']:.1f} ms per streamed "
+                f"{'step' if p.get('stream_work') == 'step' else 'token'} (fitted on "
+                f"{s.fit_load})"
                 if p.get("stream_s") is not None
                 else ""
             )
             + (
                 f"; vLLM's TTFT clock starts {1e3 * p['clock_to_engine_s']:.1f} ms before the "
-                f"request reaches the engine (fitted on {s.fit_load}, error "
-                f"{p['clock_fit_error']:.2f})"
+                f"request reaches the engine (fitted on {s.fit_load})"
                 if p.get("clock_to_engine_s") is not None and p.get("clock_fit_error") is not None
+                else ""
+            )
+            + (
+                f"; front-end fit error {p['clock_fit_error']:.2f}"
+                if p.get("clock_fit_error") is not None
                 else ""
             )
             + "; fit error median "
@@ -1226,8 +1285,8 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         choices=STREAM_WORK,
         default=d.stream_work,
         help="with --per-request-work admission: the queue's server also streams the output "
-        "tokens, its time per token fitted per repeat on the --fit-on load to the client's "
-        "TTFT (fit, the default), or admissions only (none)",
+        "tokens, its work per engine step whose tokens it streams (step, the default) or per "
+        "token (token) fitted per repeat on the --fit-on load, or admissions only (none)",
     )
     p.add_argument(
         "--engine-clock",

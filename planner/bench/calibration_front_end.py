@@ -97,10 +97,14 @@ def engine_reached_s(result: ReplayResult, config: EngineConfig) -> list[float]:
     streaming work, the tokens streamed before it (at the front end's fixed
     point, the arrivals the last pass ran with)."""
     entries_s = [r.arrival_s + config.request_latency_s for r in result.requests]
-    if config.stream_s_per_token > 0:
+    if config.stream_s_per_token > 0 or config.stream_s_per_step > 0:
         tokens_s = [t for r in result.requests for t in r.token_times_s]
         return front_end_exits_s(
-            entries_s, config.admission_s_per_request, tokens_s, config.stream_s_per_token
+            entries_s,
+            config.admission_s_per_request,
+            tokens_s,
+            config.stream_s_per_token,
+            config.stream_s_per_step,
         )
     if config.admission_s_per_request > 0:
         return admission_exits_s(entries_s, config.admission_s_per_request)

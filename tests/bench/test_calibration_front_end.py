@@ -92,12 +92,16 @@ def test_the_in_process_replay_is_planner_replays(tmp_path, policy):
 
 def test_requests_reach_the_engine_through_the_front_end():
     result, config = replay_in_process(_burst(), PROFILE, "fcfs-vllm", KNOBS)
-    assert config.stream_s_per_token > 0 and config.admission_s_per_request > 0
+    assert config.stream_s_per_step > 0 and config.admission_s_per_request > 0
     reached = engine_reached_s(result, config)
     entries = [r.arrival_s + config.request_latency_s for r in result.requests]
     tokens = [t for r in result.requests for t in r.token_times_s]
     assert reached == front_end_exits_s(
-        entries, config.admission_s_per_request, tokens, config.stream_s_per_token
+        entries,
+        config.admission_s_per_request,
+        tokens,
+        config.stream_s_per_token,
+        config.stream_s_per_step,
     )
     # Never before its admission's own service, never before a first token
     # the engine made from it.
