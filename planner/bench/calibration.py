@@ -138,7 +138,8 @@ class Settings:
 # per streamed token); "none": admissions only.
 STREAM_WORK = ("step", "token", "none")
 STREAM_FIELD = {"step": "stream_s_per_step", "token": "stream_s_per_token"}
-STREAM_FIT_KEYS = ("ttft_p50_s", "ttft_p99_s")
+FIT_QUANTILES = (0.5, 0.9)
+STREAM_FIT_KEYS = ("ttft_p50_s", "ttft_p90_s")
 STREAM_GRID_S = tuple(round(1e-4 * i, 6) for i in range(41))
 # vLLM's clock: "fit": the front end's wait splits at vLLM's TTFT clock
 # (planner.bench.calibration_front_end): before it, the client's request
@@ -151,7 +152,8 @@ STREAM_GRID_S = tuple(round(1e-4 * i, 6) for i in range(41))
 # the front end (the replay's TTFT less the profile's request latency), and
 # the streaming work is fitted to vLLM's own TTFT alone.
 ENGINE_CLOCK = ("fit", "arrival")
-CLOCK_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p99_s")
+CLOCK_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p90_s")
+ARRIVAL_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p99_s")
 CLOCK_GRID_S = tuple(round(1e-4 * i, 6) for i in range(301))
 LATENCY_GRID_S = tuple(round(1e-4 * i, 6) for i in range(301))
 
@@ -315,7 +317,7 @@ def engine_side(counters: dict[str, float]) -> dict[str, float | None]:
     return {
         f"{key}_p{round(100 * q)}_s": histogram_quantile(counters, key, q)
         for key in HISTOGRAMS
-        for q in (0.5, 0.99)
+        for q in (0.5, 0.9, 0.99)
     }
 
 
@@ -766,11 +768,14 @@ class Replayed:
         it is; its TTFT as vLLM's clock runs (ENGINE_CLOCK)."""
         if settings.engine_clock == "arrival":
             return engine_view(self.metrics, self.latency_s)
-        p50, p99 = engine_ttft_quantiles(self.to_first_token_s, clock_to_engine_s, (0.5, 0.99))
+        p50, p90, p99 = engine_ttft_quantiles(
+            self.to_first_token_s, clock_to_engine_s, (0.5, 0.9, 0.99)
+        )
         return {
             "engine_tbt_p50_s": self.metrics["tbt_p50_s"],
             "engine_tbt_p99_s": self.metrics["tbt_p99_s"],
             "engine_ttft_p50_s": p50,
+            "engine_ttft_p90_s": p90,
             "engine_ttft_p99_s": p99,
         }
 
@@ -814,8 +819,8 @@ def _best_shift(
     (keys) closest to the measured ones (fit_error), and that error."""
     best = (math.inf, 0.0)
     for shift_s in grid:
-        p50, p99 = engine_ttft_quantiles(samples, shift_s - base_s, (0.5, 0.99))
-        best = min(best, (fit_error(measured, {keys[0]: p50, keys[1]: p99}, keys), shift_s))
+        values = engine_ttft_quantiles(samples, shift_s - base_s, FIT_QUANTILES)
+        best = min(best, (fit_error(measured, dict(zip(keys, values, strict=True)), keys), shift_s))
     return best[1], best[0]
 
 
@@ -851,7 +856,7 @@ def fit_front_end(
         replayed = replay_run(trace, f"{model_name}@{profile}", policy, settings)
         if settings.engine_clock == "arrival":
             view = {**replayed.metrics, **engine_view(replayed.metrics, latency_s)}
-            fitted = FrontEndFit(stream_s, None, 0.0, fit_error(measured, view, CLOCK_FIT_KEYS))
+            fitted = FrontEndFit(stream_s, None, 0.0, fit_error(measured, view, ARRIVAL_FIT_KEYS))
         else:
             latency_fit, client_error = _best_shift(
                 replayed.client_ttft_s, measured, STREAM_FIT_KEYS, LATENCY_GRID_S, latency_s
