@@ -26,7 +26,6 @@ import itertools
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +35,12 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from planner.bench.calibration_front_end import (
+    calibration_knobs,
+    engine_ttft_quantiles,
+    replay_in_process,
+    time_to_engine_first_token_s,
+)
 from planner.bench.calibration_loads import LOADS, QUICK_LOADS, CalibrationLoad
 from planner.bench.core_pinning import CoreSplit, pin_server, pinned_here, split_for
 from planner.bench.engine_profile import (
@@ -61,7 +66,7 @@ from planner.profiles.loading import save_profile
 from planner.profiles.models import ModelProfile
 from planner.replay.metrics import PolicyMetrics, summarize
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
-from planner.replay.report import metrics_from_json
+from planner.replay.setup import ReplayKnobs
 from planner.trace.io import write_trace
 from planner.trace.records import TraceRequest
 
@@ -99,10 +104,19 @@ class Settings:
     # Where the replayed profile charges the fitted per-request work
     # (planner.bench.engine_profile.PER_REQUEST_WORK).
     per_request: str = PER_REQUEST_ADMISSION
-    # Whether the admission queue's server also streams the output tokens
-    # (stream_s_per_token, fitted per repeat on STREAM_FIT_LOAD): one of
-    # STREAM_WORK.
-    stream_work: str = "fit"
+    # Whether the admission queue's server also streams the output tokens,
+    # and its work per engine step or per token (fitted per repeat on
+    # fit_load): one of STREAM_WORK.
+    stream_work: str = "step"
+    # Where vLLM's own TTFT clock starts in the replay's front end: "fit"
+    # (clock_to_engine_s before the request reaches the engine, fitted per
+    # repeat on fit_load, with the client's latency) or "arrival" (at the
+    # request's arrival at the front end): one of ENGINE_CLOCK.
+    engine_clock: str = "fit"
+    # The load each repeat fits the front end's free parameters on (the
+    # streaming work, the clock, the client's latency); the other loads are
+    # the check.
+    fit_load: str = "steady"
 
     @property
     def limits(self) -> EngineLimits:
@@ -115,14 +129,33 @@ class Settings:
         )
 
 
-# stream_s_per_token: "fit" on each repeat's STREAM_FIT_LOAD as vLLM's own
-# scheduler served it (the grid STREAM_GRID_S whose replay comes closest to
-# vLLM's own TTFT p50 and p99 there, by the sum of the log ratios' sizes),
-# then used on every load of the repeat; "none": admissions only.
-STREAM_WORK = ("fit", "none")
-STREAM_FIT_LOAD = "steady"
-STREAM_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p99_s")
-STREAM_GRID_S = tuple(round(1e-4 * i, 6) for i in range(31))
+# The front end's streaming work, fitted on each repeat's fit_load as vLLM's
+# own scheduler served it (the grid STREAM_GRID_S whose replay comes closest,
+# by the sum of the log ratios' sizes, to the client's TTFT p50 and p99
+# there, and with engine_clock "fit" to vLLM's own as well) and used on
+# every load of the repeat: "step" (stream_s_per_step: per engine step whose
+# tokens it streams, the step's output batch), "token" (stream_s_per_token:
+# per streamed token); "none": admissions only.
+STREAM_WORK = ("step", "token", "none")
+STREAM_FIELD = {"step": "stream_s_per_step", "token": "stream_s_per_token"}
+FIT_QUANTILES = (0.5, 0.9)
+STREAM_FIT_KEYS = ("ttft_p50_s", "ttft_p90_s")
+STREAM_GRID_S = tuple(round(1e-4 * i, 6) for i in range(41))
+# vLLM's clock: "fit": the front end's wait splits at vLLM's TTFT clock
+# (planner.bench.calibration_front_end): before it, the client's request
+# latency (request_latency_s, refitted on fit_load to the client's TTFT p50
+# and p99 over LATENCY_GRID_S) and the queue; after it, clock_to_engine_s
+# before the request reaches the engine (fitted on fit_load to vLLM's own
+# TTFT p50 and p99 over CLOCK_GRID_S). A constant in either part shifts its
+# TTFT alike for every request, so each is fitted apart once the streaming
+# work gives the queue. "arrival": the clock starts when the request reaches
+# the front end (the replay's TTFT less the profile's request latency), and
+# the streaming work is fitted to vLLM's own TTFT alone.
+ENGINE_CLOCK = ("fit", "arrival")
+CLOCK_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p90_s")
+ARRIVAL_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p99_s")
+CLOCK_GRID_S = tuple(round(1e-4 * i, 6) for i in range(301))
+LATENCY_GRID_S = tuple(round(1e-4 * i, 6) for i in range(301))
 
 
 # The compared numbers: key, label, how to read it off PolicyMetrics.
@@ -139,6 +172,7 @@ METRICS: tuple[tuple[str, str, Reader], ...] = (
     ("tpot_p99_s", "TPOT p99 s", lambda m: m.tpot_s.p99),
     ("throughput_tok_s", "output tok/s", lambda m: m.throughput_tok_s),
     ("preemptions", "preemptions", lambda m: float(m.preemptions)),
+    ("swap_outs", "swap-outs (the planner's preemptions)", lambda m: float(m.swap_outs)),
     (
         "goodput",
         "goodput (both SLOs) %",
@@ -283,7 +317,7 @@ def engine_side(counters: dict[str, float]) -> dict[str, float | None]:
     return {
         f"{key}_p{round(100 * q)}_s": histogram_quantile(counters, key, q)
         for key in HISTOGRAMS
-        for q in (0.5, 0.99)
+        for q in (0.5, 0.9, 0.99)
     }
 
 
@@ -455,13 +489,6 @@ def replay_command(
         str(json_out),
         "--quiet",
     ]
-
-
-def replay(command: list[str], json_out: Path) -> PolicyMetrics:
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"planner replay failed ({done.returncode}): {done.stderr.strip()}")
-    return metrics_from_json(json.loads(json_out.read_text(encoding="utf-8")))[0]
 
 
 # --- the whole run ---------------------------------------------------------------
@@ -675,20 +702,32 @@ def refit_profile(
     return result.fit
 
 
-def with_stream_work(profile_path: Path, stream_s: float, out_path: Path) -> None:
-    """The profile at profile_path with stream_s_per_token stream_s on every
-    cost entry, written to out_path."""
+def with_stream_work(
+    profile_path: Path,
+    stream_s: float,
+    out_path: Path,
+    *,
+    field: str = "stream_s_per_token",
+    latency_s: float | None = None,
+) -> None:
+    """The profile at profile_path with field (a STREAM_FIELD) stream_s and,
+    when given, request_latency_s latency_s on every cost entry, written to
+    out_path."""
     doc = json.loads(profile_path.read_text(encoding="utf-8"))
     for entry in doc.get("cost", ()):
-        entry["stream_s_per_token"] = stream_s
+        entry[field] = stream_s
+        if latency_s is not None:
+            entry["request_latency_s"] = latency_s
     out_path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
 
 
-def stream_fit_error(measured: dict[str, float | None], replayed: dict[str, float | None]) -> float:
-    """How far the replay's STREAM_FIT_KEYS are from the measured ones: the
-    sum of the absolute log ratios (inf when one is missing or 0)."""
+def fit_error(
+    measured: dict[str, float | None], replayed: dict[str, float | None], keys: Sequence[str]
+) -> float:
+    """How far the replay's keys are from the measured ones: the sum of the
+    absolute log ratios (inf when one is missing or 0)."""
     total = 0.0
-    for key in STREAM_FIT_KEYS:
+    for key in keys:
         a, b = measured.get(key), replayed.get(key)
         if a is None or b is None or a <= 0 or b <= 0:
             return math.inf
@@ -696,7 +735,96 @@ def stream_fit_error(measured: dict[str, float | None], replayed: dict[str, floa
     return total
 
 
-def fit_stream_work(
+def stream_fit_error(measured: dict[str, float | None], replayed: dict[str, float | None]) -> float:
+    """fit_error over STREAM_FIT_KEYS."""
+    return fit_error(measured, replayed, STREAM_FIT_KEYS)
+
+
+def replay_knobs(settings: Settings) -> ReplayKnobs:
+    return calibration_knobs(
+        slo_ttft_s=settings.slo_ttft_s,
+        slo_tbt_s=settings.slo_tbt_s,
+        block_size=settings.block_size,
+        gpu_kv_blocks=settings.gpu_kv_blocks,
+        cpu_kv_blocks=settings.cpu_kv_blocks,
+        max_batched_tokens=settings.max_batched_tokens,
+        max_running=settings.max_running,
+    )
+
+
+@dataclass(slots=True)
+class Replayed:
+    """One run replayed: the replay's metrics, and each request's time from
+    reaching the engine to its first token (calibration_front_end)."""
+
+    metrics: dict[str, float | None]
+    to_first_token_s: list[float]
+    latency_s: float
+    # Each request's TTFT as its client sees it (from its arrival).
+    client_ttft_s: list[float] = field(default_factory=list)
+
+    def engine_view(self, settings: Settings, clock_to_engine_s: float) -> dict[str, float | None]:
+        """The replay's numbers for the engine rows (ENGINE_ROWS): its TBT as
+        it is; its TTFT as vLLM's clock runs (ENGINE_CLOCK)."""
+        if settings.engine_clock == "arrival":
+            return engine_view(self.metrics, self.latency_s)
+        p50, p90, p99 = engine_ttft_quantiles(
+            self.to_first_token_s, clock_to_engine_s, (0.5, 0.9, 0.99)
+        )
+        return {
+            "engine_tbt_p50_s": self.metrics["tbt_p50_s"],
+            "engine_tbt_p99_s": self.metrics["tbt_p99_s"],
+            "engine_ttft_p50_s": p50,
+            "engine_ttft_p90_s": p90,
+            "engine_ttft_p99_s": p99,
+        }
+
+
+def replay_run(
+    trace: Sequence[TraceRequest], profile: str, policy: str, settings: Settings
+) -> Replayed:
+    """The run's trace replayed in process as `planner replay` replays it
+    (replay_command)."""
+    result, config = replay_in_process(trace, profile, policy, replay_knobs(settings))
+    return Replayed(
+        metrics=read_metrics(summarize(result)),
+        to_first_token_s=time_to_engine_first_token_s(result, config),
+        latency_s=config.request_latency_s,
+        client_ttft_s=[
+            r.token_times_s[0] - r.arrival_s for r in result.requests if r.token_times_s
+        ],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FrontEndFit:
+    """The front end's parameters fitted on one run: the streaming work
+    (None: not fitted), the client's request latency (None: the profile's),
+    where vLLM's clock starts, and the fit's error."""
+
+    stream_s: float | None
+    latency_s: float | None
+    clock_to_engine_s: float
+    error: float
+
+
+def _best_shift(
+    samples: Sequence[float],
+    measured: dict[str, float | None],
+    keys: tuple[str, str],
+    grid: Sequence[float],
+    base_s: float = 0.0,
+) -> tuple[float, float]:
+    """The shift of grid whose samples + shift - base_s have the p50 and p99
+    (keys) closest to the measured ones (fit_error), and that error."""
+    best = (math.inf, 0.0)
+    for shift_s in grid:
+        values = engine_ttft_quantiles(samples, shift_s - base_s, FIT_QUANTILES)
+        best = min(best, (fit_error(measured, dict(zip(keys, values, strict=True)), keys), shift_s))
+    return best[1], best[0]
+
+
+def fit_front_end(
     run: ServedRun,
     *,
     model_name: str,
@@ -704,26 +832,43 @@ def fit_stream_work(
     latency_s: float,
     settings: Settings,
     out_dir: Path,
-) -> tuple[float, float]:
-    """The stream_s_per_token of STREAM_GRID_S whose replay of run (vLLM's
-    own scheduler) comes closest to vLLM's own TTFT p50 and p99, and its
-    error (stream_fit_error)."""
-    measured = engine_side(run.counters)
-    stem = _run_stem(out_dir, run)
-    trace_path = stem.with_suffix(".trace.jsonl")
-    write_trace(trace_path, run_trace(run.records))
+    fit_stream: bool,
+) -> FrontEndFit:
+    """The front end's free parameters on run (vLLM's own scheduler): the
+    streaming work of STREAM_GRID_S (when fit_stream) and, with engine_clock
+    "fit", the client's request latency and vLLM's clock (ENGINE_CLOCK), so
+    that the replay comes closest (fit_error) to the client's TTFT p50 and
+    p99 and vLLM's own. With engine_clock "arrival": the streaming work
+    alone, on vLLM's own TTFT as engine_view sees it."""
+    measured = read_metrics(measured_metrics(run.records, settings, run.counters, run.side))
+    measured.update(engine_side(run.counters))
+    trace = run_trace(run.records)
     trial = out_dir / f"{profile_path.stem}.stream-trial.json"
-    json_out = out_dir / f"{stem.name}.stream-trial.replay.json"
-    best = (math.inf, 0.0)
-    for stream_s in STREAM_GRID_S:
-        with_stream_work(profile_path, stream_s, trial)
-        policy = dict(SIDES)[run.side]
-        cmd = replay_command(trace_path, f"{model_name}@{trial}", policy, settings, json_out)
-        replayed = engine_view(read_metrics(replay(cmd, json_out)), latency_s)
-        best = min(best, (stream_fit_error(measured, replayed), stream_s))
+    policy = dict(SIDES)[run.side]
+    best = FrontEndFit(None, None, 0.0, math.inf)
+    for stream_s in STREAM_GRID_S if fit_stream else (None,):
+        profile = profile_path
+        if stream_s is not None:
+            with_stream_work(
+                profile_path, stream_s, trial, field=STREAM_FIELD[settings.stream_work]
+            )
+            profile = trial
+        replayed = replay_run(trace, f"{model_name}@{profile}", policy, settings)
+        if settings.engine_clock == "arrival":
+            view = {**replayed.metrics, **engine_view(replayed.metrics, latency_s)}
+            fitted = FrontEndFit(stream_s, None, 0.0, fit_error(measured, view, ARRIVAL_FIT_KEYS))
+        else:
+            latency_fit, client_error = _best_shift(
+                replayed.client_ttft_s, measured, STREAM_FIT_KEYS, LATENCY_GRID_S, latency_s
+            )
+            clock_fit, clock_error = _best_shift(
+                replayed.to_first_token_s, measured, CLOCK_FIT_KEYS, CLOCK_GRID_S
+            )
+            fitted = FrontEndFit(stream_s, latency_fit, clock_fit, client_error + clock_error)
+        if fitted.error < best.error:
+            best = fitted
     trial.unlink(missing_ok=True)
-    json_out.unlink(missing_ok=True)
-    return best[1], best[0]
+    return best
 
 
 def predict(
@@ -732,17 +877,33 @@ def predict(
     *,
     progress: Callable[[str], None] = print,
 ) -> Calibration:
-    """Fits each repeat's profile from its raw probes and replays every run
-    with it: the predicted side of every Side."""
+    """Fits each repeat's profile from its raw probes (and its front end on
+    the settings' fit_load) and replays every run with it: the predicted
+    side of every Side."""
     settings = m.settings
     config = json.loads((m.model_dir / "config.json").read_text(encoding="utf-8"))
     model_name = m.model_dir.resolve().name
     model = model_from_config(config, model_name)
     profiles: list[dict[str, Any]] = []
-    fits: dict[int, tuple[Path, CostFit]] = {}
+    fits: dict[int, tuple[Path, CostFit, float]] = {}
+    replayed: dict[tuple[str, str, int], Replayed] = {}
+
+    def replayed_run(run: ServedRun, profile_path: Path) -> Replayed:
+        key = (run.load.name, run.side, run.repeat)
+        if key not in replayed:
+            policy = dict(SIDES)[run.side]
+            progress(f"repeat {run.repeat}: replaying {run.load.name} with {policy}")
+            replayed[key] = replay_run(
+                run_trace(run.records), f"{model_name}@{profile_path}", policy, settings
+            )
+        return replayed[key]
+
     for info in m.profiles:
         repeat = int(info["repeat"])
         measured_path = Path(info["path"])
+        if not measured_path.with_suffix(".raw.json").is_file():
+            # The folder was moved: its own copy.
+            measured_path = out_dir / measured_path.name
         profile_path = out_dir / f"profile-{repeat}.{settings.per_request}.json"
         progress(f"repeat {repeat}: fitting the profile")
         fit = refit_profile(
@@ -756,37 +917,58 @@ def predict(
         admission_s = 0.0
         stream_s: float | None = None
         stream_error: float | None = None
+        fit_on = [
+            r
+            for r in m.runs
+            if r.repeat == repeat and r.load.name == settings.fit_load and r.side == "vllm"
+        ]
         if settings.per_request == PER_REQUEST_ADMISSION:
             admission_s = constants["prefill_s_per_sequence"]
             constants["prefill_s_per_sequence"] = 0.0
-            fit_on = [
-                r
-                for r in m.runs
-                if r.repeat == repeat and r.load.name == STREAM_FIT_LOAD and r.side == "vllm"
-            ]
-            if settings.stream_work == "fit" and fit_on:
-                progress(f"repeat {repeat}: fitting the streaming work on {STREAM_FIT_LOAD}")
-                stream_s, stream_error = fit_stream_work(
-                    fit_on[0],
-                    model_name=model_name,
-                    profile_path=profile_path,
-                    latency_s=fit.latency_s,
-                    settings=settings,
-                    out_dir=out_dir,
+        fit_stream = (
+            settings.per_request == PER_REQUEST_ADMISSION and settings.stream_work != "none"
+        )
+        clock_s, clock_error = 0.0, None
+        fitted_latency_s: float | None = None
+        if fit_on and (fit_stream or settings.engine_clock == "fit"):
+            progress(f"repeat {repeat}: fitting the front end on {settings.fit_load}")
+            front_end = fit_front_end(
+                fit_on[0],
+                model_name=model_name,
+                profile_path=profile_path,
+                latency_s=fit.latency_s,
+                settings=settings,
+                out_dir=out_dir,
+                fit_stream=fit_stream,
+            )
+            clock_s, clock_error = front_end.clock_to_engine_s, front_end.error
+            fitted_latency_s = front_end.latency_s
+            if front_end.stream_s is not None or fitted_latency_s is not None:
+                stream_s, stream_error = front_end.stream_s, front_end.error
+                fitted_path = profile_path.with_suffix(".front-end.json")
+                with_stream_work(
+                    profile_path,
+                    stream_s or 0.0,
+                    fitted_path,
+                    field=STREAM_FIELD.get(settings.stream_work, "stream_s_per_token"),
+                    latency_s=fitted_latency_s,
                 )
-                streamed_path = profile_path.with_suffix(".stream.json")
-                with_stream_work(profile_path, stream_s, streamed_path)
-                profile_path = streamed_path
-        fits[repeat] = (profile_path, fit)
+                profile_path = fitted_path
+        fits[repeat] = (profile_path, fit, clock_s)
         profiles.append(
             {
                 **info,
                 "path": str(profile_path),
                 "constants": constants,
                 "latency_s": fit.latency_s,
+                "fitted_latency_s": fitted_latency_s,
+                "stream_work": settings.stream_work,
                 "admission_s": admission_s,
                 "stream_s": stream_s,
                 "stream_fit_error": stream_error,
+                "clock_to_engine_s": clock_s if settings.engine_clock == "fit" else None,
+                "fit_load": settings.fit_load,
+                "clock_fit_error": clock_error,
                 "fit_median_abs_error": fit.median_abs_error,
                 "fit_p90_abs_error": fit.p90_abs_error,
                 "rows": fit.rows,
@@ -795,19 +977,16 @@ def predict(
         )
     sides: list[Side] = []
     for run in m.runs:
-        profile_path, fit = fits[run.repeat]
+        profile_path, fit, clock_s = fits[run.repeat]
         policy = dict(SIDES)[run.side]
         stem = _run_stem(out_dir, run)
         trace_path = stem.with_suffix(".trace.jsonl")
         write_trace(trace_path, run_trace(run.records))
         json_out = stem.with_suffix(".replay.json")
         cmd = replay_command(trace_path, f"{model_name}@{profile_path}", policy, settings, json_out)
-        progress(f"repeat {run.repeat}: replaying {run.load.name} with {policy}")
-        predicted = replay(cmd, json_out)
+        predicted = replayed_run(run, profile_path)
         measured = read_metrics(measured_metrics(run.records, settings, run.counters, run.side))
         measured.update(engine_side(run.counters))
-        replayed = read_metrics(predicted)
-        replayed.update(engine_view(replayed, fit.latency_s))
         sides.append(
             Side(
                 load=run.load.name,
@@ -815,7 +994,7 @@ def predict(
                 policy=policy,
                 repeat=run.repeat,
                 measured=measured,
-                predicted=replayed,
+                predicted={**predicted.metrics, **predicted.engine_view(settings, clock_s)},
                 requests=len(run.records),
                 failed=sum(1 for r in run.records if not r.done),
                 merged_chunks=sum(r.merged_chunks for r in run.records),
@@ -968,12 +1147,29 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
             f"{1e6 * c['decode_s_per_token']:.1f} us per decode token + "
             f"{1e9 * c['attn_s_per_context_token']:.2f} ns per attended token + "
             f"{1e6 * c['prefill_s_per_sequence']:.0f} us per prefilling sequence; client latency "
-            f"{1e3 * p['latency_s']:.1f} ms; admission queue "
-            f"{1e3 * p.get('admission_s', 0.0):.2f} ms per request"
+            f"{1e3 * p['latency_s']:.1f} ms"
             + (
-                f" + {1e3 * p['stream_s']:.1f} ms per streamed token (fitted on "
-                f"{STREAM_FIT_LOAD}, error {p['stream_fit_error']:.2f})"
+                f" (refitted on {s.fit_load}: {1e3 * p['fitted_latency_s']:.1f} ms)"
+                if p.get("fitted_latency_s") is not None
+                else ""
+            )
+            + f"; admission queue {1e3 * p.get('admission_s', 0.0):.2f} ms per request"
+            + (
+                f" + {1e3 * p['stream_s']:.1f} ms per streamed "
+                f"{'step' if p.get('stream_work') == 'step' else 'token'} (fitted on "
+                f"{s.fit_load})"
                 if p.get("stream_s") is not None
+                else ""
+            )
+            + (
+                f"; vLLM's TTFT clock starts {1e3 * p['clock_to_engine_s']:.1f} ms before the "
+                f"request reaches the engine (fitted on {s.fit_load})"
+                if p.get("clock_to_engine_s") is not None and p.get("clock_fit_error") is not None
+                else ""
+            )
+            + (
+                f"; front-end fit error {p['clock_fit_error']:.2f}"
+                if p.get("clock_fit_error") is not None
                 else ""
             )
             + "; fit error median "
@@ -1094,8 +1290,24 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         choices=STREAM_WORK,
         default=d.stream_work,
         help="with --per-request-work admission: the queue's server also streams the output "
-        f"tokens, its time per token fitted per repeat on the {STREAM_FIT_LOAD} load (fit, "
-        "the default), or admissions only (none)",
+        "tokens, its work per engine step whose tokens it streams (step, the default) or per "
+        "token (token) fitted per repeat on the --fit-on load, or admissions only (none)",
+    )
+    p.add_argument(
+        "--engine-clock",
+        choices=ENGINE_CLOCK,
+        default=d.engine_clock,
+        help="where vLLM's own TTFT clock starts in the replay's front end: a fitted time "
+        "before the request reaches the engine (fit, the default), or at its arrival at the "
+        "front end (arrival; the streaming work then fitted to vLLM's own TTFT)",
+    )
+    p.add_argument(
+        "--fit-on",
+        dest="fit_load",
+        choices=sorted(LOADS),
+        default=d.fit_load,
+        help=f"the load each repeat fits the front end on (default {d.fit_load}); the others "
+        "are the check",
     )
     p.add_argument(
         "--measure-only",
@@ -1135,6 +1347,10 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--per-request-work", args.per_request_work]
     if args.stream_work != d.stream_work:
         parts += ["--stream-work", args.stream_work]
+    if args.engine_clock != d.engine_clock:
+        parts += ["--engine-clock", args.engine_clock]
+    if args.fit_load != d.fit_load:
+        parts += ["--fit-on", args.fit_load]
     if args.measure_only:
         parts.append("--measure-only")
     if args.from_dir is not None:
@@ -1165,6 +1381,8 @@ def run(args: argparse.Namespace) -> int:
         pin_cores=args.pin_cores,
         per_request=args.per_request_work,
         stream_work=args.stream_work,
+        engine_clock=args.engine_clock,
+        fit_load=args.fit_load,
     )
 
     def progress(message: str) -> None:
@@ -1178,7 +1396,11 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
         args.out.mkdir(parents=True, exist_ok=True)
         measurement.settings = replace(
-            measurement.settings, per_request=args.per_request_work, stream_work=args.stream_work
+            measurement.settings,
+            per_request=args.per_request_work,
+            stream_work=args.stream_work,
+            engine_clock=args.engine_clock,
+            fit_load=args.fit_load,
         )
         cal = predict(measurement, args.from_dir, progress=progress)
         cal.command = f"{measurement.command}` (measured), then `{command_line(args)}"

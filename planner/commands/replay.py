@@ -607,7 +607,7 @@ def _run_one(
         ),
         **(
             {"front_end_passes": passes, "front_end_change_s": change_s}
-            if engine_config.stream_s_per_token > 0
+            if engine_config.stream_s_per_token > 0 or engine_config.stream_s_per_step > 0
             else {}
         ),
         "rate_scale": scale,

@@ -48,6 +48,8 @@ rejected; ``load_profile`` raises :class:`ProfileError` naming the field, e.g.
                                                            per-request work ahead of it
          "stream_s_per_token": 0.0003,                    optional, >= 0: the same
                                                            server's work per streamed token
+         "stream_s_per_step": 0.0015,                     optional, >= 0: and per engine
+                                                           step whose tokens it streams
          "notes": "..."}                                   any subset of the seven constants;
                                                            notes: how they were obtained
       ]
@@ -78,7 +80,9 @@ before the engine sees them; ``planner replay`` models it as a queue in
 front of the engine (0 when not given: no queue). ``stream_s_per_token`` is
 that front end's work per output token it streams (detokenizing and sending
 it): the same server serves both, so admissions wait behind the streaming of
-the running requests' tokens (0 when not given).
+the running requests' tokens (0 when not given). ``stream_s_per_step`` is
+its work per engine step that emitted tokens (handling the step's output
+batch, whatever the number of tokens in it; 0 when not given).
 The link's curve semantics are in :mod:`planner.profiles.link`. The loaded
 hardware's ``h2d_gbps`` / ``d2h_gbps`` (what rotation uses) are the link's
 large-transfer rates with both directions busy.
@@ -135,6 +139,8 @@ class MeasuredProfile:
     admission: dict[tuple[str, int], float] = field(default_factory=dict)
     # The same front end's work per streamed output token, per cost entry.
     streaming: dict[tuple[str, int], float] = field(default_factory=dict)
+    # And per engine step whose tokens it streams, per cost entry.
+    streaming_steps: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def find_model(self, name: str) -> ModelProfile | None:
         """A model of this file, else a built-in one (aliases allowed)."""
@@ -172,6 +178,13 @@ class MeasuredProfile:
         found = self.find_model(model)
         name = found.name if found is not None else model
         return self.streaming.get((name, tensor_parallel), 0.0)
+
+    def stream_s_per_step(self, model: str, tensor_parallel: int = 1) -> float:
+        """The measured front end's work per engine step whose output tokens
+        it streams, of ``model``, 0 when the file gives none."""
+        found = self.find_model(model)
+        name = found.name if found is not None else model
+        return self.streaming_steps.get((name, tensor_parallel), 0.0)
 
 
 # --- Reading ------------------------------------------------------------------------
@@ -338,6 +351,7 @@ def profile_from_dict(doc: Any) -> MeasuredProfile:
         request_latency=entries.request_latency,
         admission=entries.admission,
         streaming=entries.streaming,
+        streaming_steps=entries.streaming_steps,
     )
 
 
@@ -486,6 +500,7 @@ class _CostEntries:
     request_latency: dict[tuple[str, int], float]
     admission: dict[tuple[str, int], float]
     streaming: dict[tuple[str, int], float]
+    streaming_steps: dict[tuple[str, int], float]
 
 
 def _cost_entries(
@@ -496,6 +511,7 @@ def _cost_entries(
     latency: dict[tuple[str, int], float] = {}
     admission: dict[tuple[str, int], float] = {}
     streaming: dict[tuple[str, int], float] = {}
+    streaming_steps: dict[tuple[str, int], float] = {}
     for i, item in enumerate(items):
         f = _Fields(item, f"cost[{i}]")
         name = f.string("model")
@@ -522,6 +538,8 @@ def _cost_entries(
             admission[key] = f.number("admission_s_per_request", check=_non_negative, expect=">= 0")
         if f.has("stream_s_per_token"):
             streaming[key] = f.number("stream_s_per_token", check=_non_negative, expect=">= 0")
+        if f.has("stream_s_per_step"):
+            streaming_steps[key] = f.number("stream_s_per_step", check=_non_negative, expect=">= 0")
         note = f.string("notes", required=False)
         f.done()
         try:
@@ -532,7 +550,7 @@ def _cost_entries(
         out[key] = values
         if note:
             notes[key] = note
-    return _CostEntries(out, notes, latency, admission, streaming)
+    return _CostEntries(out, notes, latency, admission, streaming, streaming_steps)
 
 
 # --- Writing ------------------------------------------------------------------------
@@ -633,6 +651,11 @@ def profile_to_dict(profile: MeasuredProfile) -> dict[str, Any]:
                 **(
                     {"stream_s_per_token": profile.streaming[(model, tp)]}
                     if (model, tp) in profile.streaming
+                    else {}
+                ),
+                **(
+                    {"stream_s_per_step": profile.streaming_steps[(model, tp)]}
+                    if (model, tp) in profile.streaming_steps
                     else {}
                 ),
                 **(

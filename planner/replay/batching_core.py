@@ -89,6 +89,10 @@ class EngineConfig:
     # running requests' tokens in the order they come, so a request waits
     # behind the tokens streamed before it arrived. 0: admissions only.
     stream_s_per_token: float = 0.0
+    # And its work per engine step whose tokens it streams (a measured
+    # profile's stream_s_per_step): the step's output batch, once, on top of
+    # its tokens. 0: none.
+    stream_s_per_step: float = 0.0
     # Seconds an iteration spends per sequence it prefills (the cost model's
     # prefill_s_per_sequence): charged on top of the cost model's time.
     prefill_s_per_sequence: float = 0.0

@@ -28,6 +28,7 @@ import contextlib
 import gc
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
@@ -432,18 +433,23 @@ def front_end_exits_s(
     admission_s: float,
     token_times_s: Sequence[float],
     stream_s: float,
+    step_s: float = 0.0,
 ) -> list[float]:
     """When each request leaves a front end with one server that serves, in
     the order they come, admissions (admission_s each, entered at entries_s)
-    and streamed output tokens (stream_s each, at token_times_s); at equal
-    times admissions first, and among them the given order."""
-    events = sorted(
-        [(t, 0, i) for i, t in enumerate(entries_s)] + [(t, 1, -1) for t in token_times_s]
-    )
+    and streamed output tokens (stream_s each, at token_times_s; the tokens
+    of one time are one engine step's output, which takes step_s more); at
+    equal times admissions first, and among them the given order."""
+    if step_s == 0.0:
+        work = [(t, 1, -1, stream_s) for t in token_times_s]
+    else:
+        per_step = Counter(token_times_s)
+        work = [(t, 1, -1, step_s + n * stream_s) for t, n in per_step.items()]
+    events = sorted([(t, 0, i, admission_s) for i, t in enumerate(entries_s)] + work)
     exits = [0.0] * len(entries_s)
     free_s = -math.inf
-    for at, kind, i in events:
-        free_s = max(at, free_s) + (stream_s if kind else admission_s)
+    for at, kind, i, service_s in events:
+        free_s = max(at, free_s) + service_s
         if not kind:
             exits[i] = free_s
     return exits
@@ -465,12 +471,12 @@ def run_through_front_end(
     progress: Callable[[float], None] | None = None,
 ) -> tuple[ReplayResult, int, float]:
     """A replay of the trace with the config's front end (admissions and the
-    streaming of output tokens on one server, stream_s_per_token > 0): the
-    result of the last pass, the passes run, and the largest change of an
-    arrival at the engine between the last two (0: a fixed point). Without
-    streaming work, one plain pass."""
+    streaming of output tokens on one server, stream_s_per_token or
+    stream_s_per_step > 0): the result of the last pass, the passes run, and
+    the largest change of an arrival at the engine between the last two (0:
+    a fixed point). Without streaming work, one plain pass."""
     result = make_engine(None).run(progress)
-    if config.stream_s_per_token == 0.0 or not trace:
+    if (config.stream_s_per_token == 0.0 and config.stream_s_per_step == 0.0) or not trace:
         return result, 1, 0.0
     entries_s = [t.arrival_s + config.request_latency_s for t in trace]
     used_s = admission_exits_s(entries_s, config.admission_s_per_request)
@@ -479,7 +485,11 @@ def run_through_front_end(
     while True:
         tokens_s = [t for r in result.requests for t in r.token_times_s]
         exits_s = front_end_exits_s(
-            entries_s, config.admission_s_per_request, tokens_s, config.stream_s_per_token
+            entries_s,
+            config.admission_s_per_request,
+            tokens_s,
+            config.stream_s_per_token,
+            config.stream_s_per_step,
         )
         change_s = max(abs(a - b) for a, b in zip(exits_s, used_s, strict=True))
         if change_s <= FRONT_END_TOLERANCE_S or passes >= FRONT_END_PASSES:

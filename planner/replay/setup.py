@@ -76,6 +76,7 @@ class ReplaySetup:
             "request_latency_s": e.request_latency_s,
             "admission_s_per_request": e.admission_s_per_request,
             "stream_s_per_token": e.stream_s_per_token,
+            **({"stream_s_per_step": e.stream_s_per_step} if e.stream_s_per_step > 0 else {}),
             "prefix_cache": e.prefix_cache,
             "prefix_block_tokens": e.prefix_block_tokens,
             "prefill_s_per_sequence": e.prefill_s_per_sequence,
@@ -95,6 +96,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
     request_latency_s = 0.0
     admission_s = 0.0
     stream_s = 0.0
+    step_s = 0.0
     if not sep or not model_name or not hardware_name:
         raise ProfileError("profile", f"expected MODEL@HARDWARE, got {profile!r}")
     if hardware_name.endswith(".json") or Path(hardware_name).is_file():
@@ -108,6 +110,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         if knobs.admission_queue:
             admission_s = measured.admission_s_per_request(model.name, knobs.tensor_parallel)
             stream_s = measured.stream_s_per_token(model.name, knobs.tensor_parallel)
+            step_s = measured.stream_s_per_step(model.name, knobs.tensor_parallel)
     else:
         found_model = find_model(model_name)
         found_hardware = find_hardware(hardware_name)
@@ -144,6 +147,7 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         request_latency_s=request_latency_s,
         admission_s_per_request=admission_s,
         stream_s_per_token=stream_s,
+        stream_s_per_step=step_s,
         prefix_cache=knobs.prefix_cache,
         prefix_block_tokens=knobs.prefix_block_tokens,
         prefill_s_per_sequence=cost.constants.prefill_s_per_sequence,

@@ -39,9 +39,11 @@ def test_calibration_runs_end_to_end_and_reports_every_error(
     tiny_model: Path, tmp_path: Path
 ) -> None:
     loads = [QUICK_LOADS["steady"], QUICK_LOADS["bursts"]]
-    # The front end's per-token time is fitted per run and may pace the
+    # The front end's streaming work is fitted per run and may pace the
     # quick bursts' admissions below the pool's size in the replay; the fit
     # has its own tests, and without it the replay's bursts must overflow.
+    # vLLM's TTFT clock is still fitted (the default): every engine row has
+    # a prediction.
     settings = Settings(quick=True, profile_repeats=1, stream_work="none")
     cal = calibrate(
         settings,

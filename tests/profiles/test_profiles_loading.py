@@ -171,6 +171,7 @@ BAD_FIELDS = [
     ("cost[0].request_latency_s", -0.01, "cost[0].request_latency_s", ">= 0"),
     ("cost[0].admission_s_per_request", -1e-3, "cost[0].admission_s_per_request", ">= 0"),
     ("cost[0].stream_s_per_token", -1e-4, "cost[0].stream_s_per_token", ">= 0"),
+    ("cost[0].stream_s_per_step", -1e-4, "cost[0].stream_s_per_step", ">= 0"),
     ("cost[0].notes", 3, "cost[0].notes", "must be a string"),
     ("provenance.method", ["probes"], "provenance.method", "must be a string"),
     ("cost", {}, "cost", "must be an array"),
@@ -235,6 +236,7 @@ def test_how_a_measurement_was_made_round_trips(tmp_path):
     doc["cost"][0]["request_latency_s"] = 0.011
     doc["cost"][0]["admission_s_per_request"] = 0.0015
     doc["cost"][0]["stream_s_per_token"] = 0.0004
+    doc["cost"][0]["stream_s_per_step"] = 0.0015
     p = profile_from_dict(doc)
     assert p.request_latency_s("qwen2.5-32b") == 0.011
     assert p.request_latency_s("llama-3-8b") == 0.0
@@ -242,6 +244,8 @@ def test_how_a_measurement_was_made_round_trips(tmp_path):
     assert p.admission_s_per_request("llama-3-8b") == 0.0
     assert p.stream_s_per_token("qwen2.5-32b") == 0.0004
     assert p.stream_s_per_token("llama-3-8b") == 0.0
+    assert p.stream_s_per_step("qwen2.5-32b") == 0.0015
+    assert p.stream_s_per_step("llama-3-8b") == 0.0
     assert p.provenance["method"] == "25 synthetic batches x 3 repeats"
     key = next(iter(p.cost))
     assert p.cost_notes[key] == "fit: median |relative error| 4.0 %"
@@ -253,4 +257,5 @@ def test_how_a_measurement_was_made_round_trips(tmp_path):
     assert again.request_latency == p.request_latency
     assert again.admission == p.admission
     assert again.streaming == p.streaming
+    assert again.streaming_steps == p.streaming_steps
     assert profile_to_dict(again)["cost"][0]["notes"] == doc["cost"][0]["notes"]

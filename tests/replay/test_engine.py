@@ -676,6 +676,49 @@ def test_a_front_end_serves_admissions_and_streamed_tokens_in_the_order_they_com
     )
 
 
+def test_a_front_end_handles_each_engine_steps_output_once():
+    # Five tokens of one step (one time) and one of another: with 3 ms per
+    # step and nothing per token the request entering at 0.1 waits for one
+    # step's output (to 0.098), not five tokens'.
+    tokens = [0.095] * 5 + [0.5]
+    assert front_end_exits_s([0.0, 0.1, 0.5], 0.01, tokens, 0.0, 0.003) == pytest.approx(
+        [0.01, 0.11, 0.51]
+    )
+    assert front_end_exits_s([0.0, 0.096], 0.01, tokens, 0.0, 0.003) == pytest.approx(
+        [0.01, 0.098 + 0.01]
+    )
+    # Both terms: the step's once, each token's on top.
+    assert front_end_exits_s([0.096], 0.01, tokens, 0.001, 0.003) == pytest.approx(
+        [0.095 + 0.003 + 5 * 0.001 + 0.01]
+    )
+
+
+def test_requests_wait_behind_the_steps_the_front_end_streams():
+    trace = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=40, output_tokens=200, id="long"),
+        TraceRequest(arrival_s=0.1, prompt_tokens=40, output_tokens=2, id="late"),
+    ]
+    cost = LinearCost(1e-3, 1e-5, 2e-4, 0.0)
+    link = LinkModel.flat(10.0, 10.0, full_duplex=True)
+    config = EngineConfig(
+        gpu_kv_blocks=64,
+        cpu_kv_blocks=0,
+        block_bytes=1,
+        admission_s_per_request=0.001,
+        stream_s_per_step=0.002,
+    )
+    slow, passes, change_s = run_through_front_end(
+        config,
+        trace,
+        lambda admitted_s: Engine(config, Fcfs(), cost, link, trace, admitted_s=admitted_s),
+    )
+    assert passes > 1 and change_s <= 1e-6
+    tokens = [t for r in slow.requests for t in r.token_times_s]
+    exits = front_end_exits_s([0.0, 0.1], 0.001, tokens, 0.0, 0.002)
+    assert exits[1] > 0.1 + 0.001
+    assert exits[1] < slow.requests[1].token_times_s[0] < exits[1] + 0.01
+
+
 def test_requests_wait_behind_the_tokens_the_front_end_streams():
     # One long request arrives first and decodes; a second arrives while
     # its tokens stream. With streaming work on the front end the second
