@@ -69,6 +69,7 @@ class Cfs:
     idle_unless_waiting: bool = False
     copies_only_unless_waiting: bool = True
     running_first: bool = False
+    starts_queue_only: bool = False
     # Partitions made so far, and the latest.
     partitions: int = field(default=0, init=False)
     latest: CfsPlan | None = field(default=None, init=False)

@@ -104,6 +104,13 @@ class Scheduler(Protocol):
     # preempted). False: admissions first, growth after, taking its blocks
     # by preemption if need be.
     running_first: bool
+    # Plans nothing but starting queued requests in queue order (never a
+    # preemption, a resumption or an eager copy, and no state of its own),
+    # and starts none past one the engine cannot start (in_order): while the
+    # queue's head cannot start (no free slot, or fewer free blocks than it
+    # needs) it would start nobody, so the engine runs such iterations
+    # without asking.
+    starts_queue_only: bool
 
     def plan(self, view: EngineView) -> SchedulePlan: ...
 
@@ -116,6 +123,7 @@ class Fcfs:
     idle_unless_waiting = True
     copies_only_unless_waiting = False
     running_first = False
+    starts_queue_only = True
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan(start=view.queued)
@@ -137,6 +145,7 @@ class WaitingFirst:
     idle_unless_waiting = True
     copies_only_unless_waiting = False
     running_first = False
+    starts_queue_only = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         """The queue's head that can start, with room made by swapping out
@@ -195,6 +204,7 @@ class SwappedFirst:
     idle_unless_waiting = True
     copies_only_unless_waiting = False
     running_first = False
+    starts_queue_only = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         resumed = int(view.requests.start_blocks[view.rotary].sum())
@@ -225,6 +235,7 @@ class Lvf:
     idle_unless_waiting: bool = False
     copies_only_unless_waiting: bool = True
     running_first: bool = False
+    starts_queue_only: bool = False
     # Decide through this function on snapshots (the service's entry point)
     # instead of on the engine's columns.
     on_snapshots: Callable[[Snapshot, RotationInputs], RotationPlan] | None = None
@@ -296,6 +307,7 @@ class LvfAsVllmAdapter:
     idle_unless_waiting: bool = True
     copies_only_unless_waiting: bool = False
     running_first: bool = True
+    starts_queue_only: bool = False
     # Iterations the policy was asked in, and those whose plan was applied.
     asked: int = field(default=0, init=False)
     applied: int = field(default=0, init=False)
