@@ -252,6 +252,7 @@ class BatchingCore:
                     last_iteration_s=self._last_iteration_s,
                     max_batched_tokens=cfg.max_batched_tokens,
                     free_slots=cfg.max_running - len(s.running.rows) - len(s.in_transit.rows),
+                    prefix=self.prefix,
                 )
             )
             d2h_blocks, h2d_blocks = self._apply(plan)

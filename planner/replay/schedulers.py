@@ -38,6 +38,7 @@ from planner.policies.rotation_columns import (
     arrival_id_ranks,
 )
 from planner.policies.rotation_decide import plan_rows
+from planner.replay.prefix_cache import PrefixCache
 from planner.replay.state import (
     FloatArray,
     IntArray,
@@ -77,6 +78,9 @@ class EngineView(NamedTuple):
     # may start (its running cap less those running or being swapped in).
     max_batched_tokens: int | None = None
     free_slots: int | None = None
+    # The engine's prefix cache (None: none): which GPU blocks the running
+    # requests share (their gpu_blocks count a shared block once per holder).
+    prefix: PrefixCache | None = None
 
 
 class Scheduler(Protocol):
