@@ -25,71 +25,55 @@ from planner.replay.schedulers import Fcfs, FcfsVllm, Scheduler
 from planner.replay.state import RequestColumns
 from planner.trace.records import TraceRequest
 from tests.replay.test_cluster_engine import tiny_config
-from tests.replay.test_small_batch import SETUP, SwappingFcfs, snapshot
-
-SCHEDULERS: dict[str, type[Scheduler]] = {
-    "fcfs": Fcfs,
-    "fcfs-vllm": FcfsVllm,
-    "fcfs-swapping": SwappingFcfs,
-}
+from tests.replay.test_small_batch import (
+    SETUP,
+    SwappingFcfs,
+    Workload,
+    agree_both_ways,
+    small_batch_core,
+    snapshot,
+    workloads,
+)
 
 
 @dataclasses.dataclass(frozen=True)
-class Workload:
-    prompts: list[int]
-    outputs: list[int]
+class Staggered:
+    """A small-batch workload (its requests, pool, budget, chunk cap,
+    swapping and pinned rows) whose requests come between iterations."""
+
+    workload: Workload
     # Iteration before which each request arrives.
     arrives_before: list[int]
-    gpu_blocks: int
-    block_size: int
-    budget: int
     max_running: int
-    scheduler: str
+    running_first: bool
 
 
 @st.composite
-def workloads(draw: st.DrawFn) -> Workload:
-    n = draw(st.integers(1, 14))
-    block_size = draw(st.sampled_from([4, 16]))
-    prompts = draw(st.lists(st.integers(1, 120), min_size=n, max_size=n))
-    outputs = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
-    # Enough for the largest request alone (else it is rejected), not for all.
-    largest = max(-(-(p + o) // block_size) + 1 for p, o in zip(prompts, outputs, strict=True))
-    return Workload(
-        prompts=prompts,
-        outputs=outputs,
+def staggered(draw: st.DrawFn) -> Staggered:
+    w = draw(workloads())
+    n = len(w.prompts)
+    return Staggered(
+        workload=w,
         arrives_before=sorted(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))),
-        gpu_blocks=draw(st.integers(largest, largest * 3)),
-        block_size=block_size,
-        budget=draw(st.integers(1, 300)),
         max_running=draw(st.integers(1, 6)),
-        scheduler=draw(st.sampled_from(sorted(SCHEDULERS))),
+        running_first=draw(st.booleans()),
     )
 
 
-def run_core(w: Workload, skips: bool, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+def scheduler_of(case: Staggered) -> Scheduler:
+    if case.workload.swaps:
+        return SwappingFcfs()
+    return FcfsVllm() if case.running_first else Fcfs()
+
+
+def run_core(case: Staggered, skips: bool, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Every iteration's batch and the state after it."""
     monkeypatch.setattr(batching_core_module, "SKIPS_BLOCKED_HEAD", skips)
-    trace = [
-        TraceRequest(arrival_s=0.0, prompt_tokens=p, output_tokens=o, id=f"r{i}")
-        for i, (p, o) in enumerate(zip(w.prompts, w.outputs, strict=True))
-    ]
-    requests = RequestColumns.from_trace(trace, Slo())
-    config = EngineConfig(
-        gpu_kv_blocks=w.gpu_blocks,
-        cpu_kv_blocks=10**6,
-        block_bytes=1,
-        block_size_tokens=w.block_size,
-        max_batched_tokens=w.budget,
-        max_running=w.max_running,
-        records_timeline=False,
-    )
-    core = BatchingCore(
-        config, SCHEDULERS[w.scheduler](), SETUP.cost, SETUP.link, requests, pairs_cost=SETUP.cost
-    )
+    w = case.workload
+    core = small_batch_core(w, scheduler_of(case), max_running=case.max_running)
     assert core._skips_blocked_head is skips
     s = core.state
-    arrivals = np.array(w.arrives_before, dtype=np.int64)
+    arrivals = np.array(case.arrives_before, dtype=np.int64)
     none = np.zeros(0, dtype=np.int64)
     seen: list[Any] = []
     for iteration in range(300):
@@ -102,14 +86,9 @@ def run_core(w: Workload, skips: bool, monkeypatch: pytest.MonkeyPatch) -> list[
 
 
 @settings(max_examples=150, deadline=None)
-@given(w=workloads())
-def test_skipping_a_blocked_head_makes_the_same_moves_as_asking(w: Workload) -> None:
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        asking = run_core(w, skips=False, monkeypatch=monkeypatch)
-        skipping = run_core(w, skips=True, monkeypatch=monkeypatch)
-    assert len(asking) == len(skipping)
-    for i, (a, b) in enumerate(zip(asking, skipping, strict=True)):
-        assert a == b, f"iteration {i} differs"
+@given(case=staggered())
+def test_skipping_a_blocked_head_makes_the_same_moves_as_asking(case: Staggered) -> None:
+    agree_both_ways(lambda skips, monkeypatch: run_core(case, skips, monkeypatch))
 
 
 def test_only_the_fcfs_policies_skip_asking() -> None:
