@@ -393,10 +393,16 @@ class ViewColumns:
         )
 
     def __getattr__(self, name: str) -> npt.NDArray[Any]:
-        """A column not gathered yet: gather it (_gather_<name>) and keep it."""
+        """A column not gathered yet: gather it (the engine column of the rows,
+        or _gather_<name>) and keep it."""
         if name.startswith("_"):
             raise AttributeError(name)
-        column: npt.NDArray[Any] = getattr(self, "_gather_" + name)()
+        same = _SAME_ROWS.get(name)
+        column: npt.NDArray[Any] = (
+            getattr(self._view.requests, same)[self.rows]
+            if same is not None
+            else getattr(self, "_gather_" + name)()
+        )
         setattr(self, name, column)
         return column
 
@@ -437,10 +443,6 @@ class ViewColumns:
             return _all_running(n)
         return np.repeat(_STATES, [q, t - q, n - t])
 
-    def _gather_arrival_s(self) -> FloatArray:
-        arrival: FloatArray = self._view.requests.arrival_s[self.rows]
-        return arrival
-
     def _gather_run_start_s(self) -> FloatArray:
         v = self._view
         return self._times(v.requests.run_start_s[v.running], None)
@@ -471,31 +473,18 @@ class ViewColumns:
         synced: IntArray = np.minimum(v.requests.synced_blocks[v.running], self._running_gpu())
         return self._by_state(None, synced, None)
 
-    def _gather_slo_ttft_s(self) -> FloatArray:
-        slo: FloatArray = self._view.requests.slo_ttft_s[self.rows]
-        return slo
 
-    def _gather_slo_tbt_s(self) -> FloatArray:
-        slo: FloatArray = self._view.requests.slo_tbt_s[self.rows]
-        return slo
-
-    def _gather_num_tokens(self) -> IntArray:
-        kv: IntArray = self._view.requests.kv_tokens[self.rows]
-        return kv
-
-    def _gather_prefill_tokens(self) -> IntArray:
-        target: IntArray = self._view.requests.prefill_target[self.rows]
-        return target
-
-    def _gather_output_tokens(self) -> IntArray:
-        generated: IntArray = self._view.requests.generated[self.rows]
-        return generated
-
-    def _gather_first_token_s(self) -> FloatArray:
-        first: FloatArray = self._view.requests.first_token_s[self.rows]
-        return first
-
-
+# Snapshot columns that are an engine column's values of the rows, each
+# with the engine column's name.
+_SAME_ROWS = {
+    "arrival_s": "arrival_s",
+    "slo_ttft_s": "slo_ttft_s",
+    "slo_tbt_s": "slo_tbt_s",
+    "num_tokens": "kv_tokens",
+    "prefill_tokens": "prefill_target",
+    "output_tokens": "generated",
+    "first_token_s": "first_token_s",
+}
 _ALL_RUNNING: dict[int, PhaseArray] = {}
 
 
