@@ -295,7 +295,7 @@ class BatchingCore:
                 raise ValueError("this engine has no link to copy KV over")
             transfer_s = self.link.transfer_time_s(d2h_bytes, h2d_bytes, cfg.block_bytes)
         if residency is None:
-            stall_s = max(transfer_s - compute_s, 0.0)
+            stall_s = transfer_s - compute_s if transfer_s > compute_s else 0.0
             iteration_s = compute_s + stall_s
             # While the batch holds its blocks, before finished requests free theirs.
             gpu_used = cfg.gpu_kv_blocks - s.free_gpu
@@ -308,7 +308,8 @@ class BatchingCore:
         self._bytes_h2d += h2d_bytes
         self._stall_s += stall_s
         self._iterations += 1
-        self._peak_gpu = max(self._peak_gpu, gpu_used)
+        if gpu_used > self._peak_gpu:
+            self._peak_gpu = gpu_used
         if len(batch.emitting):
             s.emit(batch.emitting, self.now_s)
         if residency is None:
