@@ -308,8 +308,7 @@ class BatchingCore:
         self._bytes_h2d += h2d_bytes
         self._stall_s += stall_s
         self._iterations += 1
-        if gpu_used > self._peak_gpu:
-            self._peak_gpu = gpu_used
+        self._peak_gpu = max(self._peak_gpu, gpu_used)
         if len(batch.emitting):
             s.emit(batch.emitting, self.now_s)
         if residency is None:
