@@ -45,6 +45,10 @@ from planner.trace.records import TraceRequest
 # Plain ints: comparing with an enum member costs an attribute lookup each time.
 _QUEUED = int(Phase.QUEUED)
 _ROTARY = int(Phase.ROTARY)
+# An iteration whose queue head cannot start does not ask a scheduler that
+# only starts the queue (Scheduler.starts_queue_only); False: it asks (the
+# same moves, slower; tests compare the two ways).
+SKIPS_BLOCKED_HEAD = True
 
 
 def never_fits(requests: RequestColumns, gpu_blocks: int, block_size: int) -> npt.NDArray[np.bool_]:
@@ -211,6 +215,10 @@ class BatchingCore:
         self._stall_s = 0.0
         self._peak_gpu = 0
         self._iterations = 0
+        # Blocks a start costs are its start_blocks only without a prefix cache.
+        self._skips_blocked_head = (
+            SKIPS_BLOCKED_HEAD and scheduler.starts_queue_only and prefix is None
+        )
 
     # -- one iteration ------------------------------------------------------
 
@@ -219,9 +227,19 @@ class BatchingCore:
         empty and the config skips empty iterations). Returns its batch."""
         cfg = self.config
         s = self.state
-        s.start_running(self.now_s)
-        if self.scheduler.idle_unless_waiting and not (len(s.queued.rows) or len(s.rotary.rows)):
+        if len(s.in_transit.rows):
+            s.start_running(self.now_s)
+        queued = s.queued.rows
+        if self.scheduler.idle_unless_waiting and not (len(queued) or len(s.rotary.rows)):
             # Nobody waits: such a scheduler has nothing to say.
+            d2h_blocks = h2d_blocks = 0
+            starting = False
+        elif self._skips_blocked_head and (
+            not len(queued)
+            or len(s.running.rows) + len(s.in_transit.rows) >= cfg.max_running
+            or self.requests.start_blocks.item(queued[0]) > s.free_gpu
+        ):
+            # The queue's head cannot start, so such a scheduler starts nobody.
             d2h_blocks = h2d_blocks = 0
             starting = False
         else:
@@ -238,6 +256,7 @@ class BatchingCore:
                     last_iteration_s=self._last_iteration_s,
                     max_batched_tokens=cfg.max_batched_tokens,
                     free_slots=cfg.max_running - len(s.running.rows) - len(s.in_transit.rows),
+                    prefix=self.prefix,
                 )
             )
             d2h_blocks, h2d_blocks = self._apply(plan)
@@ -280,7 +299,7 @@ class BatchingCore:
                 raise ValueError("this engine has no link to copy KV over")
             transfer_s = self.link.transfer_time_s(d2h_bytes, h2d_bytes, cfg.block_bytes)
         if residency is None:
-            stall_s = max(transfer_s - compute_s, 0.0)
+            stall_s = transfer_s - compute_s if transfer_s > compute_s else 0.0
             iteration_s = compute_s + stall_s
             # While the batch holds its blocks, before finished requests free theirs.
             gpu_used = cfg.gpu_kv_blocks - s.free_gpu
@@ -320,24 +339,22 @@ class BatchingCore:
         return batch
 
     def _compute_s(self, batch: Batch) -> float:
-        """Seconds the batch computes."""
-        per_sequence = self.config.prefill_s_per_sequence * len(batch.prefill_rows)
-        return self._model_s(batch) + per_sequence
-
-    def _model_s(self, batch: Batch) -> float:
-        """The cost model's seconds for the batch."""
-        if self.pairs_cost is not None:
-            return self.pairs_cost.iteration_time_s(
+        """Seconds the batch computes: the cost model's, plus the time per
+        sequence it prefills."""
+        prefilling = len(batch.prefill_rows)
+        pairs_cost = self.pairs_cost
+        if pairs_cost is not None:
+            model_s = pairs_cost.iteration_time_s(
                 batch.prefill_tokens,
                 batch.decode_tokens,
                 batch.context_tokens,
-                batch.prefill_attention_pairs(self.requests.kv_tokens)
-                if len(batch.prefill_rows)
-                else 0,
+                batch.prefill_attention_pairs(self.requests.kv_tokens) if prefilling else 0,
             )
-        return self.cost.iteration_time_s(
-            batch.prefill_tokens, batch.decode_tokens, batch.context_tokens
-        )
+        else:
+            model_s = self.cost.iteration_time_s(
+                batch.prefill_tokens, batch.decode_tokens, batch.context_tokens
+            )
+        return model_s + self.config.prefill_s_per_sequence * prefilling
 
     # -- carrying out a plan ------------------------------------------------
 

@@ -14,6 +14,14 @@ size is exactly the engine's KV. Requests on the GPU (running) are resident;
 queued and paged-out (rotary) ones are not. Ties break by arrival, then by
 the trace's ids (by trace order when ids repeat).
 
+With the prefix cache, prompt blocks that running requests share are held
+once in the pool but counted in each holder's blocks; the partition counts
+them once, outside: the pool it fills is the free blocks and the running
+requests' own ones, and each request's size (and prefill progress) leaves
+out the prompt tokens in its shared blocks. Paging a sharer out frees only
+its own blocks, as in the engine; a shared block whose holders are all
+paged out would be freed too, which the partition does not count.
+
 The engine carries the paging out with its swaps: paged-out KV travels over
 the paging link while the iteration computes (what does not fit stalls it),
 and a paged-in request runs from the next iteration, once its KV is back.
@@ -69,6 +77,7 @@ class Cfs:
     idle_unless_waiting: bool = False
     copies_only_unless_waiting: bool = True
     running_first: bool = False
+    starts_queue_only: bool = False
     # Partitions made so far, and the latest.
     partitions: int = field(default=0, init=False)
     latest: CfsPlan | None = field(default=None, init=False)
@@ -88,12 +97,21 @@ class Cfs:
         rows = np.concatenate((view.queued, view.running, view.rotary))
         ids = _policy_ids(r, rows)
         resident = len(view.queued), len(view.queued) + len(view.running)
+        shared = _shared_blocks(view)
         requests = tuple(
-            _cfs_request(r, row, id, resident[0] <= i < resident[1])
+            _cfs_request(
+                r,
+                row,
+                id,
+                resident[0] <= i < resident[1],
+                shared.get(row, 0) * view.block_size_tokens,
+            )
             for i, (row, id) in enumerate(zip(rows.tolist(), ids, strict=True))
         )
-        # The whole GPU pool: requests swapped in last iteration run by now.
-        gpu_blocks = view.free_gpu_blocks + int(r.gpu_blocks[view.running].sum())
+        # The GPU pool less the blocks running requests share (each held once,
+        # outside the partition): requests swapped in last iteration run by now.
+        own = int(r.gpu_blocks[view.running].sum()) - sum(shared.values())
+        gpu_blocks = view.free_gpu_blocks + own
         plan = partition_batch(
             CfsInputs(
                 requests=requests,
@@ -121,14 +139,29 @@ def _policy_ids(r: RequestColumns, rows: IntArray) -> list[str]:
     return [str(row).zfill(width) for row in rows.tolist()]
 
 
-def _cfs_request(r: RequestColumns, row: int, id: str, resident: bool) -> CfsRequest:
+def _shared_blocks(view: EngineView) -> dict[int, int]:
+    """Each running row's GPU blocks that other running requests hold too
+    (prefix-cached prompt blocks); none without a prefix cache."""
+    prefix = view.prefix
+    if prefix is None:
+        return {}
+    counts = {row: prefix.shared_blocks(row) for row in view.running.tolist()}
+    return {row: count for row, count in counts.items() if count}
+
+
+def _cfs_request(
+    r: RequestColumns, row: int, id: str, resident: bool, shared_tokens: int = 0
+) -> CfsRequest:
+    """The request in the policy's terms; shared_tokens: the KV at the start
+    of its prompt held in blocks it shares with other running requests,
+    left out (the partition counts those blocks once, outside)."""
     target = int(r.prefill_target[row])
     kv = int(r.kv_tokens[row])
     prefilled = min(kv, target)
     return CfsRequest(
         id=id,
-        prompt_tokens=target,
-        prefilled_tokens=prefilled,
+        prompt_tokens=target - shared_tokens,
+        prefilled_tokens=prefilled - shared_tokens,
         generated_tokens=kv - prefilled,
         resident=resident,
         arrival_s=float(r.arrival_s[row]),

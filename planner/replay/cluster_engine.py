@@ -225,15 +225,18 @@ class ClusterRun:
     stats: ClusterStats
 
 
-class _UnitCore(BatchingCore):
-    """A unit's batching core: a buddy group's round is timed as its
-    pipeline (ClusterEngine._round_s); a lone instance's iteration as the
-    core times it, with the prefill's causal attention pairs."""
+class _GroupCore(BatchingCore):
+    """A buddy group's batching core: its round is timed as its pipeline
+    (ClusterEngine._round_s). A lone instance's core is the plain
+    BatchingCore, its iteration timed with the prefill's causal attention
+    pairs."""
 
-    def __init__(self, unit: _Unit, engine: ClusterEngine, config: EngineConfig) -> None:
+    def __init__(
+        self, unit: _Unit, engine: ClusterEngine, config: EngineConfig, scheduler: Fcfs
+    ) -> None:
         super().__init__(
             config,
-            Fcfs(),
+            scheduler,
             engine.cost,
             None,
             engine.requests,
@@ -244,8 +247,6 @@ class _UnitCore(BatchingCore):
         self.engine = engine
 
     def _compute_s(self, batch: Batch) -> float:
-        if self.unit.size == 1:
-            return super()._compute_s(batch)
         return self.engine._round_s(self.unit, batch)
 
 
@@ -256,7 +257,7 @@ class _Unit:
     shares: tuple[float, ...]  # layer share of each stage
     capacity: int  # blocks
     base_capacity: int  # blocks of the members' own regions (full replicas)
-    core: _UnitCore = field(init=False)
+    core: BatchingCore = field(init=False)
     reserved: int = 0  # blocks held for incoming migrations
     busy_until: float = 0.0
     scheduled: bool = False
@@ -402,22 +403,30 @@ class ClusterEngine:
             dynamic=dynamic,
         )
         # A group's budget is g micro-batches' (a chunk at most one's).
-        unit.core = _UnitCore(
-            unit,
-            self,
-            EngineConfig(
-                gpu_kv_blocks=unit.capacity,
-                cpu_kv_blocks=0,
-                block_bytes=c.block_bytes,
-                block_size_tokens=c.block_size,
-                max_batched_tokens=c.max_batched_tokens * g,
-                max_running=c.max_running,
-                slo=c.slo,
-                max_chunk_tokens=c.max_batched_tokens if g > 1 else None,
-                skips_empty_iterations=True,
-                records_timeline=False,
-            ),
+        config = EngineConfig(
+            gpu_kv_blocks=unit.capacity,
+            cpu_kv_blocks=0,
+            block_bytes=c.block_bytes,
+            block_size_tokens=c.block_size,
+            max_batched_tokens=c.max_batched_tokens * g,
+            max_running=c.max_running,
+            slo=c.slo,
+            max_chunk_tokens=c.max_batched_tokens if g > 1 else None,
+            skips_empty_iterations=True,
+            records_timeline=False,
         )
+        if g > 1:
+            unit.core = _GroupCore(unit, self, config, Fcfs())
+        else:
+            unit.core = BatchingCore(
+                config,
+                Fcfs(),
+                self.cost,
+                None,
+                self.requests,
+                pairs_cost=self.cost,
+                tokens=self.tokens,
+            )
         self._uid += 1
         self.units.append(unit)
         self._units_by_uid[unit.uid] = unit
@@ -549,9 +558,11 @@ class ClusterEngine:
             return
         self._iterations += 1
         self._pending -= s.finished - finished
-        unit.busy_until = core.now_s
+        end = unit.busy_until = core.now_s
         if len(s.running.rows) or len(s.queued.rows):
-            self._wake(unit, core.now_s)
+            # As _wake: the unit is alive and not scheduled (its step is this one).
+            unit.scheduled = True
+            self._events.push(UnitSteps(end, unit.uid))
 
     def _round_s(self, unit: _Unit, batch: Batch) -> float:
         """A group's round for the batch: micro-batches balanced by tokens

@@ -324,6 +324,7 @@ class Engine(BatchingCore):
                     last_iteration_s=last_s,
                     max_batched_tokens=cfg.max_batched_tokens,
                     free_slots=cfg.max_running - decoding,
+                    prefix=self.prefix,
                 )
             )
             if len(plan.swap_out) or len(plan.recompute) or len(plan.start):

@@ -74,6 +74,7 @@ class FinalLengthAdmission:
     idle_unless_waiting = True
     copies_only_unless_waiting = False
     running_first = False
+    starts_queue_only = True
 
     def __init__(self, policy: LongctxPolicy, final_blocks: IntArray) -> None:
         self.name = policy.name

@@ -310,6 +310,11 @@ class PrefixCache:
         """Cached blocks nobody holds (free, evicted when needed)."""
         return sum(1 for count in self.refs.values() if count == 0)
 
+    def shared_blocks(self, row: int) -> int:
+        """Blocks row holds that another request holds too."""
+        refs = self.refs
+        return sum(1 for key in self.held[row] if refs[key] > 1)
+
     def held_blocks(self) -> int:
         """Cached blocks some request holds (each counted once)."""
         return sum(1 for count in self.refs.values() if count > 0)

@@ -38,6 +38,7 @@ from planner.policies.rotation_columns import (
     arrival_id_ranks,
 )
 from planner.policies.rotation_decide import plan_rows
+from planner.replay.prefix_cache import PrefixCache
 from planner.replay.state import (
     FloatArray,
     IntArray,
@@ -77,6 +78,9 @@ class EngineView(NamedTuple):
     # may start (its running cap less those running or being swapped in).
     max_batched_tokens: int | None = None
     free_slots: int | None = None
+    # The engine's prefix cache (None: none): which GPU blocks the running
+    # requests share (their gpu_blocks count a shared block once per holder).
+    prefix: PrefixCache | None = None
 
 
 class Scheduler(Protocol):
@@ -104,6 +108,13 @@ class Scheduler(Protocol):
     # preempted). False: admissions first, growth after, taking its blocks
     # by preemption if need be.
     running_first: bool
+    # Plans nothing but starting queued requests in queue order (never a
+    # preemption, a resumption or an eager copy, and no state of its own),
+    # and starts none past one the engine cannot start (in_order): while the
+    # queue's head cannot start (no free slot, or fewer free blocks than it
+    # needs) it would start nobody, so the engine runs such iterations
+    # without asking.
+    starts_queue_only: bool
 
     def plan(self, view: EngineView) -> SchedulePlan: ...
 
@@ -116,6 +127,7 @@ class Fcfs:
     idle_unless_waiting = True
     copies_only_unless_waiting = False
     running_first = False
+    starts_queue_only = True
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan(start=view.queued)
@@ -137,6 +149,7 @@ class WaitingFirst:
     idle_unless_waiting = True
     copies_only_unless_waiting = False
     running_first = False
+    starts_queue_only = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         """The queue's head that can start, with room made by swapping out
@@ -195,6 +208,7 @@ class SwappedFirst:
     idle_unless_waiting = True
     copies_only_unless_waiting = False
     running_first = False
+    starts_queue_only = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         resumed = int(view.requests.start_blocks[view.rotary].sum())
@@ -225,6 +239,7 @@ class Lvf:
     idle_unless_waiting: bool = False
     copies_only_unless_waiting: bool = True
     running_first: bool = False
+    starts_queue_only: bool = False
     # Decide through this function on snapshots (the service's entry point)
     # instead of on the engine's columns.
     on_snapshots: Callable[[Snapshot, RotationInputs], RotationPlan] | None = None
@@ -296,6 +311,7 @@ class LvfAsVllmAdapter:
     idle_unless_waiting: bool = True
     copies_only_unless_waiting: bool = False
     running_first: bool = True
+    starts_queue_only: bool = False
     # Iterations the policy was asked in, and those whose plan was applied.
     asked: int = field(default=0, init=False)
     applied: int = field(default=0, init=False)
@@ -377,10 +393,16 @@ class ViewColumns:
         )
 
     def __getattr__(self, name: str) -> npt.NDArray[Any]:
-        """A column not gathered yet: gather it (_gather_<name>) and keep it."""
+        """A column not gathered yet: gather it (the engine column of the rows,
+        or _gather_<name>) and keep it."""
         if name.startswith("_"):
             raise AttributeError(name)
-        column: npt.NDArray[Any] = getattr(self, "_gather_" + name)()
+        same = _SAME_ROWS.get(name)
+        column: npt.NDArray[Any] = (
+            getattr(self._view.requests, same)[self.rows]
+            if same is not None
+            else getattr(self, "_gather_" + name)()
+        )
         setattr(self, name, column)
         return column
 
@@ -421,10 +443,6 @@ class ViewColumns:
             return _all_running(n)
         return np.repeat(_STATES, [q, t - q, n - t])
 
-    def _gather_arrival_s(self) -> FloatArray:
-        arrival: FloatArray = self._view.requests.arrival_s[self.rows]
-        return arrival
-
     def _gather_run_start_s(self) -> FloatArray:
         v = self._view
         return self._times(v.requests.run_start_s[v.running], None)
@@ -455,31 +473,18 @@ class ViewColumns:
         synced: IntArray = np.minimum(v.requests.synced_blocks[v.running], self._running_gpu())
         return self._by_state(None, synced, None)
 
-    def _gather_slo_ttft_s(self) -> FloatArray:
-        slo: FloatArray = self._view.requests.slo_ttft_s[self.rows]
-        return slo
 
-    def _gather_slo_tbt_s(self) -> FloatArray:
-        slo: FloatArray = self._view.requests.slo_tbt_s[self.rows]
-        return slo
-
-    def _gather_num_tokens(self) -> IntArray:
-        kv: IntArray = self._view.requests.kv_tokens[self.rows]
-        return kv
-
-    def _gather_prefill_tokens(self) -> IntArray:
-        target: IntArray = self._view.requests.prefill_target[self.rows]
-        return target
-
-    def _gather_output_tokens(self) -> IntArray:
-        generated: IntArray = self._view.requests.generated[self.rows]
-        return generated
-
-    def _gather_first_token_s(self) -> FloatArray:
-        first: FloatArray = self._view.requests.first_token_s[self.rows]
-        return first
-
-
+# Snapshot columns that are an engine column's values of the rows, each
+# with the engine column's name.
+_SAME_ROWS = {
+    "arrival_s": "arrival_s",
+    "slo_ttft_s": "slo_ttft_s",
+    "slo_tbt_s": "slo_tbt_s",
+    "num_tokens": "kv_tokens",
+    "prefill_tokens": "prefill_target",
+    "output_tokens": "generated",
+    "first_token_s": "first_token_s",
+}
 _ALL_RUNNING: dict[int, PhaseArray] = {}
 
 

@@ -15,15 +15,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from planner.domain.requests import Slo
 from planner.domain.rotation import RotationInputs
 from planner.profiles import find_hardware
 from planner.profiles.link import PCIE_GEN5_X16
+from planner.replay.batching_core import BatchingCore
 from planner.replay.cfs_paging import Paging, paging_target, peer_link
 from planner.replay.cfs_scheduler import Cfs, CfsKnobs
 from planner.replay.engine import Engine, EngineConfig
+from planner.replay.prefix_cache import PrefixCache
 from planner.replay.records import ReplayResult
 from planner.replay.scheduler_by_name import make_scheduler
-from planner.replay.state import Phase
+from planner.replay.schedulers import EngineView, Fcfs
+from planner.replay.state import Phase, RequestColumns
 from planner.trace.records import TraceRequest
 
 BLOCK_BYTES = 1000
@@ -243,3 +247,62 @@ def test_dram_paging_in_per_layer_copies_is_latency_bound() -> None:
     )
     _, peer = paging_target(Paging.PEER, engine, PCIE_GEN5_X16, h100, **kwargs)
     assert peer.name.startswith("NVLink peer")
+
+
+def test_a_prompt_block_shared_through_the_prefix_cache_counts_once() -> None:
+    # A 12-block pool, 16-token blocks. a (4 blocks) and d (6) prefill; d is
+    # swapped out (it resumes into 7 blocks). b's prompt begins as a's: it
+    # starts on 3 of a's cached blocks and prefills its 4th; a grows to 5.
+    # On the GPU: a's 5 and b's one own block, 6 free; then c (10 blocks)
+    # queues. The pool as the partition sees it: the 6 free and a's and b's
+    # own 2 + 1, 9 (the 3 shared blocks held once, outside). Fewest
+    # generated first: b (2 blocks with its next token) and d (7) fill it,
+    # a is paged out, and c does not fit. Counting the shared blocks once per
+    # holder would see 15 blocks and page c in for a 48-token chunk that the
+    # 0 blocks left after a's page-out (it frees 2) cannot take.
+    trace = [
+        TraceRequest(0.0, 64, 50, id="a", prefix_block_ids=(1, 2, 3, 4)),
+        TraceRequest(0.0, 64, 50, id="b", prefix_block_ids=(1, 2, 3, 4)),
+        TraceRequest(0.0, 160, 5, id="c"),
+        TraceRequest(0.0, 96, 50, id="d"),
+    ]
+    requests = RequestColumns.from_trace(trace, Slo())
+    prefix = PrefixCache([t.prefix_block_ids for t in trace], requests.prompt_tokens, 12, 16, 16)
+    core = BatchingCore(
+        EngineConfig(gpu_kv_blocks=12, cpu_kv_blocks=100, block_bytes=BLOCK_BYTES),
+        Fcfs(),
+        AffineCost(),
+        Link(1e9),
+        requests,
+        prefix=prefix,
+    )
+    s = core.state
+    none = np.zeros(0, dtype=np.int64)
+    s.arrive(np.array([0, 3]), none)
+    core._iteration()
+    s.preempt([3], swap=True)
+    s.arrive(np.array([1]), none)
+    core._iteration()
+    s.arrive(np.array([2]), none)
+    assert (s.free_gpu, requests.gpu_blocks.tolist()) == (6, [5, 4, 0, 0])
+    assert [prefix.shared_blocks(row) for row in (0, 1)] == [3, 3]
+    cfs = Cfs()
+    plan = cfs.plan(
+        EngineView(
+            now_s=core.now_s,
+            requests=requests,
+            queued=s.queued.rows,
+            running=s.running.rows,
+            rotary=s.rotary.rows,
+            free_gpu_blocks=s.free_gpu,
+            free_cpu_blocks=s.free_cpu,
+            block_size_tokens=16,
+            last_iteration_s=0.0,
+            prefix=prefix,
+        )
+    )
+    assert (plan.swap_out.tolist(), plan.start.tolist()) == ([0], [3])
+    assert cfs.latest is not None
+    assert cfs.latest.decode_ids == ("b", "d")
+    assert cfs.latest.prefill_chunks == ()
+    assert cfs.latest.blocks_used == 9

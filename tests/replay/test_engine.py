@@ -464,6 +464,7 @@ class NeverStart:
     idle_unless_waiting = True
     copies_only_unless_waiting = False
     running_first = False
+    starts_queue_only = False
 
     def plan(self, view: EngineView) -> SchedulePlan:
         return SchedulePlan()
@@ -494,6 +495,7 @@ class SwapOutOnce:
     idle_unless_waiting = False
     copies_only_unless_waiting = False
     running_first = False
+    starts_queue_only = False
 
     def __init__(self) -> None:
         self.swapped = False

@@ -8,6 +8,7 @@ and a token budget that cuts the decodes."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from planner.replay import batch as batch_module
 from planner.replay import engine_state as engine_state_module
 from planner.replay.batch import Batch
 from planner.replay.batching_core import BatchingCore, EngineConfig
-from planner.replay.schedulers import Fcfs
+from planner.replay.schedulers import Fcfs, Scheduler
 from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, build_setup
 from planner.replay.state import RequestColumns
 from planner.trace.records import TraceRequest
@@ -67,10 +68,8 @@ def workloads(draw: st.DrawFn) -> Workload:
     )
 
 
-def run_core(w: Workload, small: bool, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every iteration's batch and the state after it."""
-    monkeypatch.setattr(batch_module, "SMALL_BATCH", 10**9 if small else 0)
-    monkeypatch.setattr(engine_state_module, "SMALL_EMIT", 10**9 if small else 0)
+def small_batch_core(w: Workload, scheduler: Scheduler, max_running: int = 256) -> BatchingCore:
+    """A core for the workload (nothing arrived yet), its pinned rows set."""
     trace = [
         TraceRequest(arrival_s=0.0, prompt_tokens=p, output_tokens=o, id=f"r{i}")
         for i, (p, o) in enumerate(zip(w.prompts, w.outputs, strict=True))
@@ -82,15 +81,23 @@ def run_core(w: Workload, small: bool, monkeypatch: pytest.MonkeyPatch) -> list[
         block_bytes=1,
         block_size_tokens=w.block_size,
         max_batched_tokens=w.budget,
+        max_running=max_running,
         max_chunk_tokens=w.max_chunk,
         skips_empty_iterations=True,
         records_timeline=False,
     )
-    scheduler = SwappingFcfs() if w.swaps else Fcfs()
     core = BatchingCore(config, scheduler, SETUP.cost, SETUP.link, requests, pairs_cost=SETUP.cost)
+    core.state.pinned = set(w.pinned)
+    return core
+
+
+def run_core(w: Workload, small: bool, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every iteration's batch and the state after it."""
+    monkeypatch.setattr(batch_module, "SMALL_BATCH", 10**9 if small else 0)
+    monkeypatch.setattr(engine_state_module, "SMALL_EMIT", 10**9 if small else 0)
+    core = small_batch_core(w, SwappingFcfs() if w.swaps else Fcfs())
     s = core.state
-    s.arrive(np.arange(len(trace), dtype=np.int64), np.zeros(0, dtype=np.int64))
-    s.pinned = set(w.pinned)
+    s.arrive(np.arange(len(w.prompts), dtype=np.int64), np.zeros(0, dtype=np.int64))
     seen: list[Any] = []
     for _ in range(400):
         if not s.active():
@@ -124,9 +131,15 @@ def snapshot(core: BatchingCore, batch: Batch) -> Any:
 @settings(max_examples=150, deadline=None)
 @given(w=workloads())
 def test_small_batches_form_and_emit_as_on_whole_columns(w: Workload) -> None:
+    agree_both_ways(lambda small, monkeypatch: run_core(w, small, monkeypatch))
+
+
+def agree_both_ways(run: Callable[[bool, pytest.MonkeyPatch], list[Any]]) -> None:
+    """run(False, ...) and run(True, ...) (a fast path off, then on) give
+    the same snapshots, iteration by iteration."""
     with pytest.MonkeyPatch.context() as monkeypatch:
-        columns_way = run_core(w, small=False, monkeypatch=monkeypatch)
-        by_request = run_core(w, small=True, monkeypatch=monkeypatch)
-    assert len(columns_way) == len(by_request)
-    for i, (a, b) in enumerate(zip(columns_way, by_request, strict=True)):
+        one_way = run(False, monkeypatch)
+        other_way = run(True, monkeypatch)
+    assert len(one_way) == len(other_way)
+    for i, (a, b) in enumerate(zip(one_way, other_way, strict=True)):
         assert a == b, f"iteration {i} differs"
