@@ -67,7 +67,7 @@ def main() -> None:
                 ys = [runs[name][s][key] for s in xs]
             else:
                 ys = [
-                    runs[name][s]["throughput_tok_s"] / base[s]["throughput_tok_s"]
+                    (runs[name][s]["throughput_tok_s"] or 0.0) / base[s]["throughput_tok_s"]
                     if base[s]["throughput_tok_s"]
                     else float("nan")
                     for s in xs
@@ -97,7 +97,7 @@ def main() -> None:
                 "—"
                 if m is None
                 else f"{100 * m['ttft_attainment']:.1f} / {100 * m['tpot_attainment']:.1f} / "
-                f"**{100 * m['both_attainment']:.1f}** ; {m['throughput_tok_s']:.6g}"
+                f"**{100 * m['both_attainment']:.1f}** ; {m['throughput_tok_s'] or 0:.6g}"
             )
         print(f"| x{s:g} | " + " | ".join(cells) + " |")
 
