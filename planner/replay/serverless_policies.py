@@ -278,7 +278,8 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
         C2CSERVE: "C2CServe: what fits of the weights resident next to the KV on slices that "
         "hold the whole model (all resident: prefilled as dedicated prefills, in one large "
         "chunk), the rest streamed over C2C; KV takes resident weights' HBM only when that "
-        "raises the slice's decode tokens/s; queue-aware scheduling",
+        "raises the slice's decode tokens/s; queue-aware scheduling; a share of a slice ends "
+        "when a resident idles or moving a busy one beats streaming both",
         C2CSERVE_KV_FIRST: "c2cserve dropping resident weights whenever the KV needs their HBM",
         C2CSERVE_KV_CAP: "c2cserve dropping resident weights for the KV of a request alone on "
         "its slice only",
