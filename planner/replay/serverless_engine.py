@@ -67,13 +67,16 @@ from planner.domain.serverless import (
 from planner.policies.serverless import (
     ACTIVE,
     EVICT,
+    GIVE_UP,
     IDLE,
     QUEUE,
     SHARE,
     KnobObservation,
     RhoTuner,
+    Sharer,
     choose_chunk,
     choose_kernel,
+    end_share,
     eviction_order,
     next_turn,
     plan_placement,
@@ -104,6 +107,7 @@ from planner.replay.serverless_events import (
     ReadsDone,
     RequestArrives,
     ServerlessWiring,
+    ShareBoundEnds,
     SliceIterates,
 )
 from planner.replay.serverless_link import SharedLink
@@ -118,6 +122,7 @@ from planner.replay.serverless_policies import (
     C2CSERVE_KV_FIRST,
     C2CSERVE_LIGHT_SHARE,
     C2CSERVE_PARTIAL,
+    C2CSERVE_STICKY_SHARE,
     C2CSERVE_STREAM,
     DEDICATED,
     KV_TAKES_WEIGHTS_WHEN_ALONE,
@@ -145,6 +150,7 @@ __all__ = [
     "C2CSERVE_KV_FIRST",
     "C2CSERVE_LIGHT_SHARE",
     "C2CSERVE_PARTIAL",
+    "C2CSERVE_STICKY_SHARE",
     "C2CSERVE_STREAM",
     "DEDICATED",
     "DEFAULT_MODEL",
@@ -196,6 +202,11 @@ class ServerlessConfig:
     # a slice (all its residents) for a model to join it; above it a shared
     # slice sheds residents.
     share_max_in_flight: int = 2
+    # Policies that end shares: how often, in simulated seconds, a slice two
+    # busy models share weighs ending it (``end_share``), and the margin
+    # by which ending it must win.
+    share_check_s: float = 1.0
+    share_end_margin: float = 0.1
     static_chunk: int = 2048
     max_running: int = 64
     replan_s: float = 10.0
@@ -214,7 +225,7 @@ class ServerlessConfig:
     def check(self) -> None:
         if not self.slices:
             raise ValueError("no MIG slice")
-        for name in ("link_gbps", "pcie_gbps", "replan_s"):
+        for name in ("link_gbps", "pcie_gbps", "replan_s", "share_check_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {v}")
@@ -234,6 +245,8 @@ class ServerlessConfig:
             raise ValueError(f"host_memory_bytes must be > 0, got {self.host_memory_bytes}")
         if self.share_max_in_flight < 0:
             raise ValueError(f"share_max_in_flight must be >= 0, got {self.share_max_in_flight}")
+        if not 0 <= self.share_end_margin < 1:
+            raise ValueError(f"share_end_margin must be in [0, 1), got {self.share_end_margin}")
         if self.kv_reserve_tokens < 0:
             raise ValueError(f"kv_reserve_tokens must be >= 0, got {self.kv_reserve_tokens}")
         if self.model.param_bytes <= 0:
@@ -306,6 +319,8 @@ class ServerlessStats:
     # Residents shed by busy shared slices; with a disk: weight reads into
     # host memory and models that left it.
     sheds: int = 0
+    # Shares ended (policies that end them), by how (``end_share``'s actions).
+    share_ends: tuple[tuple[str, int], ...] = ()
     disk_reads: int = 0
     host_evictions: int = 0
 
@@ -422,6 +437,8 @@ class _Slice:
     rate_gbps: float = 0.0
     # HBM for weights and KV (less the runtime reserve).
     free_bytes: float = 0.0
+    # When its busy residents' share is next weighed (``end_share``).
+    share_check_at_s: float = 0.0
 
     @property
     def in_flight(self) -> int:
@@ -522,6 +539,9 @@ class ServerlessEngine:
         self._max_drain = 0.0
         self._shares = 0
         self._sheds = 0
+        self._share_ends: dict[str, int] = {}
+        # Models whose share just ended: no share for them until then.
+        self._no_share: dict[str, float] = {}
         self._kv_swaps = 0
         self._rejected = 0
         self._placement_waits: list[float] = []
@@ -700,6 +720,7 @@ class ServerlessEngine:
                 share_max_in_flight=(
                     self.config.share_max_in_flight if self._p.shares_when_light else math.inf
                 ),
+                no_share=frozenset(m for m, t in self._no_share.items() if t >= now),
             )
         by_id = {s.id: s for s in self._slices}
         since = {w.model.name: w.waiting_since_s for w in waiting}
@@ -1323,6 +1344,8 @@ class ServerlessEngine:
                 return
         if self._p.shares_when_light and self._shed(s, now) and s.busy:
             return
+        if self._p.ends_shares and len(s.residents) > 1 and self._end_share(s, now) and s.busy:
+            return
         if self._may_preempt(now):
             self._schedule(now)
             if s.busy:
@@ -1431,6 +1454,96 @@ class ServerlessEngine:
             self._schedule(now)
         return bool(gone)
 
+    def _end_share(self, s: _Slice, now: float) -> bool:
+        """Whether a resident left ``s`` by ``end_share``: one with nothing
+        in flight next to a busy one, at once; of busy ones, weighed every
+        ``share_check_s`` (the one that leaves with requests in flight has
+        them preempted: they wait again, their KV in host memory, and it
+        may not share again for the decision's wait bound)."""
+        if any(
+            r.successor is not None or r.leaving or r.loading is not None or r.ready_s > now
+            for r in s.residents
+        ):
+            return False
+        busy = sum(1 for r in s.residents if r.in_flight)
+        if busy == len(s.residents):
+            if now < s.share_check_at_s:
+                return False
+            s.share_check_at_s = now + self.config.share_check_s
+            sharers = [self._sharer(s, r, now) for r in s.residents]
+        elif busy:
+            sharers = [
+                Sharer(r.model, r.in_flight, 0, 0.0, 0.0, 0.0, 0.0, math.inf) for r in s.residents
+            ]
+        else:
+            return False
+        free = any(
+            o is not s
+            and fits(self._serverless_model("x"), MigSlice(o.id, o.profile))
+            and all(
+                not r.in_flight and r.successor is None and r.loading is None for r in o.residents
+            )
+            for o in self._slices
+        )
+        end = end_share(sharers, free_slice=free, margin=self.config.share_end_margin)
+        if end is None:
+            return False
+        self._share_ends[end.action] = self._share_ends.get(end.action, 0) + 1
+        leaver = next(r for r in s.residents if r.model == end.model)
+        self._evict(s, leaver, now)
+        if end.action != GIVE_UP:
+            self._no_share[end.model] = now + end.wait_bound_s
+            if end.wait_bound_s > 0:
+                self._loop.push(ShareBoundEnds(now + end.wait_bound_s))
+        self._schedule(now)
+        return True
+
+    def _sharer(self, s: _Slice, r: _Resident, now: float) -> Sharer:
+        """``r`` on shared slice ``s`` as ``end_share`` weighs it: its
+        decode step (its running batch, else its queue head as one decode)
+        now and with what it keeps alone on ``s`` resident, the steps its
+        requests in flight still need, what moving it costs, and how long
+        its requests that can still meet their targets can wait
+        (``_may_wait_s``)."""
+        link = self.config.link_gbps * GB
+        alone = r.resident_bytes
+        if self._p.keeps_resident and self._holds(s):
+            room = s.free_bytes - self._kv_keep(s, 1)
+            alone = max(alone, min(self._weight_bytes, room))
+        batch = r.running or list(r.queue)[:1]
+        steps = max((q.out.output_tokens - q.generated for q in r.requests), default=0)
+        for q in r.queue:
+            if not q.prefill_done:
+                chunk = q.chunk or self.config.static_chunk
+                steps += math.ceil((q.out.prompt_tokens - q.prefilled) / chunk)
+        kv = sum(q.kv_tokens for q in r.requests if not q.kv_in_host) * self._kv_token_bytes
+        alone_step = self._decode_s(s, r, batch, alone)
+        return Sharer(
+            r.model,
+            r.in_flight,
+            steps,
+            self._decode_s(s, r, batch, r.resident_bytes),
+            alone_step,
+            max(0.0, alone - r.resident_bytes - r.copying_bytes) / link,
+            self._init_s + alone / link + 2 * kv / link,
+            min(
+                (w for q in r.requests if (w := self._may_wait_s(q, alone_step, now)) >= 0),
+                default=math.inf,
+            ),
+        )
+
+    def _may_wait_s(self, q: _Req, step_s: float, now: float) -> float:
+        """How long ``q`` can wait from ``now`` and still meet its targets
+        if it then runs a token every ``step_s``: before its first token,
+        until its TTFT deadline; after it, its slack plus what its tokens
+        left gain on the TPOT target (its TPOT is the mean over the
+        request). Negative: it cannot meet them any more, before its first
+        token (a TTFT missed), or with no token left to make up for it."""
+        if not q.out.token_times_s:
+            return q.slack_s(now)
+        left = q.out.output_tokens - q.generated
+        return q.slack_s(now) + left * (q.out.slo_tbt_s - step_s)
+
     def _replan(self, now: float, window: list[str]) -> None:
         counts: dict[str, int] = {}
         for m in window:
@@ -1509,6 +1622,10 @@ class ServerlessEngine:
     def finish_reads(self, version: int, now_s: float) -> None:
         self._disk_done(now_s, version)
 
+    def end_share_bound(self, now_s: float) -> None:
+        self._no_share = {m: t for m, t in self._no_share.items() if t > now_s}
+        self._schedule(now_s)
+
     def run(self, progress: Callable[[float], None] | None = None) -> ServerlessRun:
         cfg = self.config
         wall = time.perf_counter()
@@ -1586,6 +1703,7 @@ class ServerlessEngine:
             max_iteration_s=self._max_iteration,
             max_switch_s=max_switch,
             sheds=self._sheds,
+            share_ends=tuple(sorted(self._share_ends.items())),
             disk_reads=self._disk_reads,
             host_evictions=self._host_evictions,
         )

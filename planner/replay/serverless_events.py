@@ -1,6 +1,7 @@
 """The serverless topology's events (planner.replay.events), in the order
 they run at one instant: arrivals, then slice iterations, weight loads
-starting, loads done, drain limits, disk reads done.
+starting, loads done, drain limits, disk reads done, the wait bounds of
+ended shares.
 
 The weight loads share one link, a processor-sharing resource
 (``serverless_link.SharedLink``) that a load books when it starts; a
@@ -30,6 +31,8 @@ class ServerlessWiring(Protocol):
     def end_drain(self, slice_index: int, now_s: float) -> None: ...
 
     def finish_reads(self, version: int, now_s: float) -> None: ...
+
+    def end_share_bound(self, now_s: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +97,13 @@ class ReadsDone(Event[ServerlessWiring]):
 
     def handle(self, target: ServerlessWiring) -> None:
         target.finish_reads(self.version, self.time_s)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareBoundEnds(Event[ServerlessWiring]):
+    """A model queued back from a shared slice may share again."""
+
+    priority = 6
+
+    def handle(self, target: ServerlessWiring) -> None:
+        target.end_share_bound(self.time_s)

@@ -23,7 +23,15 @@ what a model switch costs it.
   drops weights (they stream instead) only if the decode batch that room
   lets run makes more tokens per second (the slice's residents taking
   turns) than the batch without it; else the request waits or the youngest
-  running one swaps out (``kv_takes_weights``).
+  running one swaps out (``kv_takes_weights``). Shares end
+  (``end_share``): a resident with nothing in flight leaves a slice another
+  resident is busy on (which copies its weights back in), and of two busy
+  residents one moves to a free slice, or back to wait within its
+  requests' slack, when the work in flight finishes sooner that way than
+  with both streaming part of their weights and taking turns.
+- ``c2cserve-sticky-share``: c2cserve whose shares last until a resident is
+  evicted (an idle resident keeps its part of the slice's HBM; two busy
+  residents share for good).
 - ``c2cserve-kv-first``: c2cserve dropping resident weights whenever the
   KV needs their room.
 - ``c2cserve-kv-cap``: c2cserve dropping resident weights only for the KV
@@ -138,6 +146,12 @@ class ServerlessPolicy:
     # Policies that keep weights resident: when the KV of requests in flight
     # or admitted may take the HBM of resident weights (KV_TAKES_WEIGHTS*).
     kv_takes_weights: str = KV_TAKES_WEIGHTS
+    # Shares end (``end_share``): a resident with nothing in flight leaves a
+    # slice another one is busy on, and of two busy ones one moves to a free
+    # slice, or back to wait for a bounded time, when finishing the work in
+    # flight that way beats streaming both (else a share lasts until a
+    # resident is evicted).
+    ends_shares: bool = False
 
     @property
     def respects_link_budget(self) -> bool:
@@ -147,6 +161,7 @@ class ServerlessPolicy:
 C2CSERVE = "c2cserve"
 C2CSERVE_KV_FIRST = "c2cserve-kv-first"
 C2CSERVE_KV_CAP = "c2cserve-kv-cap"
+C2CSERVE_STICKY_SHARE = "c2cserve-sticky-share"
 C2CSERVE_LIGHT_SHARE = "c2cserve-light-share"
 C2CSERVE_CHUNKED = "c2cserve-chunked"
 C2CSERVE_STREAM = "c2cserve-stream"
@@ -169,6 +184,7 @@ _C2CSERVE = ServerlessPolicy(
     keeps_resident=True,
     resident_like_hbm=True,
     kv_takes_weights=KV_TAKES_WEIGHTS_WHEN_FASTER,
+    ends_shares=True,
 )
 
 SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
@@ -178,6 +194,7 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
         _C2CSERVE,
         replace(_C2CSERVE, name=C2CSERVE_KV_FIRST, kv_takes_weights=KV_TAKES_WEIGHTS),
         replace(_C2CSERVE, name=C2CSERVE_KV_CAP, kv_takes_weights=KV_TAKES_WEIGHTS_WHEN_ALONE),
+        replace(_C2CSERVE, name=C2CSERVE_STICKY_SHARE, ends_shares=False),
         ServerlessPolicy(
             C2CSERVE_LIGHT_SHARE,
             streams=True,
@@ -261,10 +278,13 @@ SERVERLESS_POLICIES: Registry[ServerlessPolicy] = registry_of(
         C2CSERVE: "C2CServe: what fits of the weights resident next to the KV on slices that "
         "hold the whole model (all resident: prefilled as dedicated prefills, in one large "
         "chunk), the rest streamed over C2C; KV takes resident weights' HBM only when that "
-        "raises the slice's decode tokens/s; queue-aware scheduling",
+        "raises the slice's decode tokens/s; queue-aware scheduling; a share of a slice ends "
+        "when a resident idles or moving a busy one beats streaming both",
         C2CSERVE_KV_FIRST: "c2cserve dropping resident weights whenever the KV needs their HBM",
         C2CSERVE_KV_CAP: "c2cserve dropping resident weights for the KV of a request alone on "
         "its slice only",
+        C2CSERVE_STICKY_SHARE: "c2cserve whose shares last until a resident is evicted: an idle "
+        "resident keeps its part of the HBM, two busy ones share for good",
         C2CSERVE_LIGHT_SHARE: "c2cserve sharing a slice only while its requests in flight stay "
         "within --share-max-in-flight, shedding a model from a busier one",
         C2CSERVE_CHUNKED: "c2cserve choosing prefill chunks and rho for resident weights as "

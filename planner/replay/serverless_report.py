@@ -19,6 +19,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from planner.policies.serverless import GIVE_UP, MOVE, QUEUE_BACK
 from planner.replay.console import print_table
 from planner.replay.metric_table import MetricRow, add_sections, lift_rows
 from planner.replay.metrics import Distribution, PolicyMetrics, summarize
@@ -77,6 +78,7 @@ class ServerlessMetrics:
             "max_iteration_s": s.max_iteration_s,
             "max_switch_s": s.max_switch_s,
             "sheds": s.sheds,
+            "share_ends": dict(s.share_ends),
             "disk_reads": s.disk_reads,
             "host_evictions": s.host_evictions,
         }
@@ -120,6 +122,10 @@ def _num(value: float | None) -> str:
 _Row = MetricRow[ServerlessMetrics]
 
 
+def _ends(m: ServerlessMetrics, action: str) -> float:
+    return float(dict(m.stats.share_ends).get(action, 0))
+
+
 def _plain(m: ServerlessMetrics) -> PolicyMetrics:
     return m.metrics
 
@@ -156,6 +162,9 @@ def _rows() -> list[tuple[str, list[_Row]]]:
                 _Row("Preemptions", lambda m: m.stats.preemptions, _int),
                 _Row("Shared slices (models taking turns)", lambda m: m.stats.shares, _int),
                 _Row("Residents shed (busy shared slice)", lambda m: m.stats.sheds, _int),
+                _Row("Shares ended: idle left", lambda m: _ends(m, GIVE_UP), _int),
+                _Row("Shares ended: busy moved", lambda m: _ends(m, MOVE), _int),
+                _Row("Shares ended: busy queued", lambda m: _ends(m, QUEUE_BACK), _int),
                 _Row("KV swaps (room)", lambda m: m.stats.kv_swaps, _int),
             ],
         ),

@@ -24,6 +24,7 @@ from planner.replay.serverless_engine import (
     C2CSERVE_KV_FIRST,
     C2CSERVE_LIGHT_SHARE,
     C2CSERVE_PARTIAL,
+    C2CSERVE_STICKY_SHARE,
     C2CSERVE_STREAM,
     DEDICATED,
     RANDOM,
@@ -335,8 +336,8 @@ def test_a_busy_slice_is_not_shared_and_a_busy_shared_slice_sheds() -> None:
     # On one 24 GB slice (each keeps half its weights when sharing): a and b
     # share while light (one request each); three more of a's make the
     # slice busy: b, with the fewest in flight, finishes its request and
-    # leaves, and a's weights are copied back in (a top-up); kept, b holds
-    # its half.
+    # leaves, and a's weights are copied back in (a top-up); under
+    # c2cserve-sticky-share b holds its half.
     cfg = config(mig="3")
     cfg = replace(cfg, slices=cfg.slices[:1], slo=Slo(ttft_s=5.0, tbt_s=0.25))
     reqs = [
@@ -348,7 +349,7 @@ def test_a_busy_slice_is_not_shared_and_a_busy_shared_slice_sheds() -> None:
         ),
     ]
     run = ServerlessEngine(cfg, C2CSERVE_LIGHT_SHARE, reqs).run()
-    kept = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    kept = ServerlessEngine(cfg, C2CSERVE_STICKY_SHARE, reqs).run()
     assert run.stats.shares == 1 and run.stats.sheds == 1 and kept.stats.sheds == 0
     assert run.stats.preemptions == 0
     assert all(o.finish_s is not None for o in run.result.requests)
@@ -721,3 +722,91 @@ def test_c2cserve_kv_cap_drops_weights_only_for_a_request_alone() -> None:
         last_of_eight = max(o.finish_s or 0.0 for o in run.result.requests if o.id != "big")
         first_token = next(o for o in run.result.requests if o.id == "big").token_times_s[0]
         assert (first_token >= last_of_eight) == waits, policy
+
+
+def _slices(n: int) -> ServerlessConfig:
+    """The first ``n`` slices of 3 x 24 GB (each holds one Llama-3-8B)."""
+    cfg = config(mig="3")
+    return replace(cfg, slices=cfg.slices[:n], slo=Slo(ttft_s=5.0, tbt_s=0.25))
+
+
+def test_a_resident_with_nothing_in_flight_gives_its_hbm_back() -> None:
+    # b joins a's slice, each keeping half its weights; once b's request is
+    # done it leaves (c2cserve) and a's weights are copied back in, so a's
+    # last steps are those of a alone; under c2cserve-sticky-share b keeps
+    # its half and a streams the rest to the end.
+    cfg = _slices(1)
+    a = TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=1000, id="a", model="a")
+    b = TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=20, id="b", model="b")
+    ends = ServerlessEngine(cfg, C2CSERVE, [a, b]).run()
+    sticky = ServerlessEngine(cfg, C2CSERVE_STICKY_SHARE, [a, b]).run()
+    alone = ServerlessEngine(cfg, C2CSERVE, [a]).run()
+    assert ends.stats.share_ends == (("give-up", 1),) and sticky.stats.share_ends == ()
+    assert ends.stats.shares == sticky.stats.shares == 1
+    assert ends.stats.preemptions == 0
+    # b ran the same in both; a tops up after it left (more than the set-ups).
+    assert ends.result.requests[1].token_times_s == sticky.result.requests[1].token_times_s
+    assert ends.stats.load_bytes > sum(w.load_bytes for w in ends.switches)
+    a_ends, a_sticky, a_alone = (r.result.requests[0] for r in (ends, sticky, alone))
+    assert a_ends.finish_s is not None and a_sticky.finish_s is not None
+    assert a_ends.finish_s < a_sticky.finish_s
+    gap = a_ends.token_times_s[-1] - a_ends.token_times_s[-2]
+    assert gap == pytest.approx(a_alone.token_times_s[-1] - a_alone.token_times_s[-2], rel=1e-9)
+    assert gap < a_sticky.token_times_s[-1] - a_sticky.token_times_s[-2]
+
+
+def test_of_two_busy_residents_one_moves_to_a_slice_that_frees_up() -> None:
+    # Two slices: a and c start alone, b shares a's slice; c's short request
+    # ends and its slice is free, so one of the two busy models moves there
+    # (its request preempted, KV out and back in) and both run alone with
+    # every weight resident. Under c2cserve-sticky-share they take turns to
+    # the end while c's slice idles.
+    cfg = _slices(2)
+    reqs = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=1000, id="a", model="a"),
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=30, id="c", model="c"),
+        TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=1000, id="b", model="b"),
+    ]
+    ends = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    sticky = ServerlessEngine(cfg, C2CSERVE_STICKY_SHARE, reqs).run()
+    assert ends.stats.shares == sticky.stats.shares == 1
+    assert dict(ends.stats.share_ends) == {"move": 1}
+    assert ends.stats.preemptions == 1 and sticky.stats.preemptions == 0
+    assert all(o.finish_s is not None for o in ends.result.requests)
+    done = max(o.finish_s or 0.0 for o in ends.result.requests)
+    done_sticky = max(o.finish_s or 0.0 for o in sticky.result.requests)
+    assert done < 0.6 * done_sticky
+    moved = next(o for o in ends.result.requests if o.preemptions)
+    assert moved.id in ("a", "b") and moved.swap_outs == 1 and moved.swap_ins == 1
+
+
+def test_of_two_busy_residents_one_waits_while_its_requests_keep_their_targets() -> None:
+    # One slice on the link's third (135 GB/s, as with three slices
+    # streaming), a and b each decoding 1,000 tokens: sharing, each streams
+    # half its weights (~60 ms a step against ~20 ms alone; on the whole
+    # link streaming half takes no longer than reading it from HBM, and the
+    # share would go on) and they take turns. No slice is free, but the
+    # tokens left can make up for a wait (at ~20 ms a step alone against
+    # the 250 ms target), so one of them goes back to wait for the other's
+    # work (its KV to host memory) and both run alone with every weight
+    # resident.
+    cfg = replace(_slices(1), link_gbps=135.0)
+    reqs = [
+        TraceRequest(arrival_s=0.0, prompt_tokens=100, output_tokens=1000, id="a", model="a"),
+        TraceRequest(arrival_s=0.5, prompt_tokens=100, output_tokens=1000, id="b", model="b"),
+    ]
+    ends = ServerlessEngine(cfg, C2CSERVE, reqs).run()
+    sticky = ServerlessEngine(cfg, C2CSERVE_STICKY_SHARE, reqs).run()
+    assert dict(ends.stats.share_ends) == {"queue": 1}
+    assert ends.stats.preemptions == 1
+    done = [o.finish_s for o in ends.result.requests]
+    assert all(d is not None for d in done)
+    assert max(d or 0.0 for d in done) < max(o.finish_s or 0.0 for o in sticky.result.requests)
+    # Both keep their TPOT target, the one that waited included.
+    for o in ends.result.requests:
+        assert (o.token_times_s[-1] - o.token_times_s[0]) / (len(o.token_times_s) - 1) <= 0.25
+    waited = next(o for o in ends.result.requests if o.preemptions)
+    other = next(o for o in ends.result.requests if not o.preemptions)
+    gaps = [b - a for a, b in zip(waited.token_times_s, waited.token_times_s[1:], strict=False)]
+    assert max(gaps) > 5.0  # it waited for the other's work
+    assert other.finish_s is not None and other.finish_s <= waited.token_times_s[-1]

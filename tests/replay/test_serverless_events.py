@@ -1,6 +1,6 @@
 """The serverless topology's events: at one instant they run in the order
 the engine needs (an arrival before the iteration that may take it, loads
-before the drain limits and disk reads), each calling its wiring method."""
+before the drain limits, disk reads and share bounds), each calling its wiring method."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from planner.replay.serverless_events import (
     ReadsDone,
     RequestArrives,
     ServerlessWiring,
+    ShareBoundEnds,
     SliceIterates,
 )
 
@@ -40,10 +41,14 @@ class Wiring:
     def finish_reads(self, version: int, now_s: float) -> None:
         self.calls.append(("finish_reads", version, now_s))
 
+    def end_share_bound(self, now_s: float) -> None:
+        self.calls.append(("end_share_bound", -1, now_s))
+
 
 def test_same_instant_runs_arrivals_iterations_loads_drains_reads() -> None:
     loop: EventLoop[ServerlessWiring] = EventLoop()
     for event in (
+        ShareBoundEnds(2.0),
         ReadsDone(2.0, 9),
         DrainLimit(2.0, 1),
         LoadsDone(2.0, 4),
@@ -63,4 +68,5 @@ def test_same_instant_runs_arrivals_iterations_loads_drains_reads() -> None:
         ("finish_loads", 4, 2.0),
         ("end_drain", 1, 2.0),
         ("finish_reads", 9, 2.0),
+        ("end_share_bound", -1, 2.0),
     ]

@@ -399,11 +399,14 @@ def schedule_waiting(
     preemption: PreemptionParams | None = None,
     max_models_per_slice: int = 1,
     share_max_in_flight: float = math.inf,
+    no_share: frozenset[str] = frozenset(),
 ) -> tuple[ScheduledRoute, ...]:
     """One decision per waiting model, in ``service_order``. Each decision
     sees the slices as the earlier ones left them: a model handed a place
     runs there from now on (not yet ready, so it cannot be displaced again
-    in this round) with its requests in flight."""
+    in this round) with its requests in flight. The models in ``no_share``
+    do not share a slice in this round (a share just ended for them:
+    ``end_share``)."""
     names = [w.model.name for w in waiting]
     if len(set(names)) != len(names):
         raise ValueError("a model is listed twice among the waiting models")
@@ -421,7 +424,7 @@ def schedule_waiting(
             waited_s=now_s - w.waiting_since_s,
             slack_s=w.slack_s,
             preemption=preemption,
-            max_models_per_slice=max_models_per_slice,
+            max_models_per_slice=1 if w.model.name in no_share else max_models_per_slice,
             share_max_in_flight=share_max_in_flight,
             requests=w.requests,
         )
