@@ -19,7 +19,7 @@ from planner.client import RetryPolicy
 from planner.rpc import RPCS
 from planner.v1 import rotation_pb2
 
-from .channel import CALL_SWITCH_INTERVAL_S, NO_RETRY, PlannerChannel
+from .channel import CALL_SWITCH_INTERVAL_S, NO_RETRY, PipelinedSend, PlannerChannel
 from .counters import FallbackCounters, FallbackReason
 from .pending import PendingCall
 from .security import ChannelSecurity
@@ -53,8 +53,16 @@ class PlannerLink(PlannerChannel):
         security: ChannelSecurity | None = None,
         *,
         switch_interval_s: float | None = CALL_SWITCH_INTERVAL_S,
+        pipelined_send: PipelinedSend = "grpc-future",
     ) -> None:
-        super().__init__(target, deadline_s, retry, security, switch_interval_s=switch_interval_s)
+        super().__init__(
+            target,
+            deadline_s,
+            retry,
+            security,
+            switch_interval_s=switch_interval_s,
+            pipelined_send=pipelined_send,
+        )
         self.counters = counters or FallbackCounters()
 
     def plan_rotation(

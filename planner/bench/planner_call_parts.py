@@ -153,7 +153,12 @@ def calls(args: argparse.Namespace) -> dict[str, Any]:
             os.sched_setaffinity(0, {cores[0]})
         url = f"http://127.0.0.1:{metrics_port}/metrics"
         counters = FallbackCounters(keep_latencies=True)
-        with PlannerLink(server.address, args.deadline_ms / 1e3, counters) as link:
+        with PlannerLink(
+            server.address,
+            args.deadline_ms / 1e3,
+            counters,
+            pipelined_send="sender-thread" if args.sender_thread else "grpc-future",
+        ) as link:
             for _ in range(50):
                 link.plan_rotation(request)
             counters.drain_latencies()
@@ -197,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-ms", type=float, default=5.0)
     parser.add_argument("--step-ms", type=float, default=10.0, help="the forward pass")
     parser.add_argument("--pipelined", action="store_true")
+    parser.add_argument(
+        "--sender-thread",
+        action="store_true",
+        help="pipelined calls go out through a sending thread, not gRPC's own future",
+    )
     parser.add_argument("--pin", action="store_true", help="caller and server on two cores")
     parser.add_argument("--busy-thread", action="store_true")
     parser.add_argument("--busy-core", type=int, help="a spinning process on this core")
