@@ -78,8 +78,12 @@ class PlannerLink(PlannerChannel):
     ) -> PendingCall:
         """Sends the call and returns at once (see PlanPipeline). Over gRPC
         the call is cut after max(timeout_s, deadline)."""
-        future = self.send(_PLAN_ROTATION, request, max(timeout_s, self.deadline_s))
-        return PendingCall(future, self.deadline_s, switch_interval_s=self.switch_interval_s)
+        limit_s = max(timeout_s, self.deadline_s)
+        return PendingCall(
+            lambda: self.send(_PLAN_ROTATION, request, limit_s),
+            self.deadline_s,
+            switch_interval_s=self.switch_interval_s,
+        )
 
     def take_rotation(self, pending: PendingCall) -> rotation_pb2.PlanRotationResponse | None:
         """The answer of an ended sent call (None: a counted fallback)."""
