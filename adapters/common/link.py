@@ -53,7 +53,7 @@ class PlannerLink(PlannerChannel):
         security: ChannelSecurity | None = None,
         *,
         switch_interval_s: float | None = CALL_SWITCH_INTERVAL_S,
-        pipelined_send: PipelinedSend = "grpc-future",
+        pipelined_send: PipelinedSend = "sender-thread",
     ) -> None:
         super().__init__(
             target,

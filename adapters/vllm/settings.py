@@ -64,7 +64,7 @@ class PlannerSettings:
     deadline_s: float = DEFAULT_DEADLINE_S
     planning: str = PIPELINED
     # How a pipelined call goes out over gRPC (channel.PipelinedSend).
-    pipelined_send: PipelinedSend = "grpc-future"
+    pipelined_send: PipelinedSend = "sender-thread"
     # Request-level SLOs sent with every snapshot; None takes the planner's.
     slo_ttft_s: float | None = None
     slo_tbt_s: float | None = None
@@ -126,7 +126,7 @@ class PlannerSettings:
                 f"additional_config.{CONFIG_KEY}.planning: one of {', '.join(PLANNING_MODES)}, "
                 f"got {planning!r}"
             )
-        pipelined_send = raw.get("pipelined_send", "grpc-future")
+        pipelined_send = raw.get("pipelined_send", "sender-thread")
         if pipelined_send not in PIPELINED_SENDS:
             raise ValueError(
                 f"additional_config.{CONFIG_KEY}.pipelined_send: one of "

@@ -157,7 +157,7 @@ def calls(args: argparse.Namespace) -> dict[str, Any]:
             server.address,
             args.deadline_ms / 1e3,
             counters,
-            pipelined_send="sender-thread" if args.sender_thread else "grpc-future",
+            pipelined_send="grpc-future" if args.grpc_future else "sender-thread",
         ) as link:
             for _ in range(50):
                 link.plan_rotation(request)
@@ -203,9 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-ms", type=float, default=10.0, help="the forward pass")
     parser.add_argument("--pipelined", action="store_true")
     parser.add_argument(
-        "--sender-thread",
+        "--grpc-future",
         action="store_true",
-        help="pipelined calls go out through a sending thread, not gRPC's own future",
+        help="pipelined calls start as gRPC's own future on the caller's thread, not through a "
+        "sending thread",
     )
     parser.add_argument("--pin", action="store_true", help="caller and server on two cores")
     parser.add_argument("--busy-thread", action="store_true")

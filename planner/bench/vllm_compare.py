@@ -58,13 +58,13 @@ PLUGIN_CONFIGS: dict[str, tuple[str, str, bool, dict[str, Any]]] = {
     "in-process-recompute": ("in-process", "pipelined", False, {}),
     "in-process-observe": ("in-process", "pipelined", True, {"apply_plans": False}),
     "grpc-observe": ("grpc", "pipelined", True, {"apply_plans": False}),
-    # The pipelined call handed to a sending thread instead of started as
-    # gRPC's own future (the adapter before pipelined_send).
-    "grpc-observe-sender-thread": (
+    # The pipelined call started as gRPC's own future on the engine's
+    # thread instead of handed to a sending thread (pipelined_send).
+    "grpc-observe-future": (
         "grpc",
         "pipelined",
         True,
-        {"apply_plans": False, "pipelined_send": "sender-thread"},
+        {"apply_plans": False, "pipelined_send": "grpc-future"},
     ),
     "in-process-reorder-always": ("in-process", "pipelined", True, {"reorder": "always"}),
     "grpc-reorder-always": ("grpc", "pipelined", True, {"reorder": "always"}),

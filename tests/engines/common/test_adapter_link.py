@@ -177,8 +177,8 @@ def _answered(pipeline: PlanPipeline) -> None:
     pipeline._in_flight.call._future.exception(timeout=ROUND_TRIP_DEADLINE_S)
 
 
-# Over gRPC a pipelined call starts as gRPC's own future (the default) or
-# goes through a sending thread; both must behave alike.
+# Over gRPC a pipelined call goes through a sending thread (the default) or
+# starts as gRPC's own future; both must behave alike.
 PIPELINED = pytest.mark.parametrize(
     ("remote", "send"),
     [(False, "grpc-future"), (True, "grpc-future"), (True, "sender-thread")],
