@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -179,9 +180,7 @@ class PlannerClient:
             return None
         return rendezvous_order(key, self.replicas.addresses)[0]
 
-    def call(self, method: str | Rpc, request: Message, deadline_s: float | None = None) -> Message:
-        """Call Service.Method; raises PlannerError on a non-OK status."""
-        m = RPCS[method] if isinstance(method, str) else method
+    def _stub(self, m: Rpc, request: Message) -> Any:
         channel = self.channel_for(m, request)
         stub = self._stubs.get((id(channel), m.full_path))
         if stub is None:
@@ -191,6 +190,39 @@ class PlannerClient:
                 response_deserializer=m.response_type.FromString,
             )
             self._stubs[(id(channel), m.full_path)] = stub
+        return stub
+
+    def call_future(
+        self, method: str | Rpc, request: Message, deadline_s: float | None = None
+    ) -> Future[Message]:
+        """Starts Service.Method on this thread and returns at once: the
+        future ends with the answer or a PlannerError, set on gRPC's own
+        completion thread (no thread of the caller's waits for it)."""
+        m = RPCS[method] if isinstance(method, str) else method
+        out: Future[Message] = Future()
+        out.set_running_or_notify_cancel()
+        call = self._stub(m, request).future(
+            request,
+            timeout=self.deadline_s if deadline_s is None else deadline_s,
+            metadata=self._metadata,
+            wait_for_ready=self._wait_for_ready,
+        )
+
+        def ended(done: Any) -> None:
+            try:
+                out.set_result(done.result())
+            except grpc.RpcError as exc:
+                out.set_exception(PlannerError(exc.code(), exc.details() or ""))
+            except grpc.FutureCancelledError:
+                out.set_exception(PlannerError(grpc.StatusCode.CANCELLED, "cancelled"))
+
+        call.add_done_callback(ended)
+        return out
+
+    def call(self, method: str | Rpc, request: Message, deadline_s: float | None = None) -> Message:
+        """Call Service.Method; raises PlannerError on a non-OK status."""
+        m = RPCS[method] if isinstance(method, str) else method
+        stub = self._stub(m, request)
         try:
             response: Message = stub(
                 request,

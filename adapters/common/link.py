@@ -19,7 +19,7 @@ from planner.client import RetryPolicy
 from planner.rpc import RPCS
 from planner.v1 import rotation_pb2
 
-from .channel import CALL_SWITCH_INTERVAL_S, NO_RETRY, PlannerChannel
+from .channel import CALL_SWITCH_INTERVAL_S, NO_RETRY, PipelinedSend, PlannerChannel
 from .counters import FallbackCounters, FallbackReason
 from .pending import PendingCall
 from .security import ChannelSecurity
@@ -53,8 +53,16 @@ class PlannerLink(PlannerChannel):
         security: ChannelSecurity | None = None,
         *,
         switch_interval_s: float | None = CALL_SWITCH_INTERVAL_S,
+        pipelined_send: PipelinedSend = "sender-thread",
     ) -> None:
-        super().__init__(target, deadline_s, retry, security, switch_interval_s=switch_interval_s)
+        super().__init__(
+            target,
+            deadline_s,
+            retry,
+            security,
+            switch_interval_s=switch_interval_s,
+            pipelined_send=pipelined_send,
+        )
         self.counters = counters or FallbackCounters()
 
     def plan_rotation(
@@ -70,8 +78,12 @@ class PlannerLink(PlannerChannel):
     ) -> PendingCall:
         """Sends the call and returns at once (see PlanPipeline). Over gRPC
         the call is cut after max(timeout_s, deadline)."""
-        future = self.send(_PLAN_ROTATION, request, max(timeout_s, self.deadline_s))
-        return PendingCall(future, self.deadline_s, switch_interval_s=self.switch_interval_s)
+        limit_s = max(timeout_s, self.deadline_s)
+        return PendingCall(
+            lambda: self.send(_PLAN_ROTATION, request, limit_s),
+            self.deadline_s,
+            switch_interval_s=self.switch_interval_s,
+        )
 
     def take_rotation(self, pending: PendingCall) -> rotation_pb2.PlanRotationResponse | None:
         """The answer of an ended sent call (None: a counted fallback)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -39,24 +40,29 @@ class PendingCall:
 
     def __init__(
         self,
-        future: Future[Message] | None,
+        send: Callable[[], Future[Message] | None],
         deadline_s: float,
         *,
         switch_interval_s: float | None = CALL_SWITCH_INTERVAL_S,
     ) -> None:
-        self.sent_s = time.perf_counter()
+        """send starts the call (on this thread, or by handing it to
+        another) and returns its future; its time counts in the call's."""
         self.deadline_s = deadline_s
-        self._future = future
         self._ended_s: float | None = None
         self._closed = False
-        # Put back when the call ends (on whichever thread ends it) or is
-        # taken or dropped, whichever comes first.
+        # Short from before the call starts; put back when the call ends (on
+        # whichever thread ends it) or is taken or dropped, whichever comes
+        # first.
         self._switch = contextlib.ExitStack()
         self._switch_lock = threading.Lock()
-        if future is not None:
-            if switch_interval_s is not None:
-                self._switch.enter_context(short_gil_switch_interval(switch_interval_s))
-            future.add_done_callback(self._ended)
+        if switch_interval_s is not None:
+            self._switch.enter_context(short_gil_switch_interval(switch_interval_s))
+        self.sent_s = time.perf_counter()
+        self._future = send()
+        if self._future is None:
+            self._restore_switch()
+        else:
+            self._future.add_done_callback(self._ended)
 
     def _ended(self, _: Future[Message]) -> None:
         self._ended_s = time.perf_counter()

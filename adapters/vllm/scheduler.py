@@ -98,6 +98,7 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
                 keep_latencies=swap is not None,
             ),
             security=self.planner_settings.security,
+            pipelined_send=self.planner_settings.pipelined_send,
         )
         if swap is not None:
             swap.stats.counters = self.planner_link.counters

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.adapters.common.channel import PIPELINED_SENDS, PipelinedSend
 from planner.adapters.common.link import DEFAULT_DEADLINE_S
 from planner.adapters.common.security import ChannelSecurity
 
@@ -62,6 +63,8 @@ class PlannerSettings:
     # from when it was sent (a step longer than this never waits).
     deadline_s: float = DEFAULT_DEADLINE_S
     planning: str = PIPELINED
+    # How a pipelined call goes out over gRPC (channel.PipelinedSend).
+    pipelined_send: PipelinedSend = "sender-thread"
     # Request-level SLOs sent with every snapshot; None takes the planner's.
     slo_ttft_s: float | None = None
     slo_tbt_s: float | None = None
@@ -100,6 +103,7 @@ class PlannerSettings:
             "layer_offload",
             "rotation",
             "planning",
+            "pipelined_send",
             "apply_plans",
             "reorder",
             "engine_preemptions",
@@ -121,6 +125,12 @@ class PlannerSettings:
             raise ValueError(
                 f"additional_config.{CONFIG_KEY}.planning: one of {', '.join(PLANNING_MODES)}, "
                 f"got {planning!r}"
+            )
+        pipelined_send = raw.get("pipelined_send", "sender-thread")
+        if pipelined_send not in PIPELINED_SENDS:
+            raise ValueError(
+                f"additional_config.{CONFIG_KEY}.pipelined_send: one of "
+                f"{', '.join(PIPELINED_SENDS)}, got {pipelined_send!r}"
             )
         apply_plans = raw.get("apply_plans", True)
         if not isinstance(apply_plans, bool):
@@ -145,6 +155,7 @@ class PlannerSettings:
             target=target,
             deadline_s=deadline_ms / 1e3 if deadline_ms is not None else DEFAULT_DEADLINE_S,
             planning=planning,
+            pipelined_send=pipelined_send,
             slo_ttft_s=_positive(raw, "slo_ttft_s"),
             slo_tbt_s=_positive(raw, "slo_tbt_s"),
             layer_offload=LayerOffloadSettings.from_raw(raw["layer_offload"])

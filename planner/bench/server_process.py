@@ -38,12 +38,23 @@ class ServerProcess:
     """Starts the server, waits for its "planner serving on HOST:PORT" line,
     and stops it with SIGTERM (waiting for it to exit) on close."""
 
-    def __init__(self, *extra_args: str, start_timeout_s: float = START_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        *extra_args: str,
+        start_timeout_s: float = START_TIMEOUT_S,
+        new_session: bool = False,
+    ) -> None:
+        """new_session: the server in a session of its own (so in a
+        scheduling autogroup of its own where the kernel has them)."""
         self.command = serve_command(*extra_args)
         # Closed in close(), which every path out of __init__ reaches.
         self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         self._proc = subprocess.Popen(
-            self.command, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL
+            self.command,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            stdin=subprocess.DEVNULL,
+            start_new_session=new_session,
         )
         try:
             self.address = self._wait_for_address(start_timeout_s)

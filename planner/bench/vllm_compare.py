@@ -29,11 +29,13 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from planner.adapters.common.counters import LATENCY_BUCKETS_S
+from planner.bench.core_pinning import pinned_here
 from planner.bench.http_load import BurstyLoad, LongDecodesLoad, RequestRecord, run_load
 from planner.bench.machine import describe, describe_commit, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.server_process import ServerProcess
 from planner.bench.tiny_llama import cached
+from planner.bench.vllm_placement import Placement, parse_cpus, place_planner, place_vllm
 from planner.bench.vllm_server import VllmServer, VllmServerConfig
 
 SECTION = "vllm-plugin"
@@ -56,6 +58,14 @@ PLUGIN_CONFIGS: dict[str, tuple[str, str, bool, dict[str, Any]]] = {
     "in-process-recompute": ("in-process", "pipelined", False, {}),
     "in-process-observe": ("in-process", "pipelined", True, {"apply_plans": False}),
     "grpc-observe": ("grpc", "pipelined", True, {"apply_plans": False}),
+    # The pipelined call started as gRPC's own future on the engine's
+    # thread instead of handed to a sending thread (pipelined_send).
+    "grpc-observe-future": (
+        "grpc",
+        "pipelined",
+        True,
+        {"apply_plans": False, "pipelined_send": "grpc-future"},
+    ),
     "in-process-reorder-always": ("in-process", "pipelined", True, {"reorder": "always"}),
     "grpc-reorder-always": ("grpc", "pipelined", True, {"reorder": "always"}),
     "grpc-swap-engine": ("grpc", "pipelined", True, {"engine_preemptions": "swap"}),
@@ -110,6 +120,14 @@ LOADS = {
         "0.2 s from 1 s on",
         slo_ttft_s=1.0,
     ),
+    "long-decodes-tight": LoadCase(
+        "long-decodes-tight",
+        40,
+        LongDecodesLoad(),
+        "long-decodes on 1.25k tokens of KV: three of the long requests fill it, the short "
+        "ones queue behind them",
+        slo_ttft_s=1.0,
+    ),
 }
 
 
@@ -146,6 +164,7 @@ class RunResult:
     swap_ins: float = 0.0
     load_average_before: float = math.nan
     load_average_after: float = math.nan
+    placement: str = ""
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -237,7 +256,9 @@ def run_one(
     planner_target: str | None,
     args: argparse.Namespace,
     log_dir: Path,
+    placement: Placement | None = None,
 ) -> RunResult:
+    placement = placement or Placement()
     on = config != "plain"
     planner: dict[str, Any] = {
         "slo_ttft_s": slo_ttft_s(case, args),
@@ -264,14 +285,16 @@ def run_one(
         scheduler=on,
         connector=swap,
         planner=planner if on else {},
-        env=ENV,
+        env={**ENV, **placement.vllm_env(), **args.env},
     )
     log = log_dir / f"{case.name}-{config}-{repeat}.log"
     with VllmServer(server_config, log_path=log, python=args.python) as server:
+        place_vllm(server.pid, placement)
         before = os.getloadavg()[0]
-        start = time.perf_counter()
-        records = run_load(server.url, str(model_dir), case.load.requests())
-        wall_s = time.perf_counter() - start
+        with pinned_here(placement.frontend):
+            start = time.perf_counter()
+            records = run_load(server.url, str(model_dir), case.load.requests())
+            wall_s = time.perf_counter() - start
         after = os.getloadavg()[0]
         text = server.metrics_text()
     result = summarize(
@@ -287,6 +310,7 @@ def run_one(
     )
     result.load_average_before = before
     result.load_average_after = after
+    result.placement = placement.describe() if placement.pins_anything else ""
     outputs = {r.id: r.text for r in records}
     (log_dir / f"{case.name}-{config}-{repeat}.outputs.json").write_text(
         json.dumps(outputs), encoding="utf-8"
@@ -409,8 +433,47 @@ def main(argv: list[str] | None = None) -> int:
         help="each plugin run logs every step's plan and vLLM's own order (*.decisions.jsonl)",
     )
     parser.add_argument("--python", default=sys.executable, help="the engine environment's")
+    parser.add_argument(
+        "--worker-cpus",
+        type=parse_cpus,
+        help="vLLM's worker: one OpenMP thread bound to each of these CPUs (e.g. 0 or 0-3)",
+    )
+    parser.add_argument("--engine-core-cpus", type=parse_cpus, help="vLLM's engine core process")
+    parser.add_argument(
+        "--frontend-cpus", type=parse_cpus, help="vLLM's API server and this load client"
+    )
+    parser.add_argument("--planner-cpus", type=parse_cpus, help="the planner server")
+    parser.add_argument(
+        "--planner-autogroup-nice",
+        type=int,
+        help="the planner server in a session (scheduling autogroup) of its own, at this nice",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for vLLM (e.g. VLLM_CPU_KVCACHE_SPACE=1)",
+    )
     parser.add_argument("--markdown", type=Path, help="write the table into this file's section")
     args = parser.parse_args(argv)
+    env = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            parser.error(f"--env takes NAME=VALUE, got {item!r}")
+        env[name] = value
+    args.env = env
+    try:
+        placement = Placement(
+            worker=args.worker_cpus,
+            engine_core=args.engine_core_cpus,
+            frontend=args.frontend_cpus,
+            planner=args.planner_cpus,
+            planner_autogroup_nice=args.planner_autogroup_nice,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.deadline_ms / 1e3 not in LATENCY_BUCKETS_S:
         # Calls over the deadline are read off the adapter's histogram.
         parser.error(f"--deadline-ms must be a latency bucket bound: {LATENCY_BUCKETS_S} s")
@@ -419,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     loads = [LOADS[n] for n in (args.load or LOADS)]
     configs = args.config or list(CONFIGS)
     results: list[RunResult] = []
-    with ServerProcess() as planner:
+    with ServerProcess(new_session=placement.planner_autogroup_nice is not None) as planner:
+        place_planner(planner.pid, placement)
         for case in loads:
             for repeat in range(args.repeat):
                 for config in configs:
@@ -432,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                         planner_target=planner.address,
                         args=args,
                         log_dir=args.out,
+                        placement=placement,
                     )
                     results.append(result)
                     print(json.dumps(asdict(result)), flush=True)

@@ -121,7 +121,10 @@ class VllmServer:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
-            start_new_session=True,
+            # A process group of its own (stopped as one) in the caller's
+            # session: a new session would be a new scheduling autogroup,
+            # outside the caller's `echo -10 > /proc/self/autogroup`.
+            process_group=0,
         )
         try:
             self._wait_healthy(start_timeout_s)

@@ -127,6 +127,10 @@ def test_settings_default_to_in_process_pipelined_with_a_5_ms_deadline():
     assert settings.engine_preemptions == "recompute"
     swap = PlannerSettings.from_additional_config({"planner": {"engine_preemptions": "swap"}})
     assert swap.engine_preemptions == "swap"
+    # A pipelined call goes out through the sending thread unless asked otherwise.
+    assert settings.pipelined_send == "sender-thread"
+    future = PlannerSettings.from_additional_config({"planner": {"pipelined_send": "grpc-future"}})
+    assert future.pipelined_send == "grpc-future"
     settings = PlannerSettings.from_additional_config(
         {"planner": {"target": "10.0.0.1:50051", "deadline_ms": 2, "slo_tbt_s": 0.05}}
     )
@@ -150,6 +154,7 @@ def test_settings_default_to_in_process_pipelined_with_a_5_ms_deadline():
         ({"rotation": {"slack": 1}}, "rotation.slack"),
         ({"rotation": []}, "rotation"),
         ({"planning": "async"}, "planning"),
+        ({"pipelined_send": "thread"}, "pipelined_send"),
         ({"engine_preemptions": "offload"}, "engine_preemptions"),
     ],
 )

@@ -57,6 +57,11 @@ def test_stuck_planner_falls_back_at_the_deadline(views, pools, stuck_server):
     assert (snap.calls, snap.ok) == (1, 0)
 
 
+def test_an_unknown_pipelined_send_is_refused():
+    with pytest.raises(ValueError, match="pipelined_send"):
+        PlannerLink("127.0.0.1:1", pipelined_send="carrier-pigeon")
+
+
 def test_dead_planner_falls_back_as_unavailable(views, pools, dead_target):
     with PlannerLink(dead_target, deadline_s=1.0) as link:
         for _ in range(3):
@@ -172,11 +177,23 @@ def _answered(pipeline: PlanPipeline) -> None:
     pipeline._in_flight.call._future.exception(timeout=ROUND_TRIP_DEADLINE_S)
 
 
-@pytest.mark.parametrize("remote", [False, True], ids=["in-process", "grpc"])
-def test_pipelined_call_gives_the_plan_a_waited_call_gives(views, pools, planner_server, remote):
+# Over gRPC a pipelined call goes through a sending thread (the default) or
+# starts as gRPC's own future; both must behave alike.
+PIPELINED = pytest.mark.parametrize(
+    ("remote", "send"),
+    [(False, "grpc-future"), (True, "grpc-future"), (True, "sender-thread")],
+    ids=["in-process", "grpc-future", "grpc-sender-thread"],
+)
+SENDS = pytest.mark.parametrize("send", ["grpc-future", "sender-thread"])
+
+
+@PIPELINED
+def test_pipelined_call_gives_the_plan_a_waited_call_gives(
+    views, pools, planner_server, remote, send
+):
     request = build_rotation_request(views, pools, NOW_S)
     target = planner_server.address if remote else None
-    with PlannerLink(target, deadline_s=ROUND_TRIP_DEADLINE_S) as link:
+    with PlannerLink(target, deadline_s=ROUND_TRIP_DEADLINE_S, pipelined_send=send) as link:
         waited = link.plan_rotation(request)
         pipeline = PlanPipeline(link)
         assert pipeline.send(request, "snapshot 1")
@@ -189,13 +206,13 @@ def test_pipelined_call_gives_the_plan_a_waited_call_gives(views, pools, planner
     assert snap.wait.count == snap.latency.count == 2
 
 
-@pytest.mark.parametrize("remote", [False, True], ids=["in-process", "grpc"])
+@PIPELINED
 def test_pipelined_answer_already_there_costs_the_step_nothing(
-    views, pools, planner_server, remote
+    views, pools, planner_server, remote, send
 ):
     target = planner_server.address if remote else None
     # A deadline no real call meets: the step may not wait at all.
-    with PlannerLink(target, deadline_s=1e-9) as link:
+    with PlannerLink(target, deadline_s=1e-9, pipelined_send=send) as link:
         pipeline = PlanPipeline(link)
         pipeline.send(build_rotation_request(views, pools, NOW_S), None)
         _answered(pipeline)
@@ -231,9 +248,12 @@ def test_pipelined_late_answer_is_taken_at_a_later_step(views, pools, stuck_in_p
     assert (snap.calls, snap.ok, snap.total_fallbacks) == (1, 1, 1)
 
 
-def test_pipelined_call_to_a_stuck_planner_is_dropped_when_too_old(views, pools, stuck_server):
+@SENDS
+def test_pipelined_call_to_a_stuck_planner_is_dropped_when_too_old(
+    views, pools, stuck_server, send
+):
     request = build_rotation_request(views, pools, NOW_S)
-    with PlannerLink(stuck_server, deadline_s=0.005) as link:
+    with PlannerLink(stuck_server, deadline_s=0.005, pipelined_send=send) as link:
         pipeline = PlanPipeline(link, max_age_s=ROUND_TRIP_DEADLINE_S)
         pipeline.send(request, None)
         assert pipeline.take() is None
@@ -247,8 +267,25 @@ def test_pipelined_call_to_a_stuck_planner_is_dropped_when_too_old(views, pools,
     assert snap.ok == 0
 
 
-def test_pipelined_call_to_a_dead_planner_is_a_counted_fallback(views, pools, dead_target):
-    with PlannerLink(dead_target, deadline_s=1.0) as link:
+@SENDS
+def test_pipelined_call_to_a_stuck_planner_ends_at_its_time_limit(views, pools, stuck_server, send):
+    """gRPC cuts the call at the time limit it was sent with: it ends as a
+    `deadline` fallback although the server never answers."""
+    with PlannerLink(stuck_server, deadline_s=0.005, pipelined_send=send) as link:
+        pipeline = PlanPipeline(link, max_age_s=0.05)
+        pipeline.send(build_rotation_request(views, pools, NOW_S), None)
+        _answered(pipeline)
+        assert pipeline.take() is None
+        assert not pipeline.in_flight
+        snap = link.counters.snapshot()
+    assert snap.calls == 1
+    assert snap.fallbacks[FallbackReason.DEADLINE] == snap.total_fallbacks == 1
+    assert 0.05 <= snap.latency.max_s < ROUND_TRIP_DEADLINE_S
+
+
+@SENDS
+def test_pipelined_call_to_a_dead_planner_is_a_counted_fallback(views, pools, dead_target, send):
+    with PlannerLink(dead_target, deadline_s=1.0, pipelined_send=send) as link:
         pipeline = PlanPipeline(link)
         pipeline.send(build_rotation_request(views, pools, NOW_S), None)
         assert pipeline.take() is None
@@ -284,6 +321,9 @@ def test_pipelined_send_while_the_planner_thread_is_busy(views, pools, stuck_in_
 
 def test_a_pending_call_is_taken_once(views, pools):
     with PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S) as link:
+        # The planner thread first loads its handler; a call sent meanwhile
+        # falls back at once (what this test is not about).
+        assert link._local.wait_idle(ROUND_TRIP_DEADLINE_S)
         call = link.send_rotation(build_rotation_request(views, pools, NOW_S))
         assert call.wait(link.counters)
         assert link.take_rotation(call) is not None
