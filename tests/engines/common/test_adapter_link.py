@@ -27,8 +27,15 @@ def _ids(decisions) -> list[str]:
     return [d.id for d in decisions]
 
 
+def _loaded(link: PlannerLink) -> PlannerLink:
+    """The link once its in-process planner thread has loaded its handler: a
+    call made before that falls back at once, which these tests are not about."""
+    assert link.wait_idle(ROUND_TRIP_DEADLINE_S)
+    return link
+
+
 def test_in_process_plan_rotates_the_waiting_request_in(views, pools):
-    link = PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S)
+    link = _loaded(PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S))
     response = link.plan_rotation(build_rotation_request(views, pools, NOW_S))
     assert response is not None
     assert not response.plan.fcfs_fallback
@@ -44,7 +51,7 @@ def test_grpc_answer_equals_in_process_answer(views, pools, planner_server):
     with PlannerLink(planner_server.address, deadline_s=ROUND_TRIP_DEADLINE_S) as remote:
         over_grpc = remote.plan_rotation(request)
         assert remote.counters.snapshot().ok == 1
-    local = PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S).plan_rotation(request)
+    local = _loaded(PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S)).plan_rotation(request)
     assert over_grpc is not None
     assert over_grpc == local
 
@@ -98,7 +105,9 @@ def test_deadline_must_be_positive():
 
 def test_counters_export_prometheus_metrics(views, pools):
     registry = CollectorRegistry()
-    link = PlannerLink(None, ROUND_TRIP_DEADLINE_S, FallbackCounters(registry, engine="vllm"))
+    link = _loaded(
+        PlannerLink(None, ROUND_TRIP_DEADLINE_S, FallbackCounters(registry, engine="vllm"))
+    )
     link.plan_rotation(build_rotation_request(views, pools, NOW_S))
     bad = build_rotation_request(views, pools, NOW_S)
     bad.snapshot.columns.state[0] = common_pb2.REQUEST_STATE_UNSPECIFIED
@@ -152,7 +161,7 @@ def test_in_process_planner_is_cut_off_at_the_deadline(views, pools, stuck_in_pr
 def test_gil_switch_interval_is_short_only_during_a_call(views, pools):
     previous = sys.getswitchinterval()
     seen: list[float] = []
-    with PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S) as link:
+    with _loaded(PlannerLink(None, deadline_s=ROUND_TRIP_DEADLINE_S)) as link:
         real = link._ask
 
         def ask(rpc, request):
