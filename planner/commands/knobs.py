@@ -215,6 +215,13 @@ class LongContextSettings:
         "search without stagger moves; default: the search's, 2)",
         group=LONG_CONTEXT_GROUP,
     )
+    offload_spread: str = knob(
+        "on",
+        "orbitflow: the search's spread moves on large trees (default on; off: the "
+        "search before them)",
+        group=LONG_CONTEXT_GROUP,
+        choices=("on", "off"),
+    )
     offload_backend: str | None = knob(
         None,
         "orbitflow: the planner's solver (default "

@@ -301,6 +301,8 @@ def _replay(args: argparse.Namespace) -> int:
         return _fail(f"--offload-stagger applies to --topology {LONG_CONTEXT} only")
     if args.offload_stagger is not None and args.offload_stagger < 0:
         return _fail("--offload-stagger must be >= 0")
+    if args.offload_spread == "off" and topology != LONG_CONTEXT:
+        return _fail(f"--offload-spread applies to --topology {LONG_CONTEXT} only")
     for name in ("gpu_kv_gb", "slo_scale", "offload_time_limit"):
         value = getattr(args, name)
         if value is None:
@@ -635,6 +637,7 @@ def _run_long_context(asked: _Invocation, setup: ReplaySetup) -> int:
         params = replace(params, backend=backend_named(args.offload_backend))
     if args.offload_stagger is not None:
         params = replace(params, stagger_requests=args.offload_stagger)
+    params = replace(params, spread_moves=args.offload_spread == "on")
     knobs = LongctxKnobs(
         max_running=args.max_running,
         gpu_kv_bytes=int(args.gpu_kv_gb * 1e9) if args.gpu_kv_gb is not None else None,
@@ -678,6 +681,7 @@ def _run_long_context(asked: _Invocation, setup: ReplaySetup) -> int:
                 "offload_time_limit_s": params.time_limit_s,
                 "offload_node_limit": params.node_limit,
                 "offload_stagger_requests": params.stagger_requests,
+                "offload_spread_moves": params.spread_moves,
                 "offload_ilp_work_limit": params.ilp_work_limit,
                 "offload_backend": str(params.backend),
                 "flexgen_design_tokens": design,

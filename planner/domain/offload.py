@@ -50,6 +50,10 @@ class OffloadParams:
     # round (planner.policies.offload.local_search; 0: no stagger moves;
     # None: the search's default, STAGGER_REQUESTS).
     stagger_requests: int | None = None
+    # BRANCH_AND_BOUND: the spread moves on large trees (a second descent
+    # from the spread start when the first local optimum leaves the link
+    # idle, and spread kicks); False: the search before them.
+    spread_moves: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.backend, Backend):

@@ -114,6 +114,7 @@ def test_orbitflow_solves_stop_on_work_so_a_run_repeats_exactly(
         run = doc["policies"][0]
         assert run["config"]["offload_node_limit"] == 40
         assert run["config"]["offload_ilp_work_limit"] == 0.05
+        assert run["config"]["offload_spread_moves"] is True
         solves = run["offload"]["solves"]
         # Every solve stopped on its work limit or a proof, none on the clock.
         assert solves["solves"] > 0 and solves["over_time_limit"] == 0
@@ -127,6 +128,19 @@ def test_orbitflow_solves_stop_on_work_so_a_run_repeats_exactly(
             json.dumps([simulated(metrics), simulated(run["totals"]), run["offload"]["replans"]])
         )
     assert runs[0] == runs[1]
+
+
+def test_offload_spread_off_reaches_the_planner(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json = tmp_path / "nospread.json"
+    code, _, err = replay(
+        capsys, str(trace), *TIGHT, "--policy", "orbitflow", "--offload-spread", "off",
+        "--offload-node-limit", "40", "--json-out", str(out_json),
+    )  # fmt: skip
+    assert code == 0, err
+    run = json.loads(out_json.read_text(encoding="utf-8"))["policies"][0]
+    assert run["config"]["offload_spread_moves"] is False
 
 
 @pytest.mark.parametrize(
@@ -147,6 +161,10 @@ def test_orbitflow_solves_stop_on_work_so_a_run_repeats_exactly(
         (
             ("--topology", "long-context", "--offload-node-limit", "0"),
             "--offload-node-limit must be >= 1",
+        ),
+        (
+            ("--offload-spread", "off"),
+            "--offload-spread applies to --topology long-context only",
         ),
         (
             ("--topology", "long-context", "--slo-scale", "0"),

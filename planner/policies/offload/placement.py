@@ -42,7 +42,7 @@ from planner.policies.offload.local_search import STAGGER_REQUESTS
 from planner.policies.offload.memory import gpu_blocks_needed, prefetch_buffer_blocks
 from planner.policies.offload.paper_model import paper_latency_s
 from planner.policies.offload.problem import OffloadProblem, offload_problem
-from planner.policies.offload.search import branch_and_bound, warm_up
+from planner.policies.offload.search import SPREAD_IDLE_SHARE, branch_and_bound, warm_up
 from planner.policies.offload.search_space import OffloadCandidates, candidate_patterns
 from planner.policies.offload.step import StepInputs
 from planner.policies.offload.step_kernels import exact_latency_of
@@ -212,6 +212,7 @@ def _place(
                 stagger_requests=STAGGER_REQUESTS
                 if p.stagger_requests is None
                 else p.stagger_requests,
+                spread_moves=p.spread_moves,
             )
         case Backend.EXHAUSTIVE:
             stats, choice = _solve_exhaustive(problem, limit)
@@ -244,6 +245,7 @@ def _solve_search(
     starts: list[IntArray],
     *,
     stagger_requests: int,
+    spread_moves: bool,
 ) -> tuple[SolveStats, IntArray | None]:
     r = branch_and_bound(
         problem,
@@ -252,6 +254,8 @@ def _solve_search(
         starts=starts,
         node_limit=node_limit,
         stagger_requests=stagger_requests,
+        spread_idle_share=SPREAD_IDLE_SHARE if spread_moves else None,
+        spread_kicks=spread_moves,
     )
     stats = SolveStats(
         backend=Backend.BRANCH_AND_BOUND,
