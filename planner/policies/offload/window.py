@@ -40,8 +40,9 @@ def violations(
     steps_left caps each request's steps (its remaining tokens; < 0 or None:
     unknown, the whole window)."""
     steps = _steps(window_steps, steps_left, deposit_tokens.shape[0])
-    over = step_s / slo_tbt_s - 1.0
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # A target too small to represent the ratio gives inf: always over.
+        over = step_s / slo_tbt_s - 1.0
         # The tolerance keeps a latency exactly at a jump (as latency_ceiling_s
         # computes them) on the lower side of it despite rounding.
         ratio = deposit_tokens / np.where(over > 0, over, 1.0)

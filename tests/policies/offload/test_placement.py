@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -46,6 +47,15 @@ def inputs(layers, budget, *, comp_ms=2.0, window=(1, 1), cap=1.0, backend="cp-s
             backend=backend,
         ),
     )
+
+
+def test_a_target_too_small_for_the_ratio_is_violated_every_step():
+    # 1,000 s / 1e-308 s overflows to inf: every step of the window violates,
+    # whatever is banked, and no floating-point warning escapes.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        counts = violations(1000.0, 4, np.array([3, 0]), np.array([1e-308, 0.1]))
+    assert counts.tolist() == [4, 4]
 
 
 def test_latency_ceiling_worked_examples():
