@@ -35,7 +35,13 @@ from planner.bench.machine import describe, describe_commit, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.server_process import ServerProcess
 from planner.bench.tiny_llama import cached
-from planner.bench.vllm_placement import Placement, parse_cpus, place_planner, place_vllm
+from planner.bench.vllm_placement import (
+    Placement,
+    autogroups_in_effect,
+    parse_cpus,
+    place_planner,
+    place_vllm,
+)
 from planner.bench.vllm_server import VllmServer, VllmServerConfig
 
 SECTION = "vllm-plugin"
@@ -474,6 +480,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
+    if placement.planner_autogroup_nice is not None and not autogroups_in_effect():
+        parser.error(
+            "--planner-autogroup-nice: this process is in no scheduling autogroup "
+            "(autogroups off, or a CPU cgroup of its own), so a group nice would change nothing"
+        )
     if args.deadline_ms / 1e3 not in LATENCY_BUCKETS_S:
         # Calls over the deadline are read off the adapter's histogram.
         parser.error(f"--deadline-ms must be a latency bucket bound: {LATENCY_BUCKETS_S} s")

@@ -9,7 +9,9 @@ On a kernel with autogroup scheduling (CONFIG_SCHED_AUTOGROUP,
 /proc/sys/kernel/sched_autogroup_enabled = 1) each session is one
 scheduling entity and nice ranks threads only inside it; the autogroup's
 own nice value (/proc/PID/autogroup) ranks it against the others. A
-planner server started in a session of its own gets such a group."""
+planner server started in a session of its own gets such a group. Inside
+a container's CPU cgroup autogroups do not apply and /proc/PID/autogroup
+reads empty."""
 
 from __future__ import annotations
 
@@ -136,6 +138,13 @@ def autogroup_of(pid: int) -> str:
     with contextlib.suppress(OSError):
         return Path(f"/proc/{pid}/autogroup").read_text(encoding="utf-8").strip()
     return ""
+
+
+def autogroups_in_effect() -> bool:
+    """Whether this process is in a scheduling autogroup. The kernel reports
+    nothing for a process in a CPU cgroup of its own (a container), where an
+    autogroup's nice value changes nothing."""
+    return autogroup_of(os.getpid()) != ""
 
 
 def place_planner(pid: int, placement: Placement) -> None:

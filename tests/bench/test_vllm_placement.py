@@ -18,6 +18,7 @@ from planner.bench.vllm_placement import (
     Placement,
     affinity,
     autogroup_of,
+    autogroups_in_effect,
     parse_cpus,
     place_planner,
     place_vllm,
@@ -104,7 +105,7 @@ def test_each_process_of_a_vllm_group_goes_to_its_part_by_title():
 
 
 @pytest.mark.skipif(
-    not Path("/proc/self/autogroup").exists(), reason="the kernel has no autogroups"
+    not autogroups_in_effect(), reason="no scheduling autogroups here (kernel or cgroup)"
 )
 @TWO_CPUS
 def test_the_planner_server_runs_in_an_autogroup_of_its_own_on_its_core():
