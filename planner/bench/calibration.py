@@ -59,10 +59,11 @@ from planner.bench.engine_profile import (
 from planner.bench.machine import describe, describe_commit, load_average, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.openai_stream import StreamRecord, run_requests
+from planner.bench.prometheus_histogram import bucket_quantile
 from planner.bench.tiny_llama import cached
 from planner.bench.vllm_server import VllmServer, VllmServerConfig
 from planner.profiles.fit import CostFit
-from planner.profiles.loading import save_profile
+from planner.profiles.loading import load_profile, save_profile
 from planner.profiles.models import ModelProfile
 from planner.replay.metrics import PolicyMetrics, summarize
 from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
@@ -117,6 +118,19 @@ class Settings:
     # streaming work, the clock, the client's latency); the other loads are
     # the check.
     fit_load: str = "steady"
+    # The front end's tokenization after vLLM's stamp: a time per prompt
+    # token fitted per repeat on fit_load ("fit") or none: one of
+    # TOKENIZE_WORK.
+    tokenize_work: str = "fit"
+    # The rotation plugin's planner call charged to each engine step that
+    # makes one: its mean duration as the plugin's counters measured it on
+    # the repeat's rotation runs ("measured"), or nothing: one of
+    # PLANNING_COST.
+    planning_cost: str = "measured"
+    # The engine's step-time noise in the replays: the profile's measured
+    # step_jitter_cv ("profile"), none ("none"), or a coefficient of
+    # variation given as a number.
+    step_jitter: str = "profile"
 
     @property
     def limits(self) -> EngineLimits:
@@ -152,6 +166,15 @@ STREAM_GRID_S = tuple(round(1e-4 * i, 6) for i in range(41))
 # the front end (the replay's TTFT less the profile's request latency), and
 # the streaming work is fitted to vLLM's own TTFT alone.
 ENGINE_CLOCK = ("fit", "arrival")
+# The tokenization after vLLM's clock starts (planner.bench.
+# calibration_front_end): a time per prompt token on the front end's one
+# server, fitted on fit_load over TOKENIZE_GRID_S (with the streaming work:
+# the streaming grid, then this one, then, where it is not 0, the streaming
+# grid again), or none.
+TOKENIZE_WORK = ("fit", "none")
+TOKENIZE_GRID_S = tuple(round(2e-6 * i, 9) for i in range(21))
+PLANNING_COST = ("measured", "none")
+STEP_JITTER_NAMED = ("profile", "none")
 CLOCK_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p90_s")
 ARRIVAL_FIT_KEYS = ("engine_ttft_p50_s", "engine_ttft_p99_s")
 CLOCK_GRID_S = tuple(round(1e-4 * i, 6) for i in range(301))
@@ -295,21 +318,9 @@ def histogram_quantile(counters: dict[str, float], key: str, q: float) -> float 
     counts), interpolated linearly within its bucket as Prometheus'
     histogram_quantile does; None when empty."""
     prefix = f"{key} le="
-    buckets = sorted(
-        (float(k[len(prefix) :]), v) for k, v in counters.items() if k.startswith(prefix)
+    return bucket_quantile(
+        {k[len(prefix) :]: v for k, v in counters.items() if k.startswith(prefix)}, q
     )
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    rank = q * buckets[-1][1]
-    lower, below = 0.0, 0.0
-    for bound, count in buckets:
-        if count >= rank:
-            if math.isinf(bound):
-                return lower
-            inside = count - below
-            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
-        lower, below = bound, count
-    return None
 
 
 def engine_side(counters: dict[str, float]) -> dict[str, float | None]:
@@ -459,8 +470,15 @@ def server_config(
 
 
 def replay_command(
-    trace: Path, profile: str, policy: str, settings: Settings, json_out: Path
+    trace: Path,
+    profile: str,
+    policy: str,
+    settings: Settings,
+    json_out: Path,
+    *,
+    jitter_cv: float = 0.0,
 ) -> list[str]:
+    jitter = ["--compute-jitter", f"{jitter_cv:.6g}"] if jitter_cv > 0 else []
     return [
         sys.executable,
         "-m",
@@ -485,6 +503,7 @@ def replay_command(
         f"{settings.slo_ttft_s:g}",
         "--slo-tbt",
         f"{settings.slo_tbt_s:g}",
+        *jitter,
         "--json-out",
         str(json_out),
         "--quiet",
@@ -709,13 +728,15 @@ def with_stream_work(
     *,
     field: str = "stream_s_per_token",
     latency_s: float | None = None,
+    terms: dict[str, float] | None = None,
 ) -> None:
-    """The profile at profile_path with field (a STREAM_FIELD) stream_s and,
-    when given, request_latency_s latency_s on every cost entry, written to
-    out_path."""
+    """The profile at profile_path with field (a STREAM_FIELD) stream_s,
+    the given terms (cost-entry fields) and, when given, request_latency_s
+    latency_s on every cost entry, written to out_path."""
     doc = json.loads(profile_path.read_text(encoding="utf-8"))
     for entry in doc.get("cost", ()):
         entry[field] = stream_s
+        entry.update(terms or {})
         if latency_s is not None:
             entry["request_latency_s"] = latency_s
     out_path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
@@ -781,11 +802,17 @@ class Replayed:
 
 
 def replay_run(
-    trace: Sequence[TraceRequest], profile: str, policy: str, settings: Settings
+    trace: Sequence[TraceRequest],
+    profile: str,
+    policy: str,
+    settings: Settings,
+    jitter_cv: float = 0.0,
 ) -> Replayed:
     """The run's trace replayed in process as `planner replay` replays it
     (replay_command)."""
-    result, config = replay_in_process(trace, profile, policy, replay_knobs(settings))
+    result, config = replay_in_process(
+        trace, profile, policy, replay_knobs(settings), jitter_cv=jitter_cv
+    )
     return Replayed(
         metrics=read_metrics(summarize(result)),
         to_first_token_s=time_to_engine_first_token_s(result, config),
@@ -800,12 +827,14 @@ def replay_run(
 class FrontEndFit:
     """The front end's parameters fitted on one run: the streaming work
     (None: not fitted), the client's request latency (None: the profile's),
-    where vLLM's clock starts, and the fit's error."""
+    where vLLM's clock starts, the fit's error, and the tokenization per
+    prompt token after the clock (None: not fitted)."""
 
     stream_s: float | None
     latency_s: float | None
     clock_to_engine_s: float
     error: float
+    tokenize_s: float | None = None
 
 
 def _best_shift(
@@ -833,42 +862,79 @@ def fit_front_end(
     settings: Settings,
     out_dir: Path,
     fit_stream: bool,
+    fit_tokenize: bool = False,
+    jitter_cv: float = 0.0,
 ) -> FrontEndFit:
     """The front end's free parameters on run (vLLM's own scheduler): the
-    streaming work of STREAM_GRID_S (when fit_stream) and, with engine_clock
-    "fit", the client's request latency and vLLM's clock (ENGINE_CLOCK), so
-    that the replay comes closest (fit_error) to the client's TTFT p50 and
-    p99 and vLLM's own. With engine_clock "arrival": the streaming work
-    alone, on vLLM's own TTFT as engine_view sees it."""
+    streaming work of STREAM_GRID_S (when fit_stream), the tokenization of
+    TOKENIZE_GRID_S (when fit_tokenize: the streaming grid, this grid, the
+    streaming grid again) and, with engine_clock "fit", the client's request
+    latency and vLLM's clock (ENGINE_CLOCK), so that the replay comes
+    closest (fit_error) to the client's TTFT p50 and p99 and vLLM's own.
+    With engine_clock "arrival": the streaming work alone, on vLLM's own
+    TTFT as engine_view sees it."""
     measured = read_metrics(measured_metrics(run.records, settings, run.counters, run.side))
     measured.update(engine_side(run.counters))
     trace = run_trace(run.records)
     trial = out_dir / f"{profile_path.stem}.stream-trial.json"
     policy = dict(SIDES)[run.side]
-    best = FrontEndFit(None, None, 0.0, math.inf)
-    for stream_s in STREAM_GRID_S if fit_stream else (None,):
+
+    def tried(stream_s: float | None, tokenize_s: float | None) -> FrontEndFit:
         profile = profile_path
-        if stream_s is not None:
+        if stream_s is not None or tokenize_s is not None:
             with_stream_work(
-                profile_path, stream_s, trial, field=STREAM_FIELD[settings.stream_work]
+                profile_path,
+                stream_s or 0.0,
+                trial,
+                field=STREAM_FIELD.get(settings.stream_work, "stream_s_per_token"),
+                terms={} if tokenize_s is None else {"tokenize_s_per_prompt_token": tokenize_s},
             )
             profile = trial
-        replayed = replay_run(trace, f"{model_name}@{profile}", policy, settings)
+        replayed = replay_run(trace, f"{model_name}@{profile}", policy, settings, jitter_cv)
         if settings.engine_clock == "arrival":
             view = {**replayed.metrics, **engine_view(replayed.metrics, latency_s)}
-            fitted = FrontEndFit(stream_s, None, 0.0, fit_error(measured, view, ARRIVAL_FIT_KEYS))
-        else:
-            latency_fit, client_error = _best_shift(
-                replayed.client_ttft_s, measured, STREAM_FIT_KEYS, LATENCY_GRID_S, latency_s
-            )
-            clock_fit, clock_error = _best_shift(
-                replayed.to_first_token_s, measured, CLOCK_FIT_KEYS, CLOCK_GRID_S
-            )
-            fitted = FrontEndFit(stream_s, latency_fit, clock_fit, client_error + clock_error)
-        if fitted.error < best.error:
-            best = fitted
+            error = fit_error(measured, view, ARRIVAL_FIT_KEYS)
+            return FrontEndFit(stream_s, None, 0.0, error, tokenize_s)
+        latency_fit, client_error = _best_shift(
+            replayed.client_ttft_s, measured, STREAM_FIT_KEYS, LATENCY_GRID_S, latency_s
+        )
+        clock_fit, clock_error = _best_shift(
+            replayed.to_first_token_s, measured, CLOCK_FIT_KEYS, CLOCK_GRID_S
+        )
+        return FrontEndFit(stream_s, latency_fit, clock_fit, client_error + clock_error, tokenize_s)
+
+    def best_of(fits: Sequence[FrontEndFit]) -> FrontEndFit:
+        return min(fits, key=lambda f: f.error)
+
+    streams: Sequence[float | None] = STREAM_GRID_S if fit_stream else (None,)
+    best = best_of([tried(x, None) for x in streams])
+    if fit_tokenize:
+        best = best_of([tried(best.stream_s, x) for x in TOKENIZE_GRID_S])
+        if fit_stream and best.tokenize_s:
+            best = best_of([tried(x, best.tokenize_s) for x in streams])
     trial.unlink(missing_ok=True)
     return best
+
+
+def planning_s_per_call(m: Measurement, repeat: int) -> float | None:
+    """The rotation plugin's mean planner call on the repeat's rotation runs
+    (its counters: the calls' total duration over their number); None
+    without a call."""
+    runs = [r for r in m.runs if r.repeat == repeat and r.side == "rotation"]
+    calls = sum(r.counters.get("planner_calls", 0.0) for r in runs)
+    if calls <= 0:
+        return None
+    return sum(r.counters.get("planner_call_s", 0.0) for r in runs) / calls
+
+
+def step_jitter_cv(settings: Settings, profile_path: Path, model_name: str) -> float:
+    """The replays' step-time noise (Settings.step_jitter): the profile's
+    measured step_jitter_cv, none, or the number given."""
+    if settings.step_jitter == "none":
+        return 0.0
+    if settings.step_jitter == "profile":
+        return load_profile(profile_path).extra_term("step_jitter_cv", model_name)
+    return float(settings.step_jitter)
 
 
 def predict(
@@ -885,16 +951,16 @@ def predict(
     model_name = m.model_dir.resolve().name
     model = model_from_config(config, model_name)
     profiles: list[dict[str, Any]] = []
-    fits: dict[int, tuple[Path, CostFit, float]] = {}
+    fits: dict[int, tuple[Path, CostFit, float, float]] = {}
     replayed: dict[tuple[str, str, int], Replayed] = {}
 
-    def replayed_run(run: ServedRun, profile_path: Path) -> Replayed:
+    def replayed_run(run: ServedRun, profile_path: Path, jitter_cv: float) -> Replayed:
         key = (run.load.name, run.side, run.repeat)
         if key not in replayed:
             policy = dict(SIDES)[run.side]
             progress(f"repeat {run.repeat}: replaying {run.load.name} with {policy}")
             replayed[key] = replay_run(
-                run_trace(run.records), f"{model_name}@{profile_path}", policy, settings
+                run_trace(run.records), f"{model_name}@{profile_path}", policy, settings, jitter_cv
             )
         return replayed[key]
 
@@ -914,6 +980,11 @@ def predict(
             settings.per_request,
         )
         constants = fit.cost.constants()
+        jitter_cv = step_jitter_cv(settings, profile_path, model_name)
+        planning_s = (
+            planning_s_per_call(m, repeat) if settings.planning_cost == "measured" else None
+        )
+        tokenize_s: float | None = None
         admission_s = 0.0
         stream_s: float | None = None
         stream_error: float | None = None
@@ -928,9 +999,12 @@ def predict(
         fit_stream = (
             settings.per_request == PER_REQUEST_ADMISSION and settings.stream_work != "none"
         )
+        fit_tokenize = (
+            settings.per_request == PER_REQUEST_ADMISSION and settings.tokenize_work == "fit"
+        )
         clock_s, clock_error = 0.0, None
         fitted_latency_s: float | None = None
-        if fit_on and (fit_stream or settings.engine_clock == "fit"):
+        if fit_on and (fit_stream or fit_tokenize or settings.engine_clock == "fit"):
             progress(f"repeat {repeat}: fitting the front end on {settings.fit_load}")
             front_end = fit_front_end(
                 fit_on[0],
@@ -940,21 +1014,29 @@ def predict(
                 settings=settings,
                 out_dir=out_dir,
                 fit_stream=fit_stream,
+                fit_tokenize=fit_tokenize,
+                jitter_cv=jitter_cv,
             )
             clock_s, clock_error = front_end.clock_to_engine_s, front_end.error
             fitted_latency_s = front_end.latency_s
-            if front_end.stream_s is not None or fitted_latency_s is not None:
-                stream_s, stream_error = front_end.stream_s, front_end.error
-                fitted_path = profile_path.with_suffix(".front-end.json")
-                with_stream_work(
-                    profile_path,
-                    stream_s or 0.0,
-                    fitted_path,
-                    field=STREAM_FIELD.get(settings.stream_work, "stream_s_per_token"),
-                    latency_s=fitted_latency_s,
-                )
-                profile_path = fitted_path
-        fits[repeat] = (profile_path, fit, clock_s)
+            tokenize_s = front_end.tokenize_s
+            stream_s, stream_error = front_end.stream_s, front_end.error
+        terms = {
+            **({} if tokenize_s is None else {"tokenize_s_per_prompt_token": tokenize_s}),
+            **({} if planning_s is None else {"planning_s_per_call": planning_s}),
+        }
+        if stream_s is not None or fitted_latency_s is not None or terms:
+            fitted_path = profile_path.with_suffix(".front-end.json")
+            with_stream_work(
+                profile_path,
+                stream_s or 0.0,
+                fitted_path,
+                field=STREAM_FIELD.get(settings.stream_work, "stream_s_per_token"),
+                latency_s=fitted_latency_s,
+                terms=terms,
+            )
+            profile_path = fitted_path
+        fits[repeat] = (profile_path, fit, clock_s, jitter_cv)
         profiles.append(
             {
                 **info,
@@ -969,6 +1051,9 @@ def predict(
                 "clock_to_engine_s": clock_s if settings.engine_clock == "fit" else None,
                 "fit_load": settings.fit_load,
                 "clock_fit_error": clock_error,
+                "tokenize_s_per_prompt_token": tokenize_s,
+                "planning_s_per_call": planning_s,
+                "step_jitter_cv": jitter_cv,
                 "fit_median_abs_error": fit.median_abs_error,
                 "fit_p90_abs_error": fit.p90_abs_error,
                 "rows": fit.rows,
@@ -977,14 +1062,21 @@ def predict(
         )
     sides: list[Side] = []
     for run in m.runs:
-        profile_path, fit, clock_s = fits[run.repeat]
+        profile_path, fit, clock_s, jitter_cv = fits[run.repeat]
         policy = dict(SIDES)[run.side]
         stem = _run_stem(out_dir, run)
         trace_path = stem.with_suffix(".trace.jsonl")
         write_trace(trace_path, run_trace(run.records))
         json_out = stem.with_suffix(".replay.json")
-        cmd = replay_command(trace_path, f"{model_name}@{profile_path}", policy, settings, json_out)
-        predicted = replayed_run(run, profile_path)
+        cmd = replay_command(
+            trace_path,
+            f"{model_name}@{profile_path}",
+            policy,
+            settings,
+            json_out,
+            jitter_cv=jitter_cv,
+        )
+        predicted = replayed_run(run, profile_path, jitter_cv)
         measured = read_metrics(measured_metrics(run.records, settings, run.counters, run.side))
         measured.update(engine_side(run.counters))
         sides.append(
@@ -1168,6 +1260,20 @@ def markdown(cal: Calibration, loads: Sequence[CalibrationLoad]) -> str:
                 else ""
             )
             + (
+                f"; tokenization after the clock "
+                f"{1e6 * p['tokenize_s_per_prompt_token']:.0f} us per prompt token (fitted on "
+                f"{s.fit_load})"
+                if p.get("tokenize_s_per_prompt_token") is not None
+                else ""
+            )
+            + (
+                f"; the plugin's planner call {1e3 * p['planning_s_per_call']:.2f} ms per step "
+                "that makes one (its counters)"
+                if p.get("planning_s_per_call") is not None
+                else ""
+            )
+            + (f"; step-time noise cv {p['step_jitter_cv']:.3f}" if p.get("step_jitter_cv") else "")
+            + (
                 f"; front-end fit error {p['clock_fit_error']:.2f}"
                 if p.get("clock_fit_error") is not None
                 else ""
@@ -1310,6 +1416,28 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "are the check",
     )
     p.add_argument(
+        "--tokenize-work",
+        choices=TOKENIZE_WORK,
+        default=d.tokenize_work,
+        help="the front end's tokenization after vLLM's TTFT clock starts: a time per prompt "
+        "token on the front end's server, fitted on the --fit-on load (fit, the default), or "
+        "none",
+    )
+    p.add_argument(
+        "--planning-cost",
+        choices=PLANNING_COST,
+        default=d.planning_cost,
+        help="charge the rotation plugin's planner call (its measured mean) to each step "
+        "lvf-vllm asks its policy in (measured, the default), or nothing (none)",
+    )
+    p.add_argument(
+        "--step-jitter",
+        default=d.step_jitter,
+        metavar="profile|none|CV",
+        help="the replays' step-time noise (planner replay --compute-jitter): the profile's "
+        "measured step_jitter_cv (profile, the default), none, or this coefficient of variation",
+    )
+    p.add_argument(
         "--measure-only",
         action="store_true",
         help="serve and profile, save the measurements in --out, replay nothing",
@@ -1351,6 +1479,12 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--engine-clock", args.engine_clock]
     if args.fit_load != d.fit_load:
         parts += ["--fit-on", args.fit_load]
+    if args.tokenize_work != d.tokenize_work:
+        parts += ["--tokenize-work", args.tokenize_work]
+    if args.planning_cost != d.planning_cost:
+        parts += ["--planning-cost", args.planning_cost]
+    if args.step_jitter != d.step_jitter:
+        parts += ["--step-jitter", args.step_jitter]
     if args.measure_only:
         parts.append("--measure-only")
     if args.from_dir is not None:
@@ -1370,6 +1504,17 @@ def run(args: argparse.Namespace) -> int:
         if not (math.isfinite(value) and value > 0):
             print(f"planner bench calibration: --{flag.replace('_', '-')} must be > 0")
             return EXIT_BAD_INPUT
+    if args.step_jitter not in STEP_JITTER_NAMED:
+        try:
+            cv = float(args.step_jitter)
+        except ValueError:
+            cv = math.nan
+        if not (math.isfinite(cv) and cv >= 0):
+            print(
+                "planner bench calibration: --step-jitter must be profile, none or a number "
+                f">= 0, got {args.step_jitter!r}"
+            )
+            return EXIT_BAD_INPUT
     table = QUICK_LOADS if args.quick else LOADS
     loads = [table[name] for name in (args.load or table)]
     settings = Settings(
@@ -1383,6 +1528,9 @@ def run(args: argparse.Namespace) -> int:
         stream_work=args.stream_work,
         engine_clock=args.engine_clock,
         fit_load=args.fit_load,
+        tokenize_work=args.tokenize_work,
+        planning_cost=args.planning_cost,
+        step_jitter=args.step_jitter,
     )
 
     def progress(message: str) -> None:
@@ -1401,6 +1549,9 @@ def run(args: argparse.Namespace) -> int:
             stream_work=args.stream_work,
             engine_clock=args.engine_clock,
             fit_load=args.fit_load,
+            tokenize_work=args.tokenize_work,
+            planning_cost=args.planning_cost,
+            step_jitter=args.step_jitter,
         )
         cal = predict(measurement, args.from_dir, progress=progress)
         cal.command = f"{measurement.command}` (measured), then `{command_line(args)}"

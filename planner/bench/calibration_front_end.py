@@ -9,12 +9,16 @@ arrives while the front end is busy (other requests' admissions, the running
 requests' streamed tokens) waits before the renderer takes it: that wait is
 in the client's TTFT and not in vLLM's. In the replay's front end (one server
 serving admissions and streamed tokens in the order they come,
-planner.replay.engine.front_end_exits_s) a request's wait splits the same
-way: the queue wait and the first part of its own admission come before the
-clock, the last clock_to_engine_s of the time up to its reaching the engine
-after it (the renderer's work: tokenization, input processing, the hand-over
-to the engine core). So the replay's vLLM TTFT of a request is its first
-token's time less the time it reached the engine, plus clock_to_engine_s.
+planner.replay.engine.front_end_passage_s) a request's wait splits the same
+way: the queue wait and its own admission come before the clock (the front
+end takes the request up when its admission is done); after it, its
+tokenization where the profile gives one (tokenize_s_per_prompt_token: back
+in line on the same server, behind what came in meanwhile, as vLLM's
+renderer tokenizes after its stamp while the API server's one event loop
+and tokenizer thread serve everyone), then a constant clock_to_engine_s (the
+rest: input processing, the hand-over to the engine core, the output's way
+back). So the replay's vLLM TTFT of a request is its first token's time
+less the time the front end took it up, plus clock_to_engine_s.
 
 The replays here run in process (the same engine, schedulers and front-end
 passes as `planner replay`), so that every request's token times are at
@@ -33,9 +37,11 @@ from planner.replay.cfs_scheduler import CfsKnobs
 from planner.replay.engine import (
     Engine,
     admission_exits_s,
-    front_end_exits_s,
+    front_end_passage_s,
+    has_front_end,
     run_through_front_end,
 )
+from planner.replay.noise import JitteredCost
 from planner.replay.records import ReplayResult
 from planner.replay.scheduler_by_name import SCHEDULERS, make_scheduler
 from planner.replay.setup import ReplayKnobs, build_setup
@@ -47,10 +53,13 @@ def replay_in_process(
     profile: str,
     policy: str,
     knobs: ReplayKnobs,
+    *,
+    jitter_cv: float = 0.0,
+    seed: int = 0,
 ) -> tuple[ReplayResult, EngineConfig]:
-    """The replay `planner replay TRACE --profile PROFILE --policy POLICY`
-    runs with these knobs (its defaults otherwise), and the engine config it
-    ran with."""
+    """The replay `planner replay TRACE --profile PROFILE --policy POLICY
+    --compute-jitter JITTER_CV --seed SEED` runs with these knobs (its
+    defaults otherwise), and the engine config it ran with."""
     setup = build_setup(profile, knobs)
     engine_config, link = paging_target(
         SCHEDULERS[policy].paging, setup.engine, setup.link, setup.hardware, peer_kv_bytes=0
@@ -58,10 +67,12 @@ def replay_in_process(
     cfs = CfsKnobs(setup.engine.max_batched_tokens)
 
     def make_engine(admitted_s: Sequence[float] | None) -> Engine:
+        # Every pass gets a generator seeded alike, as `planner replay`'s.
+        cost = JitteredCost(setup.cost, jitter_cv, seed) if jitter_cv > 0 else setup.cost
         return Engine(
             engine_config,
             make_scheduler(policy, setup.rotation, cfs),
-            setup.cost,
+            cost,
             link,
             trace,
             admitted_s=admitted_s,
@@ -91,33 +102,46 @@ def calibration_knobs(
     )
 
 
-def engine_reached_s(result: ReplayResult, config: EngineConfig) -> list[float]:
-    """When each request of result (in its order) left the front end and
-    reached the engine: after the request latency, its admission and, with
-    streaming work, the tokens streamed before it (at the front end's fixed
-    point, the arrivals the last pass ran with)."""
+def front_end_passage(
+    result: ReplayResult, config: EngineConfig
+) -> tuple[list[float], list[float]]:
+    """When each request of result (in its order) was taken up by the front
+    end and when it left it and reached the engine: after the request
+    latency, its admission and, with streaming work, the tokens streamed
+    before it; then its tokenization, if the config has one (at the front
+    end's fixed point, the arrivals the last pass ran with)."""
     entries_s = [r.arrival_s + config.request_latency_s for r in result.requests]
-    if config.stream_s_per_token > 0 or config.stream_s_per_step > 0:
+    if has_front_end(config):
         tokens_s = [t for r in result.requests for t in r.token_times_s]
-        return front_end_exits_s(
+        return front_end_passage_s(
             entries_s,
             config.admission_s_per_request,
             tokens_s,
             config.stream_s_per_token,
             config.stream_s_per_step,
+            prompt_tokens=[r.prompt_tokens for r in result.requests],
+            tokenize_s_per_token=config.tokenize_s_per_prompt_token,
         )
     if config.admission_s_per_request > 0:
-        return admission_exits_s(entries_s, config.admission_s_per_request)
-    return entries_s
+        exits = admission_exits_s(entries_s, config.admission_s_per_request)
+        return exits, exits
+    return entries_s, entries_s
+
+
+def engine_reached_s(result: ReplayResult, config: EngineConfig) -> list[float]:
+    """When each request of result (in its order) reached the engine
+    (front_end_passage)."""
+    return front_end_passage(result, config)[1]
 
 
 def time_to_engine_first_token_s(result: ReplayResult, config: EngineConfig) -> list[float]:
-    """Each request's first token time less the time it reached the engine
-    (requests with a token only): vLLM's own TTFT with clock_to_engine_s 0."""
-    reached = engine_reached_s(result, config)
+    """Each request's first token time less the time the front end took it
+    up (requests with a token only): vLLM's own TTFT with clock_to_engine_s
+    0 (its tokenization, where the config has one, is after the clock)."""
+    taken_up, _ = front_end_passage(result, config)
     return [
         r.token_times_s[0] - at
-        for r, at in zip(result.requests, reached, strict=True)
+        for r, at in zip(result.requests, taken_up, strict=True)
         if r.token_times_s
     ]
 

@@ -28,6 +28,15 @@ How it measures (recorded in the profile's provenance):
 A client-side latency (HTTP, tokenization, detokenization, streaming) is
 fitted as well: the profile's ``request_latency_s``, which the replay adds to
 every request's latencies.
+
+4. **The spread of the engine's step times.** Around each probe the engine's
+   own inter-token latency histogram (vLLM's, timed between the steps that
+   emit a request's tokens) is read from its /metrics; in a decode probe
+   whose prompts all prefill in its first step every later step decodes the
+   same batch, so its inter-token latencies are that batch's step times. The
+   ratio of their p99 to their p50, the median over such probes, gives the
+   coefficient of variation of the lognormal with that ratio
+   (``step_jitter_cv``, what ``planner replay --compute-jitter`` draws).
 """
 
 from __future__ import annotations
@@ -48,6 +57,13 @@ import numpy as np
 from planner._version import __version__
 from planner.bench.machine import cpu_model, load_average
 from planner.bench.openai_stream import StreamRecord, StreamRequest, run_requests
+from planner.bench.prometheus_histogram import (
+    Buckets,
+    bucket_count,
+    bucket_quantile,
+    buckets_between,
+    read_histogram,
+)
 from planner.bench.tiny_llama import prompt_text
 from planner.domain.requests import Slo
 from planner.profiles.fit import (
@@ -72,6 +88,14 @@ FIT_ROUNDS = 6
 FIT_SETTLED = 0.01
 # Block counts the copies are timed at.
 COPY_BLOCKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# The engine's own inter-token latency histogram (vLLM's), read around each
+# probe; a decode probe tells the spread of its steps when it asked for at
+# least JITTER_MIN_OUTPUT tokens and its histogram holds JITTER_MIN_GAPS.
+STEP_GAP_METRIC = "vllm:inter_token_latency_seconds"
+JITTER_MIN_OUTPUT = 32
+JITTER_MIN_GAPS = 20
+# The standard normal's 99th percentile.
+Z_99 = 2.3263478740408408
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +151,9 @@ class ProbeRun:
     repeat: int
     records: list[StreamRecord]
     load_average: float | None
+    # The engine's inter-token latencies during the probe (STEP_GAP_METRIC's
+    # cumulative buckets; empty where the engine serves none).
+    step_gaps: Buckets = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +184,10 @@ class EngineProfile:
     failed_requests: int
     merged_chunks: int
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def step_spread(self) -> StepSpread | None:
+        return step_spread(self.runs, self.limits.max_batched_tokens)
 
 
 def load_text(value: float | None) -> str:
@@ -198,12 +229,56 @@ def run_probes(
         for probe in order:
             requests = probe_requests(probe, salt)
             salt += probe.batch
+            before = read_histogram(url, STEP_GAP_METRIC)
             records = run_requests(url, served_model, requests)
-            runs.append(ProbeRun(probe, repeat, records, load_average()))
+            gaps = buckets_between(read_histogram(url, STEP_GAP_METRIC), before)
+            runs.append(ProbeRun(probe, repeat, records, load_average(), gaps))
             if progress is not None:
                 progress(len(runs), repeats * len(probes), probe)
             time.sleep(pause_s)
     return runs
+
+
+# --- the spread of the step times ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpread:
+    """The p99 / p50 ratio of the engine's inter-token latencies in each
+    decode probe that shows one batch's steps, and the lognormal's
+    coefficient of variation with their median ratio."""
+
+    ratios: list[float]
+
+    @property
+    def ratio(self) -> float:
+        return float(np.median(self.ratios))
+
+    @property
+    def cv(self) -> float:
+        sigma = math.log(max(self.ratio, 1.0)) / Z_99
+        return math.sqrt(math.expm1(sigma * sigma))
+
+
+def step_spread(runs: Sequence[ProbeRun], max_batched_tokens: int) -> StepSpread | None:
+    """The spread of the steps of the decode probes whose prompts all prefill
+    in their first step (every later step decodes the whole batch): None
+    when no probe shows it (the engine serves no histogram)."""
+    ratios = []
+    for run in runs:
+        prompts = sum(int(r.prompt_tokens or 0) for r in run.records)
+        if (
+            run.probe.output_tokens < JITTER_MIN_OUTPUT
+            or prompts > max_batched_tokens
+            or not all(r.done for r in run.records)
+            or bucket_count(run.step_gaps) < JITTER_MIN_GAPS
+        ):
+            continue
+        p50 = bucket_quantile(run.step_gaps, 0.5)
+        p99 = bucket_quantile(run.step_gaps, 0.99)
+        if p50 is not None and p99 is not None and p50 > 0:
+            ratios.append(p99 / p50)
+    return StepSpread(ratios) if ratios else None
 
 
 # --- fitting through the replay engine -------------------------------------------
@@ -522,6 +597,15 @@ def build_profile(
             "prefill_s_per_sequence) is charged as admission_s_per_request: a queue in front "
             "of the engine that requests pass one at a time"
         )
+    extra_terms: dict[tuple[str, int], dict[str, float]] = {}
+    spread = result.step_spread
+    if spread is not None:
+        extra_terms[(model.name, 1)] = {"step_jitter_cv": spread.cv}
+        notes += (
+            f"; the engine's step times: p99 / p50 {spread.ratio:.2f} (median of "
+            f"{len(spread.ratios)} decode probes), a lognormal of coefficient of variation "
+            f"{spread.cv:.3f} (step_jitter_cv)"
+        )
     return MeasuredProfile(
         name=name,
         hardware=hardware,
@@ -539,6 +623,7 @@ def build_profile(
         cost_notes={(model.name, 1): notes},
         request_latency={(model.name, 1): fit.latency_s},
         admission=admission,
+        extra_terms=extra_terms,
     )
 
 
@@ -559,6 +644,7 @@ def raw_runs(result: EngineProfile) -> dict[str, Any]:
                 "repeat": run.repeat,
                 "load_average": run.load_average,
                 "records": [asdict(r) for r in run.records],
+                "step_gaps": run.step_gaps,
             }
             for run in result.runs
         ],
@@ -622,6 +708,7 @@ def engine_profile_from_raw(raw: dict[str, Any]) -> EngineProfile:
             run["repeat"],
             [StreamRecord(**r) for r in run["records"]],
             run["load_average"],
+            run.get("step_gaps", {}),
         )
         for run in raw["runs"]
     ]

@@ -45,7 +45,7 @@ from planner.replay.cluster_setup import (
     cluster_config,
 )
 from planner.replay.console import print_table
-from planner.replay.engine import Engine, run_through_front_end
+from planner.replay.engine import Engine, has_front_end, run_through_front_end
 from planner.replay.longctx_engine import LongctxEngine, LongctxRun
 from planner.replay.longctx_registry import make_longctx_policy
 from planner.replay.longctx_report import (
@@ -609,7 +609,7 @@ def _run_one(
         ),
         **(
             {"front_end_passes": passes, "front_end_change_s": change_s}
-            if engine_config.stream_s_per_token > 0 or engine_config.stream_s_per_step > 0
+            if has_front_end(engine_config)
             else {}
         ),
         "rate_scale": scale,

@@ -50,6 +50,13 @@ rejected; ``load_profile`` raises :class:`ProfileError` naming the field, e.g.
                                                            server's work per streamed token
          "stream_s_per_step": 0.0015,                     optional, >= 0: and per engine
                                                            step whose tokens it streams
+         "tokenize_s_per_prompt_token": 2e-6,             optional, >= 0: the same
+                                                           server's work per prompt token
+                                                           after it takes a request up
+         "planning_s_per_call": 0.0008,                   optional, >= 0: the engine's
+                                                           time per call to its planner
+         "step_jitter_cv": 0.2,                           optional, >= 0: measured spread
+                                                           of the engine's step times
          "notes": "..."}                                   any subset of the seven constants;
                                                            notes: how they were obtained
       ]
@@ -83,6 +90,17 @@ it): the same server serves both, so admissions wait behind the streaming of
 the running requests' tokens (0 when not given). ``stream_s_per_step`` is
 its work per engine step that emitted tokens (handling the step's output
 batch, whatever the number of tokens in it; 0 when not given).
+``tokenize_s_per_prompt_token`` is that server's work per prompt token once it
+has taken a request up (tokenization and input processing): the request
+goes back in line on the same server for it, behind whatever came in
+meanwhile, and reaches the engine when it is done (0 when not given: it
+reaches the engine when taken up). ``planning_s_per_call`` is what the
+engine's scheduler spends per call to a planning policy (a planner plugin's
+call, made in the engine's own process): ``planner replay`` adds it to each
+iteration in which its scheduler asked its policy (0 when not given).
+``step_jitter_cv`` is the measured coefficient of variation of the engine's
+step times about the cost model (the lognormal of ``planner replay
+--compute-jitter``, which takes it; not applied by itself).
 The link's curve semantics are in :mod:`planner.profiles.link`. The loaded
 hardware's ``h2d_gbps`` / ``d2h_gbps`` (what rotation uses) are the link's
 large-transfer rates with both directions busy.
@@ -118,6 +136,9 @@ from planner.profiles.models import MODEL_PROFILES, ModelProfile, find_model
 FORMAT = "planner-profile/1"
 PROVENANCE_KINDS = ("measured", "hand-written", "built-in")
 PROVENANCE_FIELDS = ("source", "tool", "method", "device", "date")
+# A cost entry's optional terms beyond the constants and the front end's
+# latency, admission and streaming (each a number >= 0; module docstring).
+EXTRA_TERMS = ("tokenize_s_per_prompt_token", "planning_s_per_call", "step_jitter_cv")
 
 
 @dataclass(frozen=True)
@@ -141,6 +162,8 @@ class MeasuredProfile:
     streaming: dict[tuple[str, int], float] = field(default_factory=dict)
     # And per engine step whose tokens it streams, per cost entry.
     streaming_steps: dict[tuple[str, int], float] = field(default_factory=dict)
+    # The other optional terms of a cost entry (EXTRA_TERMS), per entry.
+    extra_terms: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
 
     def find_model(self, name: str) -> ModelProfile | None:
         """A model of this file, else a built-in one (aliases allowed)."""
@@ -185,6 +208,13 @@ class MeasuredProfile:
         found = self.find_model(model)
         name = found.name if found is not None else model
         return self.streaming_steps.get((name, tensor_parallel), 0.0)
+
+    def extra_term(self, term: str, model: str, tensor_parallel: int = 1) -> float:
+        """The measured term (one of EXTRA_TERMS) of ``model``, 0 when the
+        file gives none."""
+        found = self.find_model(model)
+        name = found.name if found is not None else model
+        return self.extra_terms.get((name, tensor_parallel), {}).get(term, 0.0)
 
 
 # --- Reading ------------------------------------------------------------------------
@@ -352,6 +382,7 @@ def profile_from_dict(doc: Any) -> MeasuredProfile:
         admission=entries.admission,
         streaming=entries.streaming,
         streaming_steps=entries.streaming_steps,
+        extra_terms=entries.extra_terms,
     )
 
 
@@ -501,6 +532,7 @@ class _CostEntries:
     admission: dict[tuple[str, int], float]
     streaming: dict[tuple[str, int], float]
     streaming_steps: dict[tuple[str, int], float]
+    extra_terms: dict[tuple[str, int], dict[str, float]]
 
 
 def _cost_entries(
@@ -512,6 +544,7 @@ def _cost_entries(
     admission: dict[tuple[str, int], float] = {}
     streaming: dict[tuple[str, int], float] = {}
     streaming_steps: dict[tuple[str, int], float] = {}
+    extra_terms: dict[tuple[str, int], dict[str, float]] = {}
     for i, item in enumerate(items):
         f = _Fields(item, f"cost[{i}]")
         name = f.string("model")
@@ -540,6 +573,13 @@ def _cost_entries(
             streaming[key] = f.number("stream_s_per_token", check=_non_negative, expect=">= 0")
         if f.has("stream_s_per_step"):
             streaming_steps[key] = f.number("stream_s_per_step", check=_non_negative, expect=">= 0")
+        extras = {
+            term: f.number(term, check=_non_negative, expect=">= 0")
+            for term in EXTRA_TERMS
+            if f.has(term)
+        }
+        if extras:
+            extra_terms[key] = extras
         note = f.string("notes", required=False)
         f.done()
         try:
@@ -550,7 +590,7 @@ def _cost_entries(
         out[key] = values
         if note:
             notes[key] = note
-    return _CostEntries(out, notes, latency, admission, streaming, streaming_steps)
+    return _CostEntries(out, notes, latency, admission, streaming, streaming_steps, extra_terms)
 
 
 # --- Writing ------------------------------------------------------------------------
@@ -658,6 +698,7 @@ def profile_to_dict(profile: MeasuredProfile) -> dict[str, Any]:
                     if (model, tp) in profile.streaming_steps
                     else {}
                 ),
+                **profile.extra_terms.get((model, tp), {}),
                 **(
                     {"notes": profile.cost_notes[(model, tp)]}
                     if (model, tp) in profile.cost_notes

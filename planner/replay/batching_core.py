@@ -100,6 +100,14 @@ class EngineConfig:
     # Seconds an iteration spends per sequence it prefills (the cost model's
     # prefill_s_per_sequence): charged on top of the cost model's time.
     prefill_s_per_sequence: float = 0.0
+    # Seconds the engine's scheduler spends per call to its planning policy
+    # (a measured profile's planning_s_per_call: a planner plugin's call in
+    # the engine's process): charged to each iteration whose plan asked it.
+    planning_s_per_call: float = 0.0
+    # The front end's work per prompt token once it has taken a request up
+    # (a measured profile's tokenize_s_per_prompt_token; with the streaming
+    # front end only: planner.replay.engine.front_end_exits_s).
+    tokenize_s_per_prompt_token: float = 0.0
     # Automatic prefix caching over the trace's prefix_block_ids, each id
     # standing for prefix_block_tokens tokens (planner.replay.prefix_cache).
     prefix_cache: bool = False
@@ -230,6 +238,7 @@ class BatchingCore:
         if len(s.in_transit.rows):
             s.start_running(self.now_s)
         queued = s.queued.rows
+        planning_s = 0.0
         if self.scheduler.idle_unless_waiting and not (len(queued) or len(s.rotary.rows)):
             # Nobody waits: such a scheduler has nothing to say.
             d2h_blocks = h2d_blocks = 0
@@ -261,6 +270,7 @@ class BatchingCore:
             )
             d2h_blocks, h2d_blocks = self._apply(plan)
             starting = len(plan.start) > 0
+            planning_s = cfg.planning_s_per_call if plan.asked_policy else 0.0
         held = s.held_back(self.now_s) if s.not_before_s else None
         everyone = s.running.rows
         if held is not None and len(held):
@@ -292,7 +302,7 @@ class BatchingCore:
             and not (d2h_bytes or h2d_bytes)
         ):
             return batch
-        compute_s = self._compute_s(batch)
+        compute_s = self._compute_s(batch) + planning_s
         transfer_s = 0.0
         if d2h_bytes or h2d_bytes:
             if self.link is None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import heapq
 import math
 import time
 from collections import Counter
@@ -435,25 +436,72 @@ def front_end_exits_s(
     token_times_s: Sequence[float],
     stream_s: float,
     step_s: float = 0.0,
+    *,
+    prompt_tokens: Sequence[int] = (),
+    tokenize_s_per_token: float = 0.0,
 ) -> list[float]:
-    """When each request leaves a front end with one server that serves, in
-    the order they come, admissions (admission_s each, entered at entries_s)
-    and streamed output tokens (stream_s each, at token_times_s; the tokens
-    of one time are one engine step's output, which takes step_s more); at
-    equal times admissions first, and among them the given order."""
+    """When each request leaves the front end (front_end_passage_s) and
+    reaches the engine."""
+    return front_end_passage_s(
+        entries_s,
+        admission_s,
+        token_times_s,
+        stream_s,
+        step_s,
+        prompt_tokens=prompt_tokens,
+        tokenize_s_per_token=tokenize_s_per_token,
+    )[1]
+
+
+# What a front end's one server does, in this order at equal times.
+_ADMIT, _TOKENIZE, _STREAM = 0, 1, 2
+
+
+def front_end_passage_s(
+    entries_s: Sequence[float],
+    admission_s: float,
+    token_times_s: Sequence[float],
+    stream_s: float,
+    step_s: float = 0.0,
+    *,
+    prompt_tokens: Sequence[int] = (),
+    tokenize_s_per_token: float = 0.0,
+) -> tuple[list[float], list[float]]:
+    """When each request is taken up by, and when it leaves, a front end with
+    one server that serves, in the order they come, admissions (admission_s
+    each, entered at entries_s) and streamed output tokens (stream_s each, at
+    token_times_s; the tokens of one time are one engine step's output, which
+    takes step_s more); at equal times admissions first, and among them the
+    given order. A request is taken up when its admission is done; with
+    tokenize_s_per_token > 0 it then goes back in line for its tokenization
+    (its prompt_tokens times that), behind whatever came in meanwhile, and
+    leaves when that is done; otherwise it leaves when taken up."""
+    if tokenize_s_per_token > 0 and len(prompt_tokens) != len(entries_s):
+        raise ValueError("prompt_tokens: one per request when tokenize_s_per_token > 0")
     if step_s == 0.0:
-        work = [(t, 1, -1, stream_s) for t in token_times_s]
+        work = [(t, _STREAM, -1, stream_s) for t in token_times_s]
     else:
         per_step = Counter(token_times_s)
-        work = [(t, 1, -1, step_s + n * stream_s) for t, n in per_step.items()]
-    events = sorted([(t, 0, i, admission_s) for i, t in enumerate(entries_s)] + work)
+        work = [(t, _STREAM, -1, step_s + n * stream_s) for t, n in per_step.items()]
+    events = [(t, _ADMIT, i, admission_s) for i, t in enumerate(entries_s)] + work
+    heapq.heapify(events)
+    taken_up = [0.0] * len(entries_s)
     exits = [0.0] * len(entries_s)
     free_s = -math.inf
-    for at, kind, i, service_s in events:
+    while events:
+        at, kind, i, service_s = heapq.heappop(events)
         free_s = max(at, free_s) + service_s
-        if not kind:
+        if kind == _ADMIT:
+            taken_up[i] = free_s
+            if tokenize_s_per_token > 0:
+                heapq.heappush(
+                    events, (free_s, _TOKENIZE, i, tokenize_s_per_token * prompt_tokens[i])
+                )
+            else:
+                exits[i] = free_s
+        elif kind == _TOKENIZE:
             exits[i] = free_s
-    return exits
+    return taken_up, exits
 
 
 # The front end's passes: a replay of the engine gives the tokens streamed,
@@ -465,21 +513,32 @@ FRONT_END_PASSES = 16
 FRONT_END_TOLERANCE_S = 1e-6
 
 
+def has_front_end(config: EngineConfig) -> bool:
+    """Whether the config's front end needs run_through_front_end's passes
+    (streaming work, or tokenization after the admission)."""
+    return (
+        config.stream_s_per_token > 0
+        or config.stream_s_per_step > 0
+        or config.tokenize_s_per_prompt_token > 0
+    )
+
+
 def run_through_front_end(
     config: EngineConfig,
     trace: Sequence[TraceRequest],
     make_engine: Callable[[Sequence[float] | None], Engine],
     progress: Callable[[float], None] | None = None,
 ) -> tuple[ReplayResult, int, float]:
-    """A replay of the trace with the config's front end (admissions and the
-    streaming of output tokens on one server, stream_s_per_token or
-    stream_s_per_step > 0): the result of the last pass, the passes run, and
-    the largest change of an arrival at the engine between the last two (0:
-    a fixed point). Without streaming work, one plain pass."""
+    """A replay of the trace with the config's front end (admissions, the
+    streaming of output tokens and the tokenization after an admission on
+    one server: has_front_end): the result of the last pass, the passes run,
+    and the largest change of an arrival at the engine between the last two
+    (0: a fixed point). Without such work, one plain pass."""
     result = make_engine(None).run(progress)
-    if (config.stream_s_per_token == 0.0 and config.stream_s_per_step == 0.0) or not trace:
+    if not has_front_end(config) or not trace:
         return result, 1, 0.0
     entries_s = [t.arrival_s + config.request_latency_s for t in trace]
+    prompt_tokens = [t.prompt_tokens for t in trace]
     used_s = admission_exits_s(entries_s, config.admission_s_per_request)
     change_s = math.inf
     passes = 1
@@ -491,6 +550,8 @@ def run_through_front_end(
             tokens_s,
             config.stream_s_per_token,
             config.stream_s_per_step,
+            prompt_tokens=prompt_tokens,
+            tokenize_s_per_token=config.tokenize_s_per_prompt_token,
         )
         change_s = max(abs(a - b) for a, b in zip(exits_s, used_s, strict=True))
         if change_s <= FRONT_END_TOLERANCE_S or passes >= FRONT_END_PASSES:

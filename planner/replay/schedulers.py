@@ -58,6 +58,9 @@ class SchedulePlan(NamedTuple):
     # In priority order; each is admitted (QUEUED) or resumed (ROTARY) if it fits.
     start: IntArray = _NO_ROWS
     eager_blocks: int = 0
+    # Whether the scheduler asked a planning policy for this plan (the engine
+    # charges its config's planning_s_per_call to the iteration).
+    asked_policy: bool = False
 
 
 class EngineView(NamedTuple):
@@ -331,11 +334,13 @@ class LvfAsVllmAdapter:
         self.asked += 1
         decision = self._lvf.plan(view)
         if not len(decision.swap_out):
-            return SchedulePlan(start=vllm_order)
+            return SchedulePlan(start=vllm_order, asked_policy=True)
         self.applied += 1
         first = decision.start
         rest = vllm_order[~np.isin(vllm_order, first)]
-        return SchedulePlan(swap_out=decision.swap_out, start=np.concatenate((first, rest)))
+        return SchedulePlan(
+            swap_out=decision.swap_out, start=np.concatenate((first, rest)), asked_policy=True
+        )
 
     def _any_victim(self, view: EngineView) -> bool:
         """Whether a running request could be a victim (adapters/common/

@@ -77,6 +77,12 @@ class ReplaySetup:
             "admission_s_per_request": e.admission_s_per_request,
             "stream_s_per_token": e.stream_s_per_token,
             **({"stream_s_per_step": e.stream_s_per_step} if e.stream_s_per_step > 0 else {}),
+            **(
+                {"tokenize_s_per_prompt_token": e.tokenize_s_per_prompt_token}
+                if e.tokenize_s_per_prompt_token > 0
+                else {}
+            ),
+            **({"planning_s_per_call": e.planning_s_per_call} if e.planning_s_per_call > 0 else {}),
             "prefix_cache": e.prefix_cache,
             "prefix_block_tokens": e.prefix_block_tokens,
             "prefill_s_per_sequence": e.prefill_s_per_sequence,
@@ -97,6 +103,8 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
     admission_s = 0.0
     stream_s = 0.0
     step_s = 0.0
+    tokenize_s = 0.0
+    planning_s = 0.0
     if not sep or not model_name or not hardware_name:
         raise ProfileError("profile", f"expected MODEL@HARDWARE, got {profile!r}")
     if hardware_name.endswith(".json") or Path(hardware_name).is_file():
@@ -107,10 +115,14 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         hardware = measured.hardware
         cost = measured.cost_model(model, knobs.tensor_parallel)
         request_latency_s = measured.request_latency_s(model.name, knobs.tensor_parallel)
+        planning_s = measured.extra_term("planning_s_per_call", model.name, knobs.tensor_parallel)
         if knobs.admission_queue:
             admission_s = measured.admission_s_per_request(model.name, knobs.tensor_parallel)
             stream_s = measured.stream_s_per_token(model.name, knobs.tensor_parallel)
             step_s = measured.stream_s_per_step(model.name, knobs.tensor_parallel)
+            tokenize_s = measured.extra_term(
+                "tokenize_s_per_prompt_token", model.name, knobs.tensor_parallel
+            )
     else:
         found_model = find_model(model_name)
         found_hardware = find_hardware(hardware_name)
@@ -151,6 +163,8 @@ def build_setup(profile: str, knobs: ReplayKnobs) -> ReplaySetup:
         prefix_cache=knobs.prefix_cache,
         prefix_block_tokens=knobs.prefix_block_tokens,
         prefill_s_per_sequence=cost.constants.prefill_s_per_sequence,
+        planning_s_per_call=planning_s,
+        tokenize_s_per_prompt_token=tokenize_s,
     )
     return ReplaySetup(
         profile=profile,

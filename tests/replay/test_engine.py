@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.domain.rotation import RotationInputs, RotationParams
 from planner.profiles.fit import LinearCost
@@ -21,6 +23,7 @@ from planner.replay.engine import (
     EngineConfig,
     admission_exits_s,
     front_end_exits_s,
+    front_end_passage_s,
     run_through_front_end,
 )
 from planner.replay.records import ReplayResult
@@ -693,6 +696,55 @@ def test_a_front_end_handles_each_engine_steps_output_once():
     assert front_end_exits_s([0.096], 0.01, tokens, 0.001, 0.003) == pytest.approx(
         [0.095 + 0.003 + 5 * 0.001 + 0.01]
     )
+
+
+def test_a_request_is_tokenized_after_it_is_taken_up_behind_what_came_in_meanwhile():
+    # Two requests at once, 10 ms admissions, 0.1 ms per prompt token: the
+    # second is taken up after the first's admission (0.02), and the first's
+    # tokenization (1 ms per 10 tokens, 100 tokens) waits behind it, then the
+    # second's behind that: the k-th of a burst waits for k-1 tokenizations.
+    taken, exits = front_end_passage_s(
+        [0.0, 0.0], 0.01, [], 0.0, prompt_tokens=[100, 50], tokenize_s_per_token=1e-4
+    )
+    assert taken == pytest.approx([0.01, 0.02])
+    assert exits == pytest.approx([0.03, 0.035])
+    # A step's output (3 ms, at 0.015) comes in before the second's
+    # tokenization and is served before it.
+    taken, exits = front_end_passage_s(
+        [0.0, 0.0], 0.01, [0.015], 0.0, 0.003, prompt_tokens=[100, 50], tokenize_s_per_token=1e-4
+    )
+    assert taken == pytest.approx([0.01, 0.02])
+    assert exits == pytest.approx([0.03, 0.038])
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        front_end_passage_s([0.0], 0.01, [], 0.0, tokenize_s_per_token=1e-4)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.floats(0, 1), min_size=1, max_size=20),
+    st.lists(st.floats(0, 1), max_size=40),
+    st.floats(0, 0.01),
+    st.floats(0, 0.01),
+)
+def test_without_tokenization_a_request_leaves_the_front_end_when_taken_up(
+    entries: list[float], tokens: list[float], admission_s: float, step_s: float
+) -> None:
+    taken, exits = front_end_passage_s(entries, admission_s, tokens, 0.0, step_s)
+    assert taken == exits == front_end_exits_s(entries, admission_s, tokens, 0.0, step_s)
+    with_tokenization = front_end_passage_s(
+        entries,
+        admission_s,
+        tokens,
+        0.0,
+        step_s,
+        prompt_tokens=[10] * len(entries),
+        tokenize_s_per_token=1e-4,
+    )
+    # Tokenization only delays: taken up no earlier than the entry, out no
+    # earlier than taken up plus the request's own tokenization.
+    for entry, t, out in zip(entries, *with_tokenization, strict=True):
+        assert entry + admission_s <= t + 1e-12
+        assert t + 1e-3 <= out + 1e-12
 
 
 def test_requests_wait_behind_the_steps_the_front_end_streams():

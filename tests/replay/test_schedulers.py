@@ -24,6 +24,7 @@ from planner.replay.schedulers import (
     Fcfs,
     Lvf,
     LvfAsVllmAdapter,
+    SchedulePlan,
     Scheduler,
     SwappedFirst,
     WaitingFirst,
@@ -618,3 +619,38 @@ def test_lvf_copies_full_blocks_eagerly_without_contention() -> None:
     assert result.totals.bytes_d2h == 6 * BLOCK_BYTES
     assert max(s.cpu_kv_blocks_used for s in result.timeline) > 0
     assert engine.state.free_cpu == 40
+
+
+class AskingFcfs(Fcfs):
+    """fcfs that says it asked a planning policy for every plan."""
+
+    def plan(self, view: EngineView) -> SchedulePlan:
+        return SchedulePlan(start=view.queued, asked_policy=True)
+
+
+@pytest.mark.parametrize(("scheduler", "charged"), [(AskingFcfs(), True), (Fcfs(), False)])
+def test_an_iteration_whose_scheduler_asked_its_policy_takes_the_planning_time(
+    scheduler: Scheduler, charged: bool
+) -> None:
+    # A and B start together in the first iteration (8 prompt tokens: 18 ms);
+    # nobody waits afterwards, so the scheduler is asked only then: with 5 ms
+    # per call that iteration alone takes 5 ms more (decodes: 14 ms).
+    trace = [req(0.0, 4, 3, "A"), req(0.0, 4, 3, "B")]
+    cfg = dataclasses.replace(config(gpu=10), planning_s_per_call=0.005)
+    result = Engine(cfg, scheduler, AffineCost(), Link(), trace).run()
+    first = 0.018 + (0.005 if charged else 0.0)
+    for o in result.requests:
+        assert o.token_times_s == pytest.approx([first, first + 0.014, first + 0.028], abs=1e-12)
+
+
+def test_lvf_vllm_says_when_it_asked_its_policy() -> None:
+    r = columns(
+        Sim("run", 8, Phase.RUNNING, kv=8, gpu=2, run_start=0.1),
+        Sim("w", 8, Phase.QUEUED, arrival=0.5),
+    )
+    adapter = LvfAsVllmAdapter(lvf_inputs())
+    # No victim: not asked.
+    assert not adapter.plan(view(r, free_gpu=1)).asked_policy
+    r.generated[0], r.first_token_s[0] = 2, 0.0
+    assert adapter.plan(view(r, free_gpu=1, now_s=10.0)).asked_policy
+    assert adapter.asked == 1
