@@ -90,6 +90,9 @@ def test_calibration_runs_end_to_end_and_reports_every_error(
     constants = profile.cost[(model, 1)]
     assert constants["overhead_s"] + constants["decode_s_per_token"] > 0
     assert profile.request_latency_s(model) >= 0
+    # vLLM serves its inter-token histogram: the decode probes' step spread
+    # is measured.
+    assert "step_jitter_cv" in profile.extra_terms[(model, 1)]
 
     text = markdown(cal, loads)
     verdicts = targets(cal.sides, [load.name for load in loads])

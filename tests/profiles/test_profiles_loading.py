@@ -172,6 +172,9 @@ BAD_FIELDS = [
     ("cost[0].admission_s_per_request", -1e-3, "cost[0].admission_s_per_request", ">= 0"),
     ("cost[0].stream_s_per_token", -1e-4, "cost[0].stream_s_per_token", ">= 0"),
     ("cost[0].stream_s_per_step", -1e-4, "cost[0].stream_s_per_step", ">= 0"),
+    ("cost[0].tokenize_s_per_prompt_token", -1e-6, "cost[0].tokenize_s_per_prompt_token", ">= 0"),
+    ("cost[0].planning_s_per_call", "fast", "cost[0].planning_s_per_call", "number"),
+    ("cost[0].step_jitter_cv", float("nan"), "cost[0].step_jitter_cv", ">= 0"),
     ("cost[0].notes", 3, "cost[0].notes", "must be a string"),
     ("provenance.method", ["probes"], "provenance.method", "must be a string"),
     ("cost", {}, "cost", "must be an array"),
@@ -237,7 +240,14 @@ def test_how_a_measurement_was_made_round_trips(tmp_path):
     doc["cost"][0]["admission_s_per_request"] = 0.0015
     doc["cost"][0]["stream_s_per_token"] = 0.0004
     doc["cost"][0]["stream_s_per_step"] = 0.0015
+    doc["cost"][0]["tokenize_s_per_prompt_token"] = 2e-6
+    doc["cost"][0]["planning_s_per_call"] = 0.0008
+    doc["cost"][0]["step_jitter_cv"] = 0.25
     p = profile_from_dict(doc)
+    assert p.extra_term("tokenize_s_per_prompt_token", "qwen2.5-32b") == 2e-6
+    assert p.extra_term("planning_s_per_call", "qwen2.5-32b") == 0.0008
+    assert p.extra_term("step_jitter_cv", "qwen2.5-32b") == 0.25
+    assert p.extra_term("step_jitter_cv", "llama-3-8b") == 0.0
     assert p.request_latency_s("qwen2.5-32b") == 0.011
     assert p.request_latency_s("llama-3-8b") == 0.0
     assert p.admission_s_per_request("qwen2.5-32b") == 0.0015
@@ -258,4 +268,5 @@ def test_how_a_measurement_was_made_round_trips(tmp_path):
     assert again.admission == p.admission
     assert again.streaming == p.streaming
     assert again.streaming_steps == p.streaming_steps
+    assert again.extra_terms == p.extra_terms
     assert profile_to_dict(again)["cost"][0]["notes"] == doc["cost"][0]["notes"]
