@@ -120,8 +120,9 @@ class Settings:
     fit_load: str = "steady"
     # The front end's tokenization after vLLM's stamp: a time per prompt
     # token fitted per repeat on fit_load ("fit") or none: one of
-    # TOKENIZE_WORK.
-    tokenize_work: str = "fit"
+    # TOKENIZE_WORK (docs/replay.md: fitted on steady it does not carry to
+    # the other loads).
+    tokenize_work: str = "none"
     # The rotation plugin's planner call charged to each engine step that
     # makes one: its mean duration as the plugin's counters measured it on
     # the repeat's rotation runs ("measured"), or nothing: one of
@@ -129,8 +130,9 @@ class Settings:
     planning_cost: str = "measured"
     # The engine's step-time noise in the replays: the profile's measured
     # step_jitter_cv ("profile"), none ("none"), or a coefficient of
-    # variation given as a number.
-    step_jitter: str = "profile"
+    # variation given as a number (docs/replay.md: a lognormal on every step
+    # does not fit the engines' tight steps with rare stalls).
+    step_jitter: str = "none"
 
     @property
     def limits(self) -> EngineLimits:
@@ -1420,8 +1422,8 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         choices=TOKENIZE_WORK,
         default=d.tokenize_work,
         help="the front end's tokenization after vLLM's TTFT clock starts: a time per prompt "
-        "token on the front end's server, fitted on the --fit-on load (fit, the default), or "
-        "none",
+        "token on the front end's server, fitted on the --fit-on load (fit), or none (the "
+        "default)",
     )
     p.add_argument(
         "--planning-cost",
@@ -1435,7 +1437,8 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         default=d.step_jitter,
         metavar="profile|none|CV",
         help="the replays' step-time noise (planner replay --compute-jitter): the profile's "
-        "measured step_jitter_cv (profile, the default), none, or this coefficient of variation",
+        "measured step_jitter_cv (profile), none (the default), or this coefficient of "
+        "variation",
     )
     p.add_argument(
         "--measure-only",
