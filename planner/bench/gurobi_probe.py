@@ -3,6 +3,8 @@ with the reason when it does not."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from planner.solvers import Backend, Model, SolverError, solve
 
 
@@ -17,3 +19,18 @@ def gurobi_unavailable() -> str | None:
     except SolverError as exc:
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return None
+
+
+def runnable_backends(
+    backends: Sequence[str], skipped: dict[str, str], progress: Callable[[str], None]
+) -> list[str]:
+    """backends less "gurobi" when it cannot run here (the reason recorded
+    in skipped and reported through progress)."""
+    out = list(backends)
+    if "gurobi" in out:
+        why = gurobi_unavailable()
+        if why is not None:
+            skipped["gurobi"] = why
+            out.remove("gurobi")
+            progress(f"gurobi skipped: {why}")
+    return out

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import sys
 import time
@@ -36,11 +35,11 @@ import numpy as np
 
 from planner.bench import solvers_placement
 from planner.bench.baseline import DEFAULT_FACTOR
-from planner.bench.gurobi_probe import gurobi_unavailable
+from planner.bench.gurobi_probe import runnable_backends
 from planner.bench.machine import load_average, machine_info
-from planner.bench.markdown import write_section
 from planner.bench.solvers_offload_instances import PRESSURES, Instance, make_instance, setting_for
 from planner.bench.solvers_offload_report import markdown_section, text_report
+from planner.bench.solvers_output import EXIT_BAD_INPUT, publish, read_baseline
 from planner.policies.offload.local_search import STAGGER_REQUESTS
 from planner.policies.offload.search import SPREAD_IDLE_SHARE, branch_and_bound, warm_up
 from planner.policies.offload.search_space import SearchMode, candidate_patterns
@@ -104,7 +103,6 @@ TARGETS: tuple[tuple[tuple[int, int], float | None], ...] = (
     ((64, 80), 20.0),
 )
 QUALITY_TARGET_PCT = 1.0
-EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
 TOO_LARGE = "TOO_LARGE"
 ERROR = "ERROR"
 SOLVED = (Status.OPTIMAL.value, Status.FEASIBLE.value)
@@ -415,13 +413,7 @@ def _check(
 
 def run_bench(config: Config, progress: Callable[[str], None] = lambda _: None) -> Measured:
     measured = Measured()
-    backends = list(config.backends)
-    if "gurobi" in backends:
-        why = gurobi_unavailable()
-        if why is not None:
-            measured.skipped["gurobi"] = why
-            backends.remove("gurobi")
-            progress(f"gurobi skipped: {why}")
+    backends = runnable_backends(config.backends, measured.skipped, progress)
     _warm_up(backends, config.seed)
     for size in config.sizes:
         requests, layers = size
@@ -871,21 +863,9 @@ def run(args: argparse.Namespace) -> int:
     if args.slack_ms < 0 or not math.isfinite(args.slack_ms):
         print("planner bench solvers: --slack-ms must be >= 0", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.regression_factor <= 1.0:
-        print("planner bench solvers: --regression-factor must be > 1", file=sys.stderr)
+    usable, baseline = read_baseline(args)
+    if not usable:
         return EXIT_BAD_INPUT
-    baseline = None
-    if args.baseline is not None:
-        try:
-            baseline = json.loads(args.baseline.read_text(encoding="utf-8"))
-            if not isinstance(baseline, dict) or not isinstance(baseline.get("cases"), list):
-                raise ValueError("not a JSON object with a 'cases' list")
-        except (OSError, ValueError) as exc:
-            print(
-                f"planner bench solvers: cannot read baseline {args.baseline}: {exc}",
-                file=sys.stderr,
-            )
-            return EXIT_BAD_INPUT
     config = config_from(args)
     machine = machine_info()
     started = time.perf_counter()
@@ -907,20 +887,4 @@ def run(args: argparse.Namespace) -> int:
         "anomalies": measured.anomalies,
         "baseline": None,
     }
-    if baseline is not None:
-        try:
-            doc["baseline"] = compare_baseline(measured.cases, baseline, args.regression_factor)
-        except (KeyError, TypeError, ValueError) as exc:
-            print(
-                f"planner bench solvers: baseline {args.baseline} unusable: {exc}", file=sys.stderr
-            )
-            return EXIT_BAD_INPUT
-    print(text_report(doc))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    if args.markdown is not None:
-        write_section(args.markdown, SECTION, markdown_section(doc))
-    if doc["baseline"] is not None and doc["baseline"]["regressions"]:
-        return EXIT_REGRESSED
-    return EXIT_OK
+    return publish(doc, args, baseline, compare_baseline, text_report, markdown_section, SECTION)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import sys
 import time
@@ -31,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from planner.bench.gurobi_probe import gurobi_unavailable
+from planner.bench.gurobi_probe import runnable_backends
 from planner.bench.machine import load_average, machine_info
-from planner.bench.markdown import write_section
+from planner.bench.solvers_output import EXIT_BAD_INPUT, publish, read_baseline
 from planner.bench.solvers_placement_instances import (
     GPUS_PER_SERVER,
     MIXES,
@@ -52,7 +51,6 @@ DEFAULT_LIMITS_S = (0.5, 5.0)
 DEFAULT_MAX_ENUMERATION = 200_000
 TARGET_GAP = 0.01
 GOOD_GAP = 0.05
-EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
 BACKEND_ARG = {"cp-sat": "cpsat", "gurobi": "gurobi", "exhaustive": "exhaustive"}
 
 
@@ -153,13 +151,7 @@ def _warm_up(backends: list[str]) -> None:
 
 def run_bench(config: PConfig, progress: Callable[[str], None] = lambda _: None) -> PMeasured:
     measured = PMeasured()
-    backends = list(config.backends)
-    if "gurobi" in backends:
-        why = gurobi_unavailable()
-        if why is not None:
-            measured.skipped["gurobi"] = why
-            backends.remove("gurobi")
-            progress(f"gurobi skipped: {why}")
+    backends = runnable_backends(config.backends, measured.skipped, progress)
     _warm_up(backends)
     for gpus in config.gpus:
         instances = [make_instance(gpus, i, config.seed) for i in range(config.instances)]
@@ -435,21 +427,9 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(config, str):
         print(f"planner bench solvers: {config}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.regression_factor <= 1.0:
-        print("planner bench solvers: --regression-factor must be > 1", file=sys.stderr)
+    usable, baseline = read_baseline(args)
+    if not usable:
         return EXIT_BAD_INPUT
-    baseline = None
-    if args.baseline is not None:
-        try:
-            baseline = json.loads(args.baseline.read_text(encoding="utf-8"))
-            if not isinstance(baseline, dict) or not isinstance(baseline.get("cases"), list):
-                raise ValueError("not a JSON object with a 'cases' list")
-        except (OSError, ValueError) as exc:
-            print(
-                f"planner bench solvers: cannot read baseline {args.baseline}: {exc}",
-                file=sys.stderr,
-            )
-            return EXIT_BAD_INPUT
     machine = machine_info()
     started = time.perf_counter()
     measured = run_bench(config, progress=_progress)
@@ -466,20 +446,4 @@ def run(args: argparse.Namespace) -> int:
         "targets": evaluate_targets(measured.cases, measured.skipped),
         "baseline": None,
     }
-    if baseline is not None:
-        try:
-            doc["baseline"] = compare_baseline(measured.cases, baseline, args.regression_factor)
-        except (KeyError, TypeError, ValueError) as exc:
-            print(
-                f"planner bench solvers: baseline {args.baseline} unusable: {exc}", file=sys.stderr
-            )
-            return EXIT_BAD_INPUT
-    print(text_report(doc))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    if args.markdown is not None:
-        write_section(args.markdown, SECTION, markdown_section(doc))
-    if doc["baseline"] is not None and doc["baseline"]["regressions"]:
-        return EXIT_REGRESSED
-    return EXIT_OK
+    return publish(doc, args, baseline, compare_baseline, text_report, markdown_section, SECTION)

@@ -619,51 +619,30 @@ def descend(  # noqa: PLR0917
                 break
         if moved:
             continue
-        improved = False
-        if stagger > 0:
-            improved = _stagger(
-                p,
-                choice,
-                layer_blocks,
-                mem,
-                best,
-                best_tie,
-                stagger,
-                part_r[:partners],
-                part_c[:partners],
-                part_d[:partners],
-                undo,
-                work,
-                deadline,
-                scratch,
-                tally,
-            )
-            if work[2] and not improved:
-                return best, best_tie, False
-        if not improved and gainers > 0 and partners > 0:
-            improved = _pairs_and_compounds(
-                p,
-                choice,
-                layer_blocks,
-                mem,
-                best,
-                best_tie,
-                order,
-                gain_r,
-                gain_c,
-                gain_d,
-                gain_x,
-                part_r[:partners],
-                part_c[:partners],
-                part_d[:partners],
-                undo,
-                work,
-                deadline,
-                scratch,
-                tally,
-            )
-            if work[2] and not improved:
-                return best, best_tie, False
+        improved = _pairs_stagger_compounds(
+            p,
+            choice,
+            layer_blocks,
+            mem,
+            best,
+            best_tie,
+            stagger,
+            order,
+            gain_r,
+            gain_c,
+            gain_d,
+            gain_x,
+            part_r[:partners],
+            part_c[:partners],
+            part_d[:partners],
+            undo,
+            work,
+            deadline,
+            scratch,
+            tally,
+        )
+        if work[2] and not improved:
+            return best, best_tie, False
         if improved:
             best, best_tie = evaluate_one(p, choice)
             version += 1
@@ -763,13 +742,14 @@ def _scan(  # noqa: PLR0917
 
 
 @jit
-def _pairs_and_compounds(  # noqa: PLR0917
+def _pairs_stagger_compounds(  # noqa: PLR0917
     p: Any,
     choice: Any,
     layer_blocks: Any,
     mem: Any,
     best: float,
     best_tie: float,
+    stagger: int,
     order: Any,
     gain_r: Any,
     gain_c: Any,
@@ -784,7 +764,32 @@ def _pairs_and_compounds(  # noqa: PLR0917
     scratch: Any,
     tally: Any,
 ) -> bool:
-    """descend's steps 3 and 4: True when a move was taken (in place)."""
+    """descend's steps 5 (when `stagger` > 0), 3 and 4, in that order: True
+    when a move was taken (in place). order: the gainers to pair (none: no
+    pairs nor compounds)."""
+    if stagger > 0:
+        if _stagger(
+            p,
+            choice,
+            layer_blocks,
+            mem,
+            best,
+            best_tie,
+            stagger,
+            part_r,
+            part_c,
+            part_d,
+            undo,
+            work,
+            deadline,
+            scratch,
+            tally,
+        ):
+            return True
+        if work[2]:
+            return False
+    if len(order) == 0 or len(part_r) == 0:
+        return False
     mem_coef = p[8]
     # 3. Pairs: a gainer and a partner that frees at least its excess (its
     # buffer only grows), least summed change first.

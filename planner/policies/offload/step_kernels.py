@@ -237,6 +237,55 @@ def exact_latencies(  # noqa: PLR0917
 
 
 @jit
+def fetch_tally(blocks: Any, layers_of: Any, count: Any, choice: Any, per_layer: Any) -> Any:
+    """(blocks fetched per step, the most fetched for one layer: the prefetch
+    buffer) of one assignment choice (R,); per_layer (L,) is left with the
+    blocks fetched for each layer."""
+    per_layer[:] = 0
+    total = 0
+    for r in range(choice.shape[0]):
+        c = choice[r]
+        b = int(blocks[r])
+        for j in range(count[c]):
+            per_layer[layers_of[c, j]] += b
+        total += b * count[c]
+    most = 0
+    for layer in range(per_layer.shape[0]):
+        most = max(most, per_layer[layer])
+    return total, most
+
+
+@jit
+def windows_held(  # noqa: PLR0917
+    latency: float,
+    bandwidth: float,
+    buffer: int,
+    mem_coef: Any,
+    mem_cap: Any,
+    slo_coef: Any,
+    slo_cap_s: Any,
+    slo_rtol: float,
+    choice: Any,
+) -> int:
+    """How many window options, a prefix, one assignment choice (R,) of this
+    latency and prefetch buffer holds: memory row coef + buffer <= cap, SLO
+    row latency + coef / B <= cap."""
+    held = 0
+    for w in range(mem_cap.shape[0]):
+        mem = buffer
+        slo = 0.0
+        for r in range(choice.shape[0]):
+            mem += mem_coef[w, r, choice[r]]
+            slo += slo_coef[w, r, choice[r]]
+        if mem > mem_cap[w]:
+            break
+        if latency + slo / bandwidth > slo_cap_s[w] * (1 + slo_rtol):
+            break
+        held = w + 1
+    return held
+
+
+@jit
 def score_assignments(  # noqa: PLR0917
     comp: Any,
     bandwidth: float,
@@ -253,8 +302,7 @@ def score_assignments(  # noqa: PLR0917
     """problem.py's evaluation of choices (N, R): (latency, held, fetched,
     buffer) per row; held counts the window options, a prefix, whose memory
     row (coef + buffer <= cap) and SLO row (latency + coef / B <= cap) hold."""
-    num, num_r = choices.shape
-    num_w = mem_cap.shape[0]
+    num = choices.shape[0]
     num_l = comp.shape[0]
     latency = exact_latencies(comp, bandwidth, blocks, layers_of, count, choices)
     held = np.zeros(num, np.int64)
@@ -262,30 +310,20 @@ def score_assignments(  # noqa: PLR0917
     buffer = np.zeros(num, np.int64)
     per_layer = np.zeros(max(num_l, 1), np.int64)
     for n in range(num):
-        per_layer[:] = 0
-        total = 0
-        for r in range(num_r):
-            c = choices[n, r]
-            b = int(blocks[r])
-            for j in range(count[c]):
-                per_layer[layers_of[c, j]] += b
-            total += b * count[c]
-        most = 0
-        for layer in range(num_l):
-            most = max(most, per_layer[layer])
+        total, most = fetch_tally(blocks, layers_of, count, choices[n], per_layer)
         fetched[n] = total
         buffer[n] = most
-        for w in range(num_w):
-            mem = most
-            slo = 0.0
-            for r in range(num_r):
-                mem += mem_coef[w, r, choices[n, r]]
-                slo += slo_coef[w, r, choices[n, r]]
-            if mem > mem_cap[w]:
-                break
-            if latency[n] + slo / bandwidth > slo_cap_s[w] * (1 + slo_rtol):
-                break
-            held[n] = w + 1
+        held[n] = windows_held(
+            latency[n],
+            bandwidth,
+            most,
+            mem_coef,
+            mem_cap,
+            slo_coef,
+            slo_cap_s,
+            slo_rtol,
+            choices[n],
+        )
     return latency, held, fetched, buffer
 
 
@@ -322,17 +360,7 @@ def score_leaves(  # noqa: PLR0917
     scratch = step_scratch(num_r, num_l)
     remaining = remaining_compute(comp)
     for n in range(num):
-        per_layer[:] = 0
-        total = 0
-        for r in range(num_r):
-            c = choices[n, r]
-            b = int(blocks[r])
-            for j in range(count[c]):
-                per_layer[layers_of[c, j]] += b
-            total += b * count[c]
-        most = 0
-        for layer in range(num_l):
-            most = max(most, per_layer[layer])
+        total, most = fetch_tally(blocks, layers_of, count, choices[n], per_layer)
         fetched[n] = total
         mem = most
         for r in range(num_r):
@@ -344,17 +372,17 @@ def score_leaves(  # noqa: PLR0917
         )
         if not np.isfinite(latency[n]):
             continue
-        for w in range(num_w):
-            mem = most
-            slo = 0.0
-            for r in range(num_r):
-                mem += mem_coef[w, r, choices[n, r]]
-                slo += slo_coef[w, r, choices[n, r]]
-            if mem > mem_cap[w]:
-                break
-            if latency[n] + slo / bandwidth > slo_cap_s[w] * (1 + slo_rtol):
-                break
-            held[n] = w + 1
+        held[n] = windows_held(
+            latency[n],
+            bandwidth,
+            most,
+            mem_coef,
+            mem_cap,
+            slo_coef,
+            slo_cap_s,
+            slo_rtol,
+            choices[n],
+        )
     objective = np.full(num, np.inf)
     tiebreak = np.empty(num)
     for n in range(num):
