@@ -22,7 +22,10 @@ TIMING_KEY = "planner-timing"
 class ServerTiming:
     # The server's polling thread took the call up (looked its method up).
     seen_ns: int
-    # A worker thread started the handler.
+    # A worker thread started the handler. In between, gRPC's sync server
+    # hands the call to a worker thread, which asks for the request message
+    # and waits until the polling thread has received it (grpc/_server.py,
+    # _unary_request): two more thread wake-ups.
     start_ns: int
     # The handler returned (the response is serialized and sent after).
     end_ns: int
@@ -58,9 +61,10 @@ class CallTiming:
     def parts_ms(self) -> dict[str, float]:
         """The call cut at each moment, milliseconds: hand-over (to the
         sending thread), inbound (serialization, transport and the server's
-        polling thread waking), server queue (its thread pool's hand-over),
-        handler, outbound (serialization, transport, the caller's thread
-        waking and parsing); total = their sum."""
+        polling thread waking), server queue (the hand-over to a worker
+        thread and the request message's delivery to it), handler, outbound
+        (serialization, transport, the caller's thread waking and parsing);
+        total = their sum."""
         out = {
             "total": (self.returned_ns - self.handed_ns) / 1e6,
             "hand_over": (self.picked_ns - self.handed_ns) / 1e6,

@@ -3,7 +3,8 @@ timing logs (the adapter's `call_timing_log`, planner.call_timing: the
 caller's and the server's moments of each gRPC call on one host) and cuts
 every call into hand-over (engine thread to sending thread), inbound
 (serialization, transport, the server's polling thread waking), server queue
-(its thread pool's hand-over to a worker thread), handler (the planner's
+(the hand-over to a worker thread, which then asks the polling thread for the
+request message and waits for it), handler (the planner's
 work) and outbound (serialization, transport, the caller's thread waking).
 For all calls and for the calls over the deadline: each part's median, p99
 and mean, and for the calls over the deadline which part was the largest.

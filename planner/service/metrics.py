@@ -43,7 +43,8 @@ class RpcMetrics:
         self.queue = Histogram(
             "planner_rpc_queue_seconds",
             "From the server's polling thread taking an RPC up to a worker thread "
-            "starting its handler (the thread pool's hand-over).",
+            "starting its handler with the request message (the thread pool's hand-over "
+            "and the message's delivery).",
             _LABELS,
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
