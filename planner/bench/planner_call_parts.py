@@ -148,7 +148,7 @@ def calls(args: argparse.Namespace) -> dict[str, Any]:
     request = snapshot(args.requests)
     metrics_port = args.metrics_port
     cores = sorted(os.sched_getaffinity(0))
-    with ServerProcess("--metrics-port", str(metrics_port)) as server:
+    with ServerProcess("--metrics-port", str(metrics_port), *args.planner_arg) as server:
         if args.pin:
             if len(cores) < 2:
                 raise SystemExit("--pin needs two cores")
@@ -229,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="each call's moments, the caller's and the server's, one JSON line a call "
         "(planner.bench.call_timing_report reads it)",
+    )
+    parser.add_argument(
+        "--planner-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an argument for `planner serve` (e.g. --planner-arg=--max-workers=1)",
     )
     parser.add_argument("--metrics-port", type=int, default=9464)
     parser.add_argument("--json", action="store_true")

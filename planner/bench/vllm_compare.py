@@ -521,6 +521,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the planner server in a session (scheduling autogroup) of its own, at this nice",
     )
     parser.add_argument(
+        "--planner-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an argument for `planner serve` (e.g. --planner-arg=--max-workers=1)",
+    )
+    parser.add_argument(
         "--env",
         action="append",
         default=[],
@@ -559,7 +566,9 @@ def main(argv: list[str] | None = None) -> int:
     loads = [LOADS[n] for n in (args.load or LOADS)]
     configs = args.config or list(CONFIGS)
     results: list[RunResult] = []
-    with ServerProcess(new_session=placement.planner_autogroup_nice is not None) as planner:
+    with ServerProcess(
+        *args.planner_arg, new_session=placement.planner_autogroup_nice is not None
+    ) as planner:
         place_planner(planner.pid, placement)
         for case in loads:
             for repeat in range(args.repeat):
