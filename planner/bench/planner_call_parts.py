@@ -41,6 +41,7 @@ from planner.adapters.common.snapshot import build_rotation_request
 from planner.bench import call_timing_report
 from planner.bench.planner_call import snapshot, snapshot_views
 from planner.bench.server_process import ServerProcess
+from planner.bench.vllm_placement import set_thread_nice
 from planner.policies.rotation import plan_rotation
 from planner.service.convert.rotation import rotation_plan_to_proto, rotation_request_from_proto
 from planner.service.limits import ServiceLimits
@@ -149,6 +150,8 @@ def calls(args: argparse.Namespace) -> dict[str, Any]:
     metrics_port = args.metrics_port
     cores = sorted(os.sched_getaffinity(0))
     with ServerProcess("--metrics-port", str(metrics_port), *args.planner_arg) as server:
+        if args.server_nice is not None:
+            set_thread_nice(server.pid, args.server_nice)
         if args.pin:
             if len(cores) < 2:
                 raise SystemExit("--pin needs two cores")
@@ -229,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="each call's moments, the caller's and the server's, one JSON line a call "
         "(planner.bench.call_timing_report reads it)",
+    )
+    parser.add_argument(
+        "--server-nice", type=int, help="the nice value of every thread of the planner server"
     )
     parser.add_argument(
         "--planner-arg",

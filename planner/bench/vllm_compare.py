@@ -377,7 +377,7 @@ def run_one(
     )
     result.load_average_before = before
     result.load_average_after = after
-    result.placement = placement.describe() if placement.pins_anything else ""
+    result.placement = "" if placement == Placement() else placement.describe()
     outputs = {r.id: r.text for r in records}
     (log_dir / f"{case.name}-{config}-{repeat}.outputs.json").write_text(
         json.dumps(outputs), encoding="utf-8"
@@ -521,6 +521,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the planner server in a session (scheduling autogroup) of its own, at this nice",
     )
     parser.add_argument(
+        "--planner-nice",
+        type=int,
+        help="the nice value of every thread of the planner server (-20..19), in the autogroup "
+        "it is in (the caller's unless --planner-autogroup-nice)",
+    )
+    parser.add_argument(
         "--planner-arg",
         action="append",
         default=[],
@@ -550,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
             frontend=args.frontend_cpus,
             planner=args.planner_cpus,
             planner_autogroup_nice=args.planner_autogroup_nice,
+            planner_nice=args.planner_nice,
         )
     except ValueError as exc:
         parser.error(str(exc))
