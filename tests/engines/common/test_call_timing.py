@@ -125,4 +125,10 @@ def test_report_names_the_largest_part_of_each_call_over_the_deadline():
         "outbound": 1,
     }
     assert r.parts_over["total"].max_ms == pytest.approx(9.0)
+    # Without its handler (0.1 ms each) every one of them is still over.
+    assert r.over_without_handler == 3
+    slow_handler = report([_call(6.0, "handler"), _call(5.5, "handler")], 5.0, 0.7)
+    assert (slow_handler.over, slow_handler.over_without_handler) == (2, 0)
+    # 0.7 ms less: 5.3 ms is still over, 4.8 ms is not.
+    assert slow_handler.over_with_saving == 1
     assert r.parts["inbound"].max_ms == pytest.approx(6.6)
