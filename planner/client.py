@@ -35,6 +35,7 @@ from google.protobuf.message import Message
 
 from planner.affinity import affinity_key, rendezvous_order
 from planner.bearer_token import bearer_metadata
+from planner.call_timing import TIMING_KEY, ServerTiming
 from planner.rpc import RPCS, Rpc
 from planner.targets import Replicas, resolve, split_targets
 from planner.tls import ClientTls
@@ -233,6 +234,29 @@ class PlannerClient:
         except grpc.RpcError as exc:
             raise PlannerError(exc.code(), exc.details() or "") from None
         return response
+
+    def call_timed(
+        self, method: str | Rpc, request: Message, deadline_s: float | None = None
+    ) -> tuple[Message, ServerTiming | None]:
+        """call(), asking the server for its moments (planner.call_timing):
+        the answer and the server's moments (None when it sent none); raises
+        PlannerError on a non-OK status."""
+        m = RPCS[method] if isinstance(method, str) else method
+        stub = self._stub(m, request)
+        try:
+            response, call = stub.with_call(
+                request,
+                timeout=self.deadline_s if deadline_s is None else deadline_s,
+                metadata=(*(self._metadata or ()), (TIMING_KEY, "1")),
+                wait_for_ready=self._wait_for_ready,
+            )
+        except grpc.RpcError as exc:
+            raise PlannerError(exc.code(), exc.details() or "") from None
+        timing = None
+        for key, value in call.trailing_metadata() or ():
+            if key == TIMING_KEY:
+                timing = ServerTiming.parse(value)
+        return response, timing
 
     def plan_rotation(
         self, request: rotation_pb2.PlanRotationRequest, deadline_s: float | None = None

@@ -6,6 +6,7 @@ the engine. PlannerLink and OffloadLink build on it."""
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +19,7 @@ from typing import Any, Literal, Self
 import grpc
 from google.protobuf.message import Message
 
+from planner.call_timing import CallTiming, ServerTiming
 from planner.client import PlannerClient, PlannerError, RetryPolicy
 from planner.rpc import Rpc
 
@@ -68,10 +70,15 @@ class PlannerChannel:
         *,
         switch_interval_s: float | None = CALL_SWITCH_INTERVAL_S,
         pipelined_send: PipelinedSend = "sender-thread",
+        call_timing_log: str | None = None,
     ) -> None:
         """switch_interval_s: the GIL switch interval while a call waits
         (None: CPython's, untouched); pipelined_send: how send() starts a
-        call over gRPC."""
+        call over gRPC; call_timing_log: a file that gets each gRPC call's
+        moments, the caller's and the server's (planner.call_timing), one
+        JSON line per call (synchronous calls and pipelined ones through the
+        sending thread; a measurement aid: the line is written on the
+        calling thread after the answer)."""
         if not deadline_s > 0:
             raise ValueError(f"deadline_s must be > 0, got {deadline_s}")
         security = security or ChannelSecurity()
@@ -94,6 +101,13 @@ class PlannerChannel:
                 auth_token=security.auth_token,
             )
             if target is not None
+            else None
+        )
+        if call_timing_log is not None and target is None:
+            raise ValueError("call_timing_log needs a target (in process there is no server)")
+        self._timing_log = (
+            open(call_timing_log, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+            if call_timing_log is not None
             else None
         )
         self._local = InProcessPlanner(deadline_s) if target is None else None
@@ -149,12 +163,38 @@ class PlannerChannel:
             return self._sent
         if self._sender is None:
             self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner-send")
-        self._sent = self._sender.submit(self._client.call, rpc, request, timeout_s)
+        if self._timing_log is None:
+            self._sent = self._sender.submit(self._client.call, rpc, request, timeout_s)
+        else:
+            self._sent = self._sender.submit(
+                self._timed_call, rpc, request, timeout_s, time.perf_counter_ns()
+            )
         return self._sent
+
+    def _timed_call(
+        self, rpc: Rpc, request: Message, timeout_s: float | None, handed_ns: int
+    ) -> Message:
+        """client.call, with the call's moments written to the timing log."""
+        assert self._client is not None and self._timing_log is not None
+        picked_ns = time.perf_counter_ns()
+        server: ServerTiming | None = None
+        code = "OK"
+        try:
+            response, server = self._client.call_timed(rpc, request, timeout_s)
+        except PlannerError as exc:
+            code = exc.code.name
+            raise
+        finally:
+            timing = CallTiming(handed_ns, picked_ns, time.perf_counter_ns(), server, code)
+            self._timing_log.write(json.dumps(timing.to_json()) + "\n")
+        return response
 
     def _ask(self, rpc: Rpc, request: Message) -> tuple[Message | None, FallbackReason | None]:
         try:
             if self._client is not None:
+                if self._timing_log is not None:
+                    now_ns = time.perf_counter_ns()
+                    return self._timed_call(rpc, request, None, now_ns), None
                 return self._client.call(rpc, request), None
             assert self._local is not None
             return self._local.call(rpc, request)
@@ -171,6 +211,8 @@ class PlannerChannel:
             self._client.close()
         if self._local is not None:
             self._local.close()
+        if self._timing_log is not None:
+            self._timing_log.close()
 
     def __enter__(self) -> Self:
         return self

@@ -54,6 +54,7 @@ class PlannerLink(PlannerChannel):
         *,
         switch_interval_s: float | None = CALL_SWITCH_INTERVAL_S,
         pipelined_send: PipelinedSend = "sender-thread",
+        call_timing_log: str | None = None,
     ) -> None:
         super().__init__(
             target,
@@ -62,6 +63,7 @@ class PlannerLink(PlannerChannel):
             security,
             switch_interval_s=switch_interval_s,
             pipelined_send=pipelined_send,
+            call_timing_log=call_timing_log,
         )
         self.counters = counters or FallbackCounters()
 

@@ -99,6 +99,7 @@ class PlannerSchedulerBase(Scheduler, HandsOverPreemptedBlocks):  # type: ignore
             ),
             security=self.planner_settings.security,
             pipelined_send=self.planner_settings.pipelined_send,
+            call_timing_log=self.planner_settings.call_timing_log,
         )
         if swap is not None:
             swap.stats.counters = self.planner_link.counters

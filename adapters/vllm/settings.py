@@ -87,6 +87,10 @@ class PlannerSettings:
     # A file that gets one JSON line per step with requests waiting
     # (decision_log.py); None: no log.
     decision_log: str | None = None
+    # A file that gets each planner call's moments over gRPC, the adapter's
+    # and the server's (planner.call_timing), one JSON line per call; None:
+    # no log. A measurement aid: needs a target.
+    call_timing_log: str | None = None
 
     @classmethod
     def from_additional_config(cls, additional: Any) -> PlannerSettings:
@@ -108,6 +112,7 @@ class PlannerSettings:
             "reorder",
             "engine_preemptions",
             "decision_log",
+            "call_timing_log",
             *SECURITY_KEYS,
         }
         unknown = sorted(set(raw) - known)
@@ -147,6 +152,12 @@ class PlannerSettings:
                 f"additional_config.{CONFIG_KEY}.engine_preemptions: one of "
                 f"{', '.join(ENGINE_PREEMPTION_MODES)}, got {engine_preemptions!r}"
             )
+        call_timing_log = _path(raw, "call_timing_log")
+        if call_timing_log is not None and target is None:
+            raise ValueError(
+                f"additional_config.{CONFIG_KEY}.call_timing_log: needs a target "
+                "(in process there is no server to time)"
+            )
         paths = {key: _path(raw, key) for key in SECURITY_KEYS}
         security = ChannelSecurity.from_settings(
             target, **paths, where=f"additional_config.{CONFIG_KEY}"
@@ -167,6 +178,7 @@ class PlannerSettings:
             reorder=reorder,
             engine_preemptions=engine_preemptions,
             decision_log=_path(raw, "decision_log"),
+            call_timing_log=call_timing_log,
         )
 
 

@@ -30,6 +30,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -37,8 +38,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from planner.adapters.common.counters import FallbackCounters
 from planner.adapters.common.link import PlannerLink, PlanPipeline
 from planner.adapters.common.snapshot import build_rotation_request
+from planner.bench import call_timing_report
 from planner.bench.planner_call import snapshot, snapshot_views
 from planner.bench.server_process import ServerProcess
+from planner.bench.vllm_placement import set_thread_nice
 from planner.policies.rotation import plan_rotation
 from planner.service.convert.rotation import rotation_plan_to_proto, rotation_request_from_proto
 from planner.service.limits import ServiceLimits
@@ -146,7 +149,9 @@ def calls(args: argparse.Namespace) -> dict[str, Any]:
     request = snapshot(args.requests)
     metrics_port = args.metrics_port
     cores = sorted(os.sched_getaffinity(0))
-    with ServerProcess("--metrics-port", str(metrics_port)) as server:
+    with ServerProcess("--metrics-port", str(metrics_port), *args.planner_arg) as server:
+        if args.server_nice is not None:
+            set_thread_nice(server.pid, args.server_nice)
         if args.pin:
             if len(cores) < 2:
                 raise SystemExit("--pin needs two cores")
@@ -159,10 +164,14 @@ def calls(args: argparse.Namespace) -> dict[str, Any]:
             args.deadline_ms / 1e3,
             counters,
             pipelined_send="grpc-future" if args.grpc_future else "sender-thread",
+            call_timing_log=None if args.call_timing_log is None else str(args.call_timing_log),
         ) as link:
             for _ in range(50):
                 link.plan_rotation(request)
             counters.drain_latencies()
+            if args.call_timing_log is not None:
+                # The warm-up calls are not measured.
+                args.call_timing_log.write_text("", encoding="utf-8")
             before = _handling(url)
             step_s = args.step_ms / 1e3
             # What sending a pipelined call holds the caller's thread.
@@ -218,6 +227,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pin", action="store_true", help="caller and server on two cores")
     parser.add_argument("--busy-thread", action="store_true")
     parser.add_argument("--busy-core", type=int, help="a spinning process on this core")
+    parser.add_argument(
+        "--call-timing-log",
+        type=Path,
+        help="each call's moments, the caller's and the server's, one JSON line a call "
+        "(planner.bench.call_timing_report reads it)",
+    )
+    parser.add_argument(
+        "--server-nice", type=int, help="the nice value of every thread of the planner server"
+    )
+    parser.add_argument(
+        "--planner-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an argument for `planner serve` (e.g. --planner-arg=--max-workers=1)",
+    )
     parser.add_argument("--metrics-port", type=int, default=9464)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -231,6 +256,13 @@ def main(argv: list[str] | None = None) -> int:
     result["python_in_call_ms"] = python_ms
     result["transport_and_queueing_mean_ms"] = rest_ms
     result["load_average"] = os.getloadavg()[0]
+    if args.call_timing_log is not None:
+        timed = call_timing_report.report(
+            call_timing_report.read_timings([args.call_timing_log]), args.deadline_ms
+        )
+        result["call_timing"] = timed.to_json()
+        if not args.json:
+            print(call_timing_report.markdown(timed))
     if args.json:
         print(json.dumps(result))
         return 0

@@ -63,11 +63,15 @@ class Placement:
     # The planner server's autogroup nice value (-20..19); None: the planner
     # stays in the caller's session and autogroup.
     planner_autogroup_nice: int | None = None
+    # The nice value of every thread of the planner server (-20..19), inside
+    # whatever autogroup it is in; None: left as it starts.
+    planner_nice: int | None = None
 
     def __post_init__(self) -> None:
-        nice = self.planner_autogroup_nice
-        if nice is not None and not -20 <= nice <= 19:
-            raise ValueError(f"planner_autogroup_nice must be in -20..19, got {nice}")
+        for name in ("planner_autogroup_nice", "planner_nice"):
+            nice = getattr(self, name)
+            if nice is not None and not -20 <= nice <= 19:
+                raise ValueError(f"{name} must be in -20..19, got {nice}")
 
     @property
     def pins_anything(self) -> bool:
@@ -97,6 +101,8 @@ class Placement:
                 parts.append(f"{name} on CPU {cpu_list(cpus)}")
         if self.planner_autogroup_nice is not None:
             parts.append(f"planner in its own autogroup at nice {self.planner_autogroup_nice}")
+        if self.planner_nice is not None:
+            parts.append(f"planner's threads at nice {self.planner_nice}")
         return ", ".join(parts) or "no placement"
 
 
@@ -152,6 +158,16 @@ def place_planner(pid: int, placement: Placement) -> None:
         pin_process(pid, placement.planner)
     if placement.planner_autogroup_nice is not None:
         set_autogroup_nice(pid, placement.planner_autogroup_nice)
+    if placement.planner_nice is not None:
+        set_thread_nice(pid, placement.planner_nice)
+
+
+def set_thread_nice(pid: int, nice: int) -> None:
+    """The nice value of every thread of process pid (threads it starts
+    later inherit their creator's)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.setpriority(os.PRIO_PROCESS, int(tid), nice)
 
 
 def affinity(pid: int) -> frozenset[int]:

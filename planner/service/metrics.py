@@ -1,6 +1,7 @@
 """Prometheus metrics of one server, under the names and labels every gRPC
 dashboard knows (go-grpc-prometheus's): calls started, calls handled by
-status code, and handling time."""
+status code, and handling time; and the planner's own: how long a call
+waited between the server taking it up and a worker thread starting it."""
 
 from __future__ import annotations
 
@@ -39,12 +40,24 @@ class RpcMetrics:
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self.queue = Histogram(
+            "planner_rpc_queue_seconds",
+            "From the server's polling thread taking an RPC up to a worker thread "
+            "starting its handler with the request message (the thread pool's hand-over "
+            "and the message's delivery).",
+            _LABELS,
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
         self.in_flight = Gauge(
             "planner_rpc_in_flight", "RPCs being answered now.", registry=self.registry
         )
 
-    def start(self, rpc: Rpc) -> None:
-        self.started.labels(GRPC_TYPE, rpc.full_service, rpc.name).inc()
+    def start(self, rpc: Rpc, queued_s: float) -> None:
+        """An RPC's handler starts, queued_s after the server took it up."""
+        labels = (GRPC_TYPE, rpc.full_service, rpc.name)
+        self.started.labels(*labels).inc()
+        self.queue.labels(*labels).observe(queued_s)
         self.in_flight.inc()
 
     def observe(self, rpc: Rpc, code: str, seconds: float) -> None:

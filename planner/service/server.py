@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from planner.bearer_token import check_token
+from planner.call_timing import TIMING_KEY, ServerTiming
 from planner.rpc import RPCS, SERVICE_NAMES, Rpc
 from planner.service.auth import BearerTokenInterceptor, require_tls_off_loopback
 from planner.service.cluster_store import ClusterStore
@@ -223,16 +224,41 @@ def _host_for_address(host: str) -> str:
 
 
 def _generic_handlers(server: PlannerServer) -> list[grpc.GenericRpcHandler[Any, Any]]:
-    by_service: dict[str, dict[str, grpc.RpcMethodHandler[Any, Any]]] = {}
-    for method in RPCS.values():
-        by_service.setdefault(method.full_service, {})[method.name] = (
-            grpc.unary_unary_rpc_method_handler(
+    return [_TimedHandlers(server)]
+
+
+class _TimedHandlers(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    """Every planner method. gRPC looks a call's method up on the server's
+    polling thread, as soon as it takes the call up; that moment is the
+    call's `seen` time (planner.call_timing), before the thread pool hands
+    the call to a worker thread."""
+
+    def __init__(self, server: PlannerServer) -> None:
+        self._answers = {
+            method.full_path: (
                 _unary(server, method),
-                request_deserializer=_deserializer(method.request_type),
-                response_serializer=lambda m: m.SerializeToString(),
+                _deserializer(method.request_type),
             )
+            for method in RPCS.values()
+        }
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        seen_ns = time.perf_counter_ns()
+        found = self._answers.get(handler_call_details.method)
+        if found is None:
+            return None
+        answer, parse = found
+        return grpc.unary_unary_rpc_method_handler(
+            lambda request, context: answer(request, context, seen_ns),
+            request_deserializer=parse,
+            response_serializer=_serialize,
         )
-    return [grpc.method_handlers_generic_handler(s, h) for s, h in by_service.items()]
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
 
 
 class _UndecodableRequest:
@@ -252,14 +278,17 @@ def _deserializer(message_type: type[Message]) -> Callable[[bytes], object]:
     return parse
 
 
-def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.ServicerContext], Message]:
+def _unary(
+    server: PlannerServer, method: Rpc
+) -> Callable[[object, grpc.ServicerContext, int], Message]:
     limits = server.config.limits
 
-    def answer(request: object, context: grpc.ServicerContext) -> Message:
-        started = time.perf_counter()
+    def answer(request: object, context: grpc.ServicerContext, seen_ns: int) -> Message:
+        started_ns = time.perf_counter_ns()
+        started = started_ns / 1e9
         code = grpc.StatusCode.OK
         detail = ""
-        server.metrics.start(method)
+        server.metrics.start(method, (started_ns - seen_ns) / 1e9)
         try:
             remaining = context.time_remaining()
             if remaining is not None and remaining <= 0:
@@ -271,7 +300,7 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
             else:
                 assert isinstance(request, Message)
                 try:
-                    return handle(
+                    response = handle(
                         method,
                         request,
                         CallContext(
@@ -284,6 +313,8 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
                             policies=server.config.policies,
                         ),
                     )
+                    _send_timing(context, seen_ns, started_ns)
+                    return response
                 except InvalidArgumentError as exc:
                     code, detail = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
                 except FailedPreconditionError as exc:
@@ -298,7 +329,7 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
                     code, detail = grpc.StatusCode.INTERNAL, "internal error (see server log)"
             context.abort(code, detail)
         finally:
-            elapsed = time.perf_counter() - started
+            elapsed = time.perf_counter_ns() / 1e9 - started
             server.metrics.observe(method, code.name, elapsed)
             log_event(
                 server.logger,
@@ -313,3 +344,10 @@ def _unary(server: PlannerServer, method: Rpc) -> Callable[[object, grpc.Service
         raise AssertionError("unreachable: context.abort raises")
 
     return answer
+
+
+def _send_timing(context: grpc.ServicerContext, seen_ns: int, started_ns: int) -> None:
+    """The call's server moments in its trailing metadata, when asked for."""
+    if any(key == TIMING_KEY for key, _ in context.invocation_metadata()):
+        timing = ServerTiming(seen_ns, started_ns, time.perf_counter_ns())
+        context.set_trailing_metadata(((TIMING_KEY, timing.header()),))

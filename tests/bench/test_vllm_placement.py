@@ -22,6 +22,7 @@ from planner.bench.vllm_placement import (
     parse_cpus,
     place_planner,
     place_vllm,
+    set_thread_nice,
 )
 
 TWO_CPUS = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
@@ -124,3 +125,33 @@ def test_the_planner_server_runs_in_an_autogroup_of_its_own_on_its_core():
         )
     # The caller's own group is untouched.
     assert autogroup_of(os.getpid()).split()[0] == mine
+
+
+def test_every_thread_of_the_planner_gets_the_nice_value():
+    # A child with a second thread; a positive nice needs no privilege.
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import threading, sys; t = threading.Thread(target=sys.stdin.read); t.start(); "
+            "print('ready', flush=True); t.join()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        set_thread_nice(child.pid, 7)
+        tids = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+        assert len(tids) >= 2
+        assert {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {7}
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
+def test_nice_values_out_of_range_are_refused():
+    with pytest.raises(ValueError, match="planner_nice"):
+        Placement(planner_nice=-21)

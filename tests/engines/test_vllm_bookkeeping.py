@@ -156,6 +156,8 @@ def test_settings_default_to_in_process_pipelined_with_a_5_ms_deadline():
         ({"planning": "async"}, "planning"),
         ({"pipelined_send": "thread"}, "pipelined_send"),
         ({"engine_preemptions": "offload"}, "engine_preemptions"),
+        ({"call_timing_log": "calls.jsonl"}, "call_timing_log"),
+        ({"target": "127.0.0.1:50051", "call_timing_log": ""}, "call_timing_log"),
     ],
 )
 def test_bad_settings_name_their_field(planner, field):

@@ -39,7 +39,10 @@ def _placements(response) -> list[tuple[str, list[int]]]:
 
 
 def test_in_process_and_grpc_plans_agree(planner_server):
-    local = OffloadLink(None, ROUND_TRIP_DEADLINE_S).plan_layer_offload(_plan_request())
+    in_process = OffloadLink(None, ROUND_TRIP_DEADLINE_S)
+    # A call made before the planner thread has loaded its handler falls back.
+    assert in_process.wait_idle(ROUND_TRIP_DEADLINE_S)
+    local = in_process.plan_layer_offload(_plan_request())
     with OffloadLink(planner_server.address, ROUND_TRIP_DEADLINE_S) as remote:
         over_grpc = remote.plan_layer_offload(_plan_request())
         assert remote.plan_counters.snapshot().ok == 1
