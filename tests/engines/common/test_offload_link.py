@@ -9,11 +9,20 @@ import pytest
 from planner.adapters.common.counters import FallbackReason
 from planner.adapters.common.offload_link import OffloadLink
 
+from planner.policies.offload.search import warm_up
 from planner.v1 import common_pb2, offload_pb2
 
 ROUND_TRIP_DEADLINE_S = 10.0
 LAYERS = 4
 COMP_S = 0.001
+
+
+@pytest.fixture(scope="module", autouse=True)
+def offload_search_loaded() -> None:
+    """The compiled search loaded before the in-process planner's first
+    plan: in a fresh checkout that plan would compile it inside the
+    deadline and fall back."""
+    warm_up()
 
 
 def _plan_request(engine_id: str = "") -> offload_pb2.PlanLayerOffloadRequest:
