@@ -1,0 +1,175 @@
+"""What the serverless topology keeps per request, per model set up on a
+slice and per MIG slice, beside the slices' batching cores
+(planner.replay.batching_core): a request's place in line and where its KV
+is, a resident model's turn order of requests, a slice's residents and its
+KV room. A request's tokens and KV are the run's request columns
+(planner.replay.state), which the cores advance."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from planner.policies.serverless import RhoTuner
+from planner.profiles.mig import MigSliceProfile
+from planner.replay.batching_core import BatchingCore
+from planner.replay.state import RequestColumns
+
+
+@dataclass(slots=True, eq=False)
+class SlicedRequest:
+    """One request: its row in the run's columns, its model, its place in
+    line and where its KV is."""
+
+    columns: RequestColumns
+    row: int
+    model: str
+    priority: float
+    prompt_tokens: int
+    output_tokens: int
+    arrival_s: float
+    slo_ttft_s: float
+    slo_tbt_s: float
+    # Arrival, or when it was last preempted off a slice.
+    waiting_since: float
+    # Its prefill chunk (0 until it is chosen).
+    chunk: int = 0
+    # Its KV is on its slice (or the request may start) from then on.
+    ready_s: float = 0.0
+    # Its KV is in host memory (preempted or swapped out for room).
+    kv_in_host: bool = False
+    # Its arrival found no slice running its model.
+    cold: bool = False
+
+    @property
+    def seq(self) -> int:
+        return self.row
+
+    @property
+    def generated(self) -> int:
+        return int(self.columns.generated.item(self.row))
+
+    @property
+    def kv_tokens(self) -> int:
+        return int(self.columns.kv_tokens.item(self.row))
+
+    @property
+    def prefilled(self) -> int:
+        return self.prompt_tokens if self.generated else self.kv_tokens
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.prefilled >= self.prompt_tokens
+
+    @property
+    def first_token_s(self) -> float | None:
+        if not self.generated:
+            return None
+        return float(self.columns.first_token_s.item(self.row))
+
+    @property
+    def deadline_s(self) -> float:
+        """Its TTFT deadline before the first token; after it, when its mean
+        TPOT so far would reach the target if no token came."""
+        first = self.first_token_s
+        if first is None:
+            return self.arrival_s + self.slo_ttft_s
+        return first + (self.generated - 1) * self.slo_tbt_s
+
+    def slack_s(self, now: float) -> float:
+        return self.deadline_s - now
+
+
+def wait_key(r: SlicedRequest) -> tuple[float, int]:
+    """The order of the wait queue: oldest first (arrival or preemption)."""
+    return (r.waiting_since, r.row)
+
+
+@dataclass(slots=True, eq=False)
+class Resident:
+    """A model set up on a slice, with its requests there: its queue (the
+    next to prefill first; those whose KV is in host memory move back in
+    from its head) and its running requests (prefill done, oldest first)."""
+
+    model: str
+    priority: float
+    # It can run from then (inf while its weights load).
+    ready_s: float
+    active_since_s: float
+    last_used_s: float
+    queue: deque[SlicedRequest] = field(default_factory=deque)
+    running: list[SlicedRequest] = field(default_factory=list)
+    tuner: RhoTuner | None = None
+    # The switch record its weight load completes.
+    loading: int | None = None
+    # Its weight bytes in the slice's HBM (the rest streams), and those
+    # being copied in while it runs (HBM already taken).
+    resident_bytes: float = 0.0
+    copying_bytes: float = 0.0
+    # Draining for this resident (set up once this one's requests are done)
+    # since then.
+    successor: Resident | None = None
+    drain_since_s: float = 0.0
+    # Leaving its slice (shed from a busy shared slice): it takes no new
+    # requests and goes once those in flight are done.
+    leaving: bool = False
+    # Its weights are being read from disk into host memory; its weight
+    # copy into HBM finished meanwhile (a pipelined load); its switch record.
+    disk_pending: bool = False
+    copied: bool = False
+    record: int = -1
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.queue) + len(self.running)
+
+    @property
+    def requests(self) -> list[SlicedRequest]:
+        return [*self.queue, *self.running]
+
+
+NOBODY = Resident("", 0.0, math.inf, math.inf, 0.0)
+
+
+@dataclass(slots=True, eq=False)
+class Slice:
+    """A MIG slice: its batching core (the requests placed on it), its
+    residents and its KV room in tokens."""
+
+    index: int
+    id: str
+    profile: MigSliceProfile
+    kv_capacity: int
+    core: BatchingCore
+    # The models set up on it, in the order they take turns.
+    residents: list[Resident] = field(default_factory=list)
+    # The resident whose turn is next.
+    turn: int = 0
+    # An iteration event is pending; the current iteration ends then.
+    busy: bool = False
+    iter_end_s: float = 0.0
+    rate_gbps: float = 0.0
+    # HBM for weights and KV (less the runtime reserve).
+    free_bytes: float = 0.0
+    # When its busy residents' share is next weighed (``end_share``).
+    share_check_at_s: float = 0.0
+
+    @property
+    def in_flight(self) -> int:
+        return sum(r.in_flight for r in self.residents)
+
+    @property
+    def resident_bytes(self) -> float:
+        return sum(r.resident_bytes + r.copying_bytes for r in self.residents)
+
+    def resident(self, model: str) -> Resident | None:
+        """Its resident ``model`` that takes requests (not draining)."""
+        return next(
+            (
+                r
+                for r in self.residents
+                if r.model == model and r.successor is None and not r.leaving
+            ),
+            None,
+        )
