@@ -77,7 +77,6 @@ from planner.policies.serverless import (
     choose_kernel,
     end_share,
     eviction_order,
-    next_turn,
     plan_placement,
     resident_split,
     schedule_waiting,
@@ -98,7 +97,7 @@ from planner.profiles.mig import GB, MigSliceProfile
 from planner.profiles.models import ModelProfile
 from planner.replay.batching_core import BatchingCore, EngineConfig, request_outcomes
 from planner.replay.events import EventLoop
-from planner.replay.model_residency import NO_TURN, ModelResidency, Pass, Turn
+from planner.replay.model_residency import ModelResidency, Pass, Turn
 from planner.replay.noise import JitterFactors
 from planner.replay.records import ReplayResult, ReplayTotals
 from planner.replay.serverless_events import (
@@ -399,7 +398,15 @@ class ServerlessEngine:
         ]
         self._columns = RequestColumns.from_trace(self._requests, config.slo)
         self._tokens = TokenTimes(self._columns.output_tokens)
-        self._residency = [ModelResidency(self) for _ in config.slices]
+        self._residency = [
+            ModelResidency(
+                self,
+                max_running=config.max_running,
+                kv_token_bytes=float(config.model.kv_bytes_per_token()),
+                link_gbps=config.link_gbps,
+            )
+            for _ in config.slices
+        ]
         self._slices = [
             Slice(
                 i,
@@ -478,8 +485,6 @@ class ServerlessEngine:
         self._share_ends: dict[str, int] = {}
         # Models whose share just ended: no share for them until then.
         self._no_share: dict[str, float] = {}
-        self._kv_swaps = 0
-        self._rejected = 0
         self._placement_waits: list[float] = []
         self._evictions: dict[str, int] = {}
         self._max_waiting = 0
@@ -1052,7 +1057,7 @@ class ServerlessEngine:
         with the iteration in progress (a token per decode and its chunk), at
         least ``kv_reserve_tokens`` per model."""
         growing = sum(len(o.running) + (o.queue[0].chunk if o.queue else 0) for o in s.residents)
-        tokens = max(self._kv_used(s) + growing, self.config.kv_reserve_tokens * models)
+        tokens = max(s.kv_used + growing, self.config.kv_reserve_tokens * models)
         return tokens * self._kv_token_bytes
 
     def _top_up(self, s: Slice, r: Resident, now: float) -> None:
@@ -1153,82 +1158,6 @@ class ServerlessEngine:
         others = [o for o in self._slices if o is not s and o.rate_gbps > 0]
         return self.config.link_gbps / (1 + len(others)), others
 
-    def _kv_used(self, s: Slice) -> int:
-        return sum(q.kv_tokens for r in s.residents for q in r.requests if not q.kv_in_host)
-
-    def _admit(self, s: Slice, r: Resident, now: float) -> SlicedRequest | None:
-        """Make KV room for ``r``'s turn and pick the request to prefill: swap
-        its youngest running requests out while its decodes' growth does not
-        fit, move swapped requests at the front of its queue back in when
-        they fit, and return its queue head when that chunk fits."""
-        cap = s.kv_capacity
-        used = self._kv_used(s)
-        if used + len(r.running) > cap and self._make_room(
-            s, used + len(r.running), r, r.running, r.running[:-1]
-        ):
-            cap = s.kv_capacity
-        while r.running and used + len(r.running) > cap:
-            q = r.running.pop()
-            used -= q.kv_tokens
-            q.kv_in_host = True
-            q.ready_s = max(q.ready_s, now) + q.kv_tokens * self._kv_token_bytes / (
-                self.config.link_gbps * GB
-            )
-            s.core.state.preempt([q.row], swap=True, counted=False)
-            r.queue.appendleft(q)
-            self._kv_swaps += 1
-        while r.queue:
-            head = r.queue[0]
-            if head.kv_in_host:
-                # Its KV, then a token for it and for every decode.
-                need = used + head.kv_tokens + 1 + len(r.running)
-                if need > cap and self._make_room(s, need, r, [*r.running, head], r.running):
-                    cap = s.kv_capacity
-                if need > cap or len(r.running) >= self.config.max_running:
-                    if used == 0:
-                        # Alone on the slice and still too big: it never fits.
-                        s.core.state.reject([r.queue.popleft().row])
-                        self._rejected += 1
-                        continue
-                    break
-                share, _ = self._share(s)
-                moved = head.kv_tokens * self._kv_token_bytes
-                head.ready_s = max(head.ready_s, now) + moved / (share * GB)
-                if self._p.streams:
-                    self._c2c_bytes += moved
-                head.kv_in_host = False
-                state = s.core.state
-                state.swap_in([head.row], [int(state.requests.start_blocks[head.row])], False)
-                used += head.kv_tokens
-            if not head.prefill_done:
-                break
-            r.queue.popleft()
-            r.running.append(head)
-        if not r.queue or len(r.running) >= self.config.max_running:
-            return None
-        head = r.queue[0]
-        if head.kv_in_host or head.ready_s > now:
-            return None
-        if head.chunk == 0:
-            head.chunk = (
-                self.config.static_chunk
-                if self._runs_as_hbm(r)
-                else self._chunk(s, head.prompt_tokens)
-            )
-            s.core.requests.chunk_tokens[head.row] = head.chunk
-        chunk = min(head.chunk, head.prompt_tokens - head.prefilled)
-        if used + chunk + len(r.running) > cap:
-            need = used + chunk + len(r.running)
-            whole = used + head.prompt_tokens - head.prefilled + len(r.running)
-            if self._make_room(s, need, r, [*r.running, head], r.running, judged_tokens=whole):
-                return head
-            if used == head.kv_tokens:
-                # Alone on the slice and still too big: it never fits.
-                s.core.state.reject([r.queue.popleft().row])
-                self._rejected += 1
-            return None
-        return head
-
     def _prefill_s_per_token(self, s: Slice) -> float:
         """A prefill's time per prompt token on ``s`` (chunks of the static
         size, the link shared by every slice): what a request's deadline
@@ -1248,36 +1177,33 @@ class ServerlessEngine:
             self._cache_chunk[key] = tokens
         return self._cache_prefill[s.profile.name]
 
-    @staticmethod
-    def _start_by(q: SlicedRequest, per_token: float) -> float:
-        """When ``q`` must run by: its deadline, less its remaining prefill."""
-        if q.generated:
-            return q.deadline_s
-        return q.deadline_s - (q.prompt_tokens - q.prefilled) * per_token
+    # -- what model residency asks (model_residency.SliceTurns) ------------
+    def link_share_gbps(self, s: Slice) -> float:
+        return self._share(s)[0]
 
-    # -- the slices' turns (model_residency.SliceTurns) ---------------------
-    def next_turn(self, s: Slice, now_s: float) -> Turn:
-        """The resident to run now (``next_turn``: earliest deadline, ties
-        round robin) with its prefill head and decodes; ``NO_TURN`` when no
-        resident has tokens to run now."""
-        if not s.residents:
-            return NO_TURN
-        per_token = self._prefill_s_per_token(s)
-        deadlines: list[float | None] = [
-            min(self._start_by(q, per_token) for q in r.requests)
-            if r.ready_s <= now_s and r.in_flight
-            else None
-            for r in s.residents
-        ]
-        while (i := next_turn(deadlines, s.turn)) is not None:
-            r = s.residents[i]
-            head = self._admit(s, r, now_s)
-            decodes = [q for q in r.running if q.ready_s <= now_s]
-            if head is not None or decodes:
-                s.turn = i
-                return Turn(r, head, decodes)
-            deadlines[i] = None
-        return NO_TURN
+    def chunk_of(self, s: Slice, r: Resident, prompt_tokens: int) -> int:
+        if self._runs_as_hbm(r):
+            return self.config.static_chunk
+        return self._chunk(s, prompt_tokens)
+
+    def prefill_s_per_token(self, s: Slice) -> float:
+        return self._prefill_s_per_token(s)
+
+    def make_room(
+        self,
+        s: Slice,
+        tokens: int,
+        r: Resident,
+        with_room: list[SlicedRequest],
+        without: list[SlicedRequest],
+        *,
+        judged_tokens: int = 0,
+    ) -> bool:
+        return self._make_room(s, tokens, r, with_room, without, judged_tokens=judged_tokens)
+
+    def moved_in(self, kv_bytes: float) -> None:
+        if self._p.streams:
+            self._c2c_bytes += kv_bytes
 
     def pass_s(self, s: Slice, turn: Turn, work: Pass, now_s: float) -> float:
         cfg = self.config
@@ -1627,8 +1553,8 @@ class ServerlessEngine:
             shares=self._shares,
             drains=self._drains,
             max_drain_s=self._max_drain,
-            kv_swaps=self._kv_swaps,
-            rejected=self._rejected,
+            kv_swaps=sum(x.kv_swaps for x in self._residency),
+            rejected=sum(x.rejected for x in self._residency),
             cold_ttft_s=tuple(
                 o.token_times_s[0] - o.arrival_s
                 for r, o in zip(reqs, outcomes, strict=True)

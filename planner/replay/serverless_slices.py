@@ -163,6 +163,12 @@ class Slice:
     def resident_bytes(self) -> float:
         return sum(r.resident_bytes + r.copying_bytes for r in self.residents)
 
+    @property
+    def kv_used(self) -> int:
+        """KV tokens on the slice (its requests' whose KV is not in host
+        memory)."""
+        return sum(q.kv_tokens for r in self.residents for q in r.requests if not q.kv_in_host)
+
     def resident(self, model: str) -> Resident | None:
         """Its resident ``model`` that takes requests (not draining)."""
         return next(
