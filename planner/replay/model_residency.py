@@ -43,6 +43,7 @@ from planner.replay.serverless_slices import NOBODY, Resident, Slice, SlicedRequ
 from planner.replay.state import IntArray
 
 _NOTHING = SchedulePlan()
+_NO_ROWS: IntArray = np.zeros(0, dtype=np.int64)
 
 
 class Turn(NamedTuple):
@@ -161,7 +162,7 @@ class ModelResidency:
             return NO_TURN
         per_token = self._turns.prefill_s_per_token(s)
         deadlines: list[float | None] = [
-            min(_start_by(q, per_token) for q in r.requests)
+            min(q.start_by(per_token) for q in r.requests)
             if r.ready_s <= now and r.in_flight
             else None
             for r in s.residents
@@ -259,11 +260,13 @@ class ModelResidency:
             sum(q.prompt_tokens + q.generated for q in turn.decodes),
             head.prefilled if head is not None else 0,
         )
-        runs = [q.row for q in turn.decodes]
+        runs = {q.row for q in turn.decodes}
         if head is not None:
-            runs.append(head.row)
-        held: IntArray = running[~np.isin(running, runs)]
-        return held
+            runs.add(head.row)
+        if len(runs) == len(running):
+            return _NO_ROWS  # every running request runs (they are all the turn's)
+        held = [row for row in running.tolist() if row not in runs]
+        return np.array(held, dtype=np.int64)
 
     def timed(self, batch: Batch, compute_s: float) -> ResidentIteration:
         seconds = self._turns.pass_s(self.slice, self.turn, self._pass, self._now_s)
@@ -278,10 +281,3 @@ class ModelResidency:
             r.queue.popleft()
             if phase.item(head.row) != FINISHED:
                 r.running.append(head)
-
-
-def _start_by(q: SlicedRequest, per_token: float) -> float:
-    """When ``q`` must run by: its deadline, less its remaining prefill."""
-    if q.generated:
-        return q.deadline_s
-    return q.deadline_s - (q.prompt_tokens - q.prefilled) * per_token

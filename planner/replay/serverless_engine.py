@@ -811,18 +811,23 @@ class ServerlessEngine:
         old.successor = r
         old.drain_since_s = now
         s.residents.append(r)
-        fresh = [q for q in old.queue if q.kv_tokens == 0 and not q.kv_in_host]
-        s.core.state.leave([q.row for q in fresh], now, preempted=False)
-        for q in fresh:
-            old.queue.remove(q)
-            bisect.insort(self._pending, q, key=wait_key)
-        if fresh:
-            self._pending_changed()
+        self._unplace_fresh(s, old, now)
         self._drains += 1
         if old.in_flight == 0:
             self._finish_drain(s, old, now)
         else:
             self._loop.push(DrainLimit(now + self.config.preemption.max_drain_s, s.index))
+
+    def _unplace_fresh(self, s: Slice, r: Resident, now: float) -> None:
+        """``r``'s requests on ``s`` not started yet (no KV) wait again,
+        keeping when they started waiting."""
+        fresh = [q for q in r.queue if q.kv_tokens == 0 and not q.kv_in_host]
+        s.core.state.leave([q.row for q in fresh], now, preempted=False)
+        for q in fresh:
+            r.queue.remove(q)
+            bisect.insort(self._pending, q, key=wait_key)
+        if fresh:
+            self._pending_changed()
 
     def _drain_limit(self, s: Slice, now: float) -> None:
         """Preempt what a drain that reached its limit still has in flight."""
@@ -980,7 +985,7 @@ class ServerlessEngine:
             o.resident_bytes = float(kept)
         r.resident_bytes = float(split[-1])
 
-    def _make_room(
+    def make_room(
         self,
         s: Slice,
         tokens: int,
@@ -1158,7 +1163,7 @@ class ServerlessEngine:
         others = [o for o in self._slices if o is not s and o.rate_gbps > 0]
         return self.config.link_gbps / (1 + len(others)), others
 
-    def _prefill_s_per_token(self, s: Slice) -> float:
+    def prefill_s_per_token(self, s: Slice) -> float:
         """A prefill's time per prompt token on ``s`` (chunks of the static
         size, the link shared by every slice): what a request's deadline
         is brought forward by for the prompt it has left."""
@@ -1185,21 +1190,6 @@ class ServerlessEngine:
         if self._runs_as_hbm(r):
             return self.config.static_chunk
         return self._chunk(s, prompt_tokens)
-
-    def prefill_s_per_token(self, s: Slice) -> float:
-        return self._prefill_s_per_token(s)
-
-    def make_room(
-        self,
-        s: Slice,
-        tokens: int,
-        r: Resident,
-        with_room: list[SlicedRequest],
-        without: list[SlicedRequest],
-        *,
-        judged_tokens: int = 0,
-    ) -> bool:
-        return self._make_room(s, tokens, r, with_room, without, judged_tokens=judged_tokens)
 
     def moved_in(self, kv_bytes: float) -> None:
         if self._p.streams:
@@ -1298,13 +1288,7 @@ class ServerlessEngine:
             r = staying[i]
             r.leaving = True
             self._sheds += 1
-            fresh = [q for q in r.queue if q.kv_tokens == 0 and not q.kv_in_host]
-            s.core.state.leave([q.row for q in fresh], now, preempted=False)
-            for q in fresh:
-                r.queue.remove(q)
-                bisect.insort(self._pending, q, key=wait_key)
-            if fresh:
-                self._pending_changed()
+            self._unplace_fresh(s, r, now)
         gone = [r for r in s.residents if r.leaving and not r.in_flight]
         for r in gone:
             self._evict(s, r, now)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from planner.policies.serverless import RhoTuner
 from planner.profiles.mig import MigSliceProfile
 from planner.replay.batching_core import BatchingCore
-from planner.replay.state import RequestColumns
+from planner.replay.state import FloatArray, IntArray, RequestColumns
 
 
 @dataclass(slots=True, eq=False)
@@ -42,40 +42,61 @@ class SlicedRequest:
     # Its arrival found no slice running its model.
     cold: bool = False
 
+    # The columns read at every step (their rows change, never the arrays).
+    _generated: IntArray = field(init=False, repr=False)
+    _kv_tokens: IntArray = field(init=False, repr=False)
+    _first_token_s: FloatArray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._generated = self.columns.generated
+        self._kv_tokens = self.columns.kv_tokens
+        self._first_token_s = self.columns.first_token_s
+
     @property
     def seq(self) -> int:
         return self.row
 
     @property
     def generated(self) -> int:
-        return int(self.columns.generated.item(self.row))
+        count: int = self._generated.item(self.row)
+        return count
 
     @property
     def kv_tokens(self) -> int:
-        return int(self.columns.kv_tokens.item(self.row))
+        tokens: int = self._kv_tokens.item(self.row)
+        return tokens
 
     @property
     def prefilled(self) -> int:
-        return self.prompt_tokens if self.generated else self.kv_tokens
+        if self._generated.item(self.row):
+            return self.prompt_tokens
+        tokens: int = self._kv_tokens.item(self.row)
+        return tokens
 
     @property
     def prefill_done(self) -> bool:
         return self.prefilled >= self.prompt_tokens
 
     @property
-    def first_token_s(self) -> float | None:
-        if not self.generated:
-            return None
-        return float(self.columns.first_token_s.item(self.row))
-
-    @property
     def deadline_s(self) -> float:
         """Its TTFT deadline before the first token; after it, when its mean
         TPOT so far would reach the target if no token came."""
-        first = self.first_token_s
-        if first is None:
+        generated: int = self._generated.item(self.row)
+        if not generated:
             return self.arrival_s + self.slo_ttft_s
-        return first + (self.generated - 1) * self.slo_tbt_s
+        first: float = self._first_token_s.item(self.row)
+        return first + (generated - 1) * self.slo_tbt_s
+
+    def start_by(self, per_token_s: float) -> float:
+        """When it must run by: its deadline, brought forward before its
+        first token by the prefill it has left at per_token_s a token."""
+        row = self.row
+        generated: int = self._generated.item(row)
+        if generated:
+            first: float = self._first_token_s.item(row)
+            return first + (generated - 1) * self.slo_tbt_s
+        kv: int = self._kv_tokens.item(row)
+        return self.arrival_s + self.slo_ttft_s - (self.prompt_tokens - kv) * per_token_s
 
     def slack_s(self, now: float) -> float:
         return self.deadline_s - now
@@ -167,7 +188,8 @@ class Slice:
     def kv_used(self) -> int:
         """KV tokens on the slice (its requests' whose KV is not in host
         memory)."""
-        return sum(q.kv_tokens for r in self.residents for q in r.requests if not q.kv_in_host)
+        kv = self.core.requests.kv_tokens
+        return sum(kv.item(q.row) for r in self.residents for q in r.requests if not q.kv_in_host)
 
     def resident(self, model: str) -> Resident | None:
         """Its resident ``model`` that takes requests (not draining)."""
