@@ -15,6 +15,7 @@ import datetime
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from planner.replay.cluster_engine import ClusterEngine
 from planner.replay.cluster_policies import CLUSTER_POLICY_NAMES
 from planner.replay.cluster_setup import ClusterKnobs, cluster_config
 from planner.replay.engine import Engine
+from planner.replay.records import ReplayResult
 from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
 from planner.replay.schedulers import Lvf
 from planner.replay.serverless_engine import SERVERLESS_POLICY_NAMES, ServerlessEngine
@@ -203,43 +205,35 @@ def _time_serverless(
     engine = ServerlessEngine(
         serverless_config(setup, ServerlessKnobs(mig=SERVERLESS_MIG)), policy, trace
     )
-    started = time.perf_counter()
-    started_cpu = time.process_time()
-    run = engine.run()
-    cpu = time.process_time() - started_cpu
-    wall = time.perf_counter() - started
-    totals = run.result.totals
-    return SpeedCase(
-        workload,
-        policy,
-        len(trace),
-        totals.iterations,
-        totals.simulated_s,
-        wall,
-        cpu,
-        topology="serverless",
-    )
+    return _time_wired(workload, len(trace), policy, "serverless", lambda: engine.run().result)
 
 
 def _time_cluster(workload: str, trace: list[TraceRequest], policy: str, profile: str) -> SpeedCase:
     setup = build_setup(profile, ReplayKnobs())
     knobs = ClusterKnobs(instances=CLUSTER_INSTANCES, kv_bytes_per_instance=CLUSTER_KV_BYTES)
     engine = ClusterEngine(cluster_config(setup, knobs), policy, setup.cost, trace)
+    return _time_wired(workload, len(trace), policy, "cluster", lambda: engine.run().result)
+
+
+def _time_wired(
+    workload: str, requests: int, policy: str, topology: str, run: Callable[[], ReplayResult]
+) -> SpeedCase:
+    """Wall and CPU seconds of one wired topology's run."""
     started = time.perf_counter()
     started_cpu = time.process_time()
-    run = engine.run()
+    result = run()
     cpu = time.process_time() - started_cpu
     wall = time.perf_counter() - started
-    totals = run.result.totals
+    totals = result.totals
     return SpeedCase(
         workload,
         policy,
-        len(trace),
+        requests,
         totals.iterations,
         totals.simulated_s,
         wall,
         cpu,
-        topology="cluster",
+        topology=topology,
     )
 
 
