@@ -141,6 +141,11 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         choices=SERVERLESS_POLICY_NAMES,
         help="serverless policies to time (repeat; default c2cserve and dedicated)",
     )
+    p.add_argument(
+        "--serverless-requests",
+        type=int,
+        help="the serverless case replays the trace's first N requests (default: all)",
+    )
     p.add_argument("--no-serverless", action="store_true", help="skip the serverless case")
     p.add_argument("--out", type=Path, help="write results and machine info as JSON")
     p.add_argument("--markdown", type=Path, help="(re)write this bench's section of this file")
@@ -241,9 +246,11 @@ def run(args: argparse.Namespace) -> int:
     if args.rate <= 0 or args.duration <= 0:
         print("planner bench replay: --rate and --duration must be > 0", file=sys.stderr)
         return 2
-    if args.cluster_requests is not None and args.cluster_requests < 1:
-        print("planner bench replay: --cluster-requests must be >= 1", file=sys.stderr)
-        return 2
+    for flag in ("cluster_requests", "serverless_requests"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            name = flag.replace("_", "-")
+            print(f"planner bench replay: --{name} must be >= 1", file=sys.stderr)
+            return 2
     policies = list(dict.fromkeys(args.policy or ["fcfs", "lvf"]))
     try:
         generated = _generated(args.rate, args.duration)
@@ -280,10 +287,11 @@ def run(args: argparse.Namespace) -> int:
             cases.append(_time_cluster(name, trace, policy, args.profile))
     serverless_policies = list(dict.fromkeys(args.serverless_policy or ["c2cserve", "dedicated"]))
     if not args.no_serverless:
-        trace = _multi_tenant()
+        trace = _multi_tenant()[: args.serverless_requests]
         name = (
             f"serverless, {SERVERLESS_MIG} MIG slices: generated multi-tenant trace, "
             f"{SERVERLESS_MODELS} models"
+            + (f", first {len(trace):,}" if args.serverless_requests is not None else "")
         )
         for policy in serverless_policies:
             print(f"bench: {name}: {policy}", file=sys.stderr, flush=True)
@@ -302,6 +310,11 @@ def run(args: argparse.Namespace) -> int:
         + (" --no-cluster" if args.no_cluster else "")
         + "".join(
             f" --serverless-policy {p}" for p in serverless_policies if args.serverless_policy
+        )
+        + (
+            f" --serverless-requests {args.serverless_requests}"
+            if args.serverless_requests is not None
+            else ""
         )
         + (" --no-serverless" if args.no_serverless else "")
     )
