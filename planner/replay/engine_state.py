@@ -1,8 +1,9 @@
 """Where every request and every KV block is, and the only moves between
 those places: arrive, admit, preempt (by swap or recompute), swap in, eager
 copies, grow by a block, emit and finish (and quiet stretches of decoding),
-and, where a topology wires several engines over one set of request
-columns, a request handed to another engine. Each move keeps the block
+rejection, and, where a topology wires several engines over one set of
+request columns, a request handed to another engine or leaving them all to
+wait in the topology's own queue (and joining one again). Each move keeps the block
 pools conserved (free plus held equals the pool) and each request in the one
 queue of its phase.
 
