@@ -1,29 +1,37 @@
 """`planner bench replay`: how fast the replay simulator runs — simulated
 seconds and requests per wall second — on a generated single-engine workload,
 on the full Azure conversation trace (skipped when ../shared/traces is
-absent) and on a cluster of four small instances (the bundled trace six
+absent), on a cluster of four small instances (the bundled trace six
 times faster: units of a handful of requests each, the batching core's
-small-batch path). Target: >= 1,000x real time on a single engine."""
+small-batch path) and on the serverless topology (docs/serverless.md's
+generated multi-tenant trace: 8 models on 3 MIG slices, one batching core
+each). Target: >= 1,000x real time on a single engine."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from planner.bench.machine import describe, describe_commit, load_average, machine_info
 from planner.bench.markdown import write_section
+from planner.domain.requests import Slo
 from planner.replay.cluster_engine import ClusterEngine
 from planner.replay.cluster_policies import CLUSTER_POLICY_NAMES
 from planner.replay.cluster_setup import ClusterKnobs, cluster_config
 from planner.replay.engine import Engine
+from planner.replay.records import ReplayResult
 from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
 from planner.replay.schedulers import Lvf
+from planner.replay.serverless_engine import SERVERLESS_POLICY_NAMES, ServerlessEngine
+from planner.replay.serverless_setup import ServerlessKnobs, serverless_config
 from planner.replay.setup import DEFAULT_PROFILE, ReplayKnobs, build_setup, scale_rate
 from planner.trace.arrivals import RateSchedule
 from planner.trace.errors import SpecError
@@ -45,6 +53,13 @@ BUNDLED = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "default
 CLUSTER_INSTANCES = 4
 CLUSTER_KV_BYTES = 10**9
 CLUSTER_RATE_SCALE = 6.0
+# The serverless case: docs/serverless.md's multi-tenant trace (model i at
+# 0.2 / (i + 1) RPS for 30 min, sharegpt lengths, seed i) on 3 MIG slices,
+# TTFT 1 s, TPOT 250 ms (its sweeps' setting).
+SERVERLESS_MODELS = 8
+SERVERLESS_MIG = "3"
+SERVERLESS_SLO = Slo(ttft_s=1.0, tbt_s=0.25)
+SERVERLESS_MAX_RUNNING = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +77,8 @@ class SpeedCase:
     # makes, on the engine's columns), the floor of the run; None for the
     # policies that call none.
     policy_s: float | None = None
-    # The cluster topology (else a single engine): no real-time target.
-    cluster: bool = False
+    # The topology: a real-time target for the single engine only.
+    topology: str = "single engine"
 
     @property
     def real_time_factor(self) -> float:
@@ -85,7 +100,7 @@ class SpeedCase:
             "simulated_s_per_wall_s": self.real_time_factor,
             "requests_per_wall_s": self.requests_per_wall_s,
             "plan_rotation_s": self.policy_s,
-            "topology": "cluster" if self.cluster else "single engine",
+            "topology": self.topology,
         }
 
 
@@ -120,6 +135,18 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="the cluster case replays the bundled trace's first N requests (default: all)",
     )
     p.add_argument("--no-cluster", action="store_true", help="skip the cluster case")
+    p.add_argument(
+        "--serverless-policy",
+        action="append",
+        choices=SERVERLESS_POLICY_NAMES,
+        help="serverless policies to time (repeat; default c2cserve and dedicated)",
+    )
+    p.add_argument(
+        "--serverless-requests",
+        type=int,
+        help="the serverless case replays the trace's first N requests (default: all)",
+    )
+    p.add_argument("--no-serverless", action="store_true", help="skip the serverless case")
     p.add_argument("--out", type=Path, help="write results and machine info as JSON")
     p.add_argument("--markdown", type=Path, help="(re)write this bench's section of this file")
     p.set_defaults(func=run)
@@ -157,18 +184,61 @@ def _time(workload: str, trace: list[TraceRequest], policy: str, profile: str) -
     )
 
 
+def _multi_tenant() -> list[TraceRequest]:
+    """docs/serverless.md's multi-tenant trace (`planner trace gen` per
+    model, merged in arrival order)."""
+    trace: list[TraceRequest] = []
+    for i in range(SERVERLESS_MODELS):
+        part = generate(
+            GenConfig(
+                schedule=RateSchedule.constant(round(0.2 / (i + 1), 4)),
+                lengths=preset_or_dist("sharegpt"),
+                duration_s=1800.0,
+                seed=i,
+            )
+        )
+        trace += [dataclasses.replace(t, model=f"m{i}") for t in part]
+    return sorted(trace, key=lambda t: t.arrival_s)
+
+
+def _time_serverless(
+    workload: str, trace: list[TraceRequest], policy: str, profile: str
+) -> SpeedCase:
+    setup = build_setup(
+        profile, ReplayKnobs(slo=SERVERLESS_SLO, max_running=SERVERLESS_MAX_RUNNING)
+    )
+    engine = ServerlessEngine(
+        serverless_config(setup, ServerlessKnobs(mig=SERVERLESS_MIG)), policy, trace
+    )
+    return _time_wired(workload, len(trace), policy, "serverless", lambda: engine.run().result)
+
+
 def _time_cluster(workload: str, trace: list[TraceRequest], policy: str, profile: str) -> SpeedCase:
     setup = build_setup(profile, ReplayKnobs())
     knobs = ClusterKnobs(instances=CLUSTER_INSTANCES, kv_bytes_per_instance=CLUSTER_KV_BYTES)
     engine = ClusterEngine(cluster_config(setup, knobs), policy, setup.cost, trace)
+    return _time_wired(workload, len(trace), policy, "cluster", lambda: engine.run().result)
+
+
+def _time_wired(
+    workload: str, requests: int, policy: str, topology: str, run: Callable[[], ReplayResult]
+) -> SpeedCase:
+    """Wall and CPU seconds of one wired topology's run."""
     started = time.perf_counter()
     started_cpu = time.process_time()
-    run = engine.run()
+    result = run()
     cpu = time.process_time() - started_cpu
     wall = time.perf_counter() - started
-    totals = run.result.totals
+    totals = result.totals
     return SpeedCase(
-        workload, policy, len(trace), totals.iterations, totals.simulated_s, wall, cpu, cluster=True
+        workload,
+        policy,
+        requests,
+        totals.iterations,
+        totals.simulated_s,
+        wall,
+        cpu,
+        topology=topology,
     )
 
 
@@ -176,9 +246,11 @@ def run(args: argparse.Namespace) -> int:
     if args.rate <= 0 or args.duration <= 0:
         print("planner bench replay: --rate and --duration must be > 0", file=sys.stderr)
         return 2
-    if args.cluster_requests is not None and args.cluster_requests < 1:
-        print("planner bench replay: --cluster-requests must be >= 1", file=sys.stderr)
-        return 2
+    for flag in ("cluster_requests", "serverless_requests"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            name = flag.replace("_", "-")
+            print(f"planner bench replay: --{name} must be >= 1", file=sys.stderr)
+            return 2
     policies = list(dict.fromkeys(args.policy or ["fcfs", "lvf"]))
     try:
         generated = _generated(args.rate, args.duration)
@@ -213,6 +285,17 @@ def run(args: argparse.Namespace) -> int:
         for policy in cluster_policies:
             print(f"bench: {name}: {policy}", file=sys.stderr, flush=True)
             cases.append(_time_cluster(name, trace, policy, args.profile))
+    serverless_policies = list(dict.fromkeys(args.serverless_policy or ["c2cserve", "dedicated"]))
+    if not args.no_serverless:
+        trace = _multi_tenant()[: args.serverless_requests]
+        name = (
+            f"serverless, {SERVERLESS_MIG} MIG slices: generated multi-tenant trace, "
+            f"{SERVERLESS_MODELS} models"
+            + (f", first {len(trace):,}" if args.serverless_requests is not None else "")
+        )
+        for policy in serverless_policies:
+            print(f"bench: {name}: {policy}", file=sys.stderr, flush=True)
+            cases.append(_time_serverless(name, trace, policy, args.profile))
     machine["load_avg_1m_at_end"] = load_average()
     command = (
         "planner bench replay"
@@ -225,6 +308,15 @@ def run(args: argparse.Namespace) -> int:
             else ""
         )
         + (" --no-cluster" if args.no_cluster else "")
+        + "".join(
+            f" --serverless-policy {p}" for p in serverless_policies if args.serverless_policy
+        )
+        + (
+            f" --serverless-requests {args.serverless_requests}"
+            if args.serverless_requests is not None
+            else ""
+        )
+        + (" --no-serverless" if args.no_serverless else "")
     )
     if args.out is not None:
         command += f" --out {args.out}"
@@ -287,9 +379,12 @@ def _markdown(
         f"- Machine: {describe(machine)}",
         f"- Engine: `{args.profile}` built-in profile, chunked prefill budget 2048 tokens, "
         "16-token blocks; one run per case, wall and CPU time of `Engine.run` "
-        "(`ClusterEngine.run` for the cluster) only (trace loading and reporting excluded). "
+        "(`ClusterEngine.run` for the cluster, `ServerlessEngine.run` for serverless) only "
+        "(trace loading and reporting excluded). "
         f"The cluster: {CLUSTER_INSTANCES} instances with {CLUSTER_KV_BYTES / 1e9:g} GB of KV "
-        "each, the cluster replay's other defaults.",
+        "each, the cluster replay's other defaults. Serverless: "
+        f"{SERVERLESS_MIG} MIG slices, TTFT {SERVERLESS_SLO.ttft_s:g} s, TPOT "
+        f"{SERVERLESS_SLO.tbt_s * 1e3:g} ms, the serverless replay's other defaults.",
         f"- Target: >= {TARGET_REAL_TIME:,.0f}x real time on a single engine. For scale, "
         f"Vidur's event loop simulated ~{VIDUR_REQUESTS_PER_WALL_S:.0f} requests per wall "
         "second on this class of machine.",
@@ -301,7 +396,7 @@ def _markdown(
     ]
     for c in cases:
         status = "MET" if c.real_time_factor >= TARGET_REAL_TIME else "MISSED"
-        if c.cluster:
+        if c.topology != "single engine":
             status = "-"
         lines.append(
             f"| {c.workload} | {c.policy} | {c.requests:,} | {c.iterations:,} | "

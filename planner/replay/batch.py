@@ -1,8 +1,9 @@
 """One iteration's batch under a token budget: every running request that has
 finished its prefill decodes one token (in admission order, while the budget
-lasts), then prefilling ones take chunks of what is left in admission order.
-A decode that crosses a block boundary takes a new block; when none is free
-the most recently admitted request is preempted for it (EngineState.grow).
+lasts), then prefilling ones take chunks of what is left in admission order (each
+at most the request's own chunk_tokens, where set). A decode that crosses a
+block boundary takes a new block; when none is free the most recently
+admitted request is preempted for it (EngineState.grow).
 
 Two ways to the same batch: on whole columns for many running requests, and
 request by request on Python ints below SMALL_BATCH of them, where a few
@@ -239,10 +240,12 @@ def _with_prefills(
     done: list[int] = []
     chunks: list[int] = []
     cap = budget if max_chunk is None else max_chunk
+    own_caps = r.chunk_tokens
     for row, to_go in zip(rows, left, strict=True):
         if budget <= 0:
             break
-        chunk = min(to_go, budget, cap)
+        own = own_caps.item(row)
+        chunk = min(to_go, budget, cap) if own == 0 else min(to_go, budget, cap, own)
         kv = int(r.kv_tokens[row]) + chunk
         r.kv_tokens[row] = kv
         if prefix is not None:

@@ -1,8 +1,9 @@
 """Where every request and every KV block is, and the only moves between
 those places: arrive, admit, preempt (by swap or recompute), swap in, eager
 copies, grow by a block, emit and finish (and quiet stretches of decoding),
-and, where a topology wires several engines over one set of request
-columns, a request handed to another engine. Each move keeps the block
+rejection, and, where a topology wires several engines over one set of
+request columns, a request handed to another engine or leaving them all to
+wait in the topology's own queue (and joining one again). Each move keeps the block
 pools conserved (free plus held equals the pool) and each request in the one
 queue of its phase.
 
@@ -174,14 +175,16 @@ class EngineState:
             self.requests.run_start_s[rows] = now_s
             self.running.extend(rows)
 
-    def preempt(self, rows: Sequence[int], swap: bool) -> int:
+    def preempt(self, rows: Sequence[int], swap: bool, *, counted: bool = True) -> int:
         """Preempt running rows, in order (others are skipped): by swap (the
         KV goes to CPU memory; only blocks without a CPU copy are copied) or by
         recompute (the KV is dropped; the request re-queues at the head and
         recomputes its prompt and the tokens generated so far). A swap falls
         back to recompute when the CPU pool cannot take the blocks, or when
         nothing is computed yet (which loses nothing). Returns blocks copied
-        out. A few at a time: request by request."""
+        out. A few at a time: request by request. counted: whether each
+        counts as the request's preemption (False: a swap for KV room that
+        the topology counts as a swap-out only)."""
         r = self.requests
         phase = r.phase
         swapped: list[int] = []
@@ -195,7 +198,8 @@ class EngineState:
             kv = int(r.kv_tokens[row])
             self.free_gpu += self._released(row, gpu)
             r.gpu_blocks[row] = r.synced_blocks[row] = 0
-            r.preemptions[row] += 1
+            if counted:
+                r.preemptions[row] += 1
             if swap and dirty <= self.free_cpu and kv != 0:
                 self.free_cpu -= dirty
                 copied += dirty
@@ -222,9 +226,70 @@ class EngineState:
             # Each goes to the head in turn: the last preempted is first.
             self.queued.push_front(np.array(dropped[::-1], dtype=np.int64))
         if swapped or dropped:
-            self.preemptions += len(swapped) + len(dropped)
+            if counted:
+                self.preemptions += len(swapped) + len(dropped)
             self.running.drop_departed(phase)
         return copied
+
+    # -- rows waiting outside every engine (a topology's own queue) ----------
+
+    def leave(self, rows: Sequence[int], now_s: float, *, preempted: bool) -> None:
+        """Rows leave this engine for a wait outside every engine (the
+        topology's own queue), keeping their progress: running ones (and
+        those being swapped in) with their KV swapped out first (by
+        recompute when none is computed yet), queued and rotary ones as they
+        are; their CPU blocks go with them. With preempted each counts a
+        preemption."""
+        if not rows:
+            return
+        r = self.requests
+        idx = np.array(rows, dtype=np.int64)
+        if len(self.in_transit.rows) and (r.phase[idx] == IN_TRANSIT).any():
+            # Their KV is on its way in: it runs from now, then goes back out.
+            self.start_running(now_s)
+        on_gpu = idx[r.phase[idx] == RUNNING]
+        if len(on_gpu):
+            self.preempt(on_gpu.tolist(), swap=True, counted=preempted)
+        if preempted:
+            resting = idx[~np.isin(idx, on_gpu)]
+            r.preemptions[resting] += 1
+            self.preemptions += len(resting)
+        self.free_cpu += int(r.cpu_blocks[idx].sum())
+        self.queued.rows = self.queued.rows[~np.isin(self.queued.rows, idx)]
+        self.rotary.rows = self.rotary.rows[~np.isin(self.rotary.rows, idx)]
+
+    def join(self, rows: Sequence[int]) -> None:
+        """Rows from a wait outside every engine (new ones, queued or rotary)
+        join the end of their queue here, rotary ones with their CPU blocks."""
+        if not rows:
+            return
+        r = self.requests
+        idx = np.array(rows, dtype=np.int64)
+        phase = r.phase[idx]
+        queued = idx[phase != ROTARY]
+        rotary = idx[phase == ROTARY]
+        if len(queued):
+            r.phase[queued] = QUEUED
+            r.start_blocks[queued] = blocks_needed(r, queued, self.block_size)
+            self.queued.extend(queued)
+        if len(rotary):
+            self.free_cpu -= int(r.cpu_blocks[rotary].sum())
+            self.rotary.extend(rotary)
+
+    def reject(self, rows: Sequence[int]) -> None:
+        """Rows (queued, running or rotary) are given up unfinished: they
+        leave the engine and free their blocks."""
+        if not rows:
+            return
+        r = self.requests
+        idx = np.array(rows, dtype=np.int64)
+        for row in idx[r.phase[idx] == RUNNING].tolist():
+            self.free_gpu += self._released(row, int(r.gpu_blocks[row]))
+        self.free_cpu += int(r.cpu_blocks[idx].sum())
+        r.gpu_blocks[idx] = r.cpu_blocks[idx] = r.synced_blocks[idx] = 0
+        r.phase[idx] = REJECTED
+        for queue in (self.queued, self.running, self.rotary):
+            queue.drop_departed(r.phase)
 
     def start_cost(self, row: int, need: int, phase: int) -> tuple[int, int]:
         """Blocks queued (or rotary) row would take from the free count to

@@ -26,7 +26,14 @@ from planner.replay.console import print_table
 from planner.replay.longctx_engine import LongctxRun, LongctxStats
 from planner.replay.metric_table import MetricRow, add_sections, lift_rows
 from planner.replay.metrics import PolicyMetrics, latency_samples, summarize
-from planner.replay.report import DASH, fmt_pct, fmt_seconds, goodput_rows, to_json
+from planner.replay.report import (
+    fmt_count,
+    fmt_pct,
+    fmt_seconds,
+    leading_sections,
+    percentile_rows,
+    to_json,
+)
 from planner.solvers import Status
 
 TOPOLOGY = "long-context"
@@ -66,10 +73,6 @@ def summarize_longctx(run: LongctxRun) -> LongctxMetrics:
     )
 
 
-def _int(value: float | None) -> str:
-    return DASH if value is None else f"{value:,.0f}"
-
-
 _Row = MetricRow[LongctxMetrics]
 
 
@@ -77,49 +80,43 @@ def _plain(m: LongctxMetrics) -> PolicyMetrics:
     return m.metrics
 
 
+def _tail(name: str, attr: str, p95: _Row) -> list[_Row]:
+    """p50, p95 (this topology's own) and p99 of a latency."""
+    return [
+        *lift_rows(percentile_rows(name, attr, ("p50",)), _plain),
+        p95,
+        *lift_rows(percentile_rows(name, attr, ("p99",)), _plain),
+    ]
+
+
 def _rows() -> list[tuple[str, list[_Row]]]:
     return [
-        ("Goodput", lift_rows(goodput_rows(), _plain)),
-        (
-            "SLO attainment",
-            [
-                _Row("TPOT (request-level)", lambda m: m.metrics.tpot_attainment, fmt_pct, 1),
-                _Row("TTFT", lambda m: m.metrics.ttft_attainment, fmt_pct, 1),
-            ],
-        ),
-        (
-            "Latency",
-            [
-                _Row("TBT p50", lambda m: m.metrics.tbt_s.p50, fmt_seconds, -1),
-                _Row("TBT p95", lambda m: m.tbt_p95_s, fmt_seconds, -1),
-                _Row("TBT p99", lambda m: m.metrics.tbt_s.p99, fmt_seconds, -1),
-                _Row("TPOT p50", lambda m: m.metrics.tpot_s.p50, fmt_seconds, -1),
-                _Row("TPOT p95", lambda m: m.tpot_p95_s, fmt_seconds, -1),
-                _Row("TPOT p99", lambda m: m.metrics.tpot_s.p99, fmt_seconds, -1),
-                _Row("TTFT p50", lambda m: m.metrics.ttft_s.p50, fmt_seconds, -1),
-                _Row("TTFT p99", lambda m: m.metrics.ttft_s.p99, fmt_seconds, -1),
-            ],
+        *leading_sections(
+            _plain,
+            _tail("TBT", "tbt_s", _Row("TBT p95", lambda m: m.tbt_p95_s, fmt_seconds, -1))
+            + _tail("TPOT", "tpot_s", _Row("TPOT p95", lambda m: m.tpot_p95_s, fmt_seconds, -1))
+            + lift_rows(percentile_rows("TTFT", "ttft_s", ("p50", "p99")), _plain),
         ),
         (
             "Throughput",
             [
-                _Row("Finished", lambda m: m.metrics.finished, _int, 1),
-                _Row("Unfinished", lambda m: m.metrics.unfinished, _int, -1),
-                _Row("Rejected (never fits)", lambda m: m.stats.rejected, _int),
+                _Row("Finished", lambda m: m.metrics.finished, fmt_count, 1),
+                _Row("Unfinished", lambda m: m.metrics.unfinished, fmt_count, -1),
+                _Row("Rejected (never fits)", lambda m: m.stats.rejected, fmt_count),
             ],
         ),
         (
             "Planning",
             [
-                _Row("Re-plans", lambda m: m.stats.replans, _int),
-                _Row("Pauses (Pause-Resume)", lambda m: m.stats.pauses, _int),
+                _Row("Re-plans", lambda m: m.stats.replans, fmt_count),
+                _Row("Pauses (Pause-Resume)", lambda m: m.stats.pauses, fmt_count),
                 _Row("Planning wall time", lambda m: m.stats.plan_wall_s, fmt_seconds),
                 _Row("Solver time share", lambda m: m.stats.solver_time_share, fmt_pct),
-                _Row("Solves", lambda m: m.stats.solves.solves or None, _int),
+                _Row("Solves", lambda m: m.stats.solves.solves or None, fmt_count),
                 _Row("Solves proved optimal", lambda m: _optimal_share(m.stats), fmt_pct),
                 _Row("Solver gap max", lambda m: m.stats.solves.gap_max, fmt_pct),
-                _Row("Solver nodes", lambda m: m.stats.solves.nodes or None, _int),
-                _Row("Solves stopped by the clock", lambda m: _clock_stops(m.stats), _int),
+                _Row("Solver nodes", lambda m: m.stats.solves.nodes or None, fmt_count),
+                _Row("Solves stopped by the clock", lambda m: _clock_stops(m.stats), fmt_count),
                 _Row(
                     "Planning wall / sim time",
                     lambda m: (
@@ -134,7 +131,7 @@ def _rows() -> list[tuple[str, list[_Row]]]:
         (
             "Steps and memory",
             [
-                _Row("Decode steps", lambda m: m.stats.decode_steps, _int),
+                _Row("Decode steps", lambda m: m.stats.decode_steps, fmt_count),
                 _Row(
                     "Mean decode step",
                     lambda m: (

@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -265,6 +265,26 @@ _ADDED_LATER = frozenset({"prefix_hit_tokens", "prefix_hit_rate"})
 
 # Metrics per policy at each rate scale of a `--rate-scale` sweep.
 Sweep = Mapping[float, Sequence[PolicyMetrics]]
+
+
+class OfPolicy(Protocol):
+    """A topology's metrics of one policy's run."""
+
+    @property
+    def policy(self) -> str: ...
+
+
+P = TypeVar("P", bound=OfPolicy)
+
+
+def sweep_policies(sweep: Mapping[float, Sequence[P]]) -> list[str]:
+    """The policies of a sweep, in the order they first appear."""
+    names: list[str] = []
+    for scale in sorted(sweep):
+        for m in sweep[scale]:
+            if m.policy not in names:
+                names.append(m.policy)
+    return names
 
 
 def summarize(result: ReplayResult) -> PolicyMetrics:

@@ -23,7 +23,7 @@ maximum, so peaks survive; CDFs are drawn through `MAX_POINTS` quantiles.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-from planner.replay.metrics import FloatArray, PolicyMetrics, Sweep, latency_samples
+from planner.replay.metrics import (
+    FloatArray,
+    P,
+    PolicyMetrics,
+    Sweep,
+    latency_samples,
+    sweep_policies,
+)
 from planner.replay.records import ReplayResult
 
 MAX_POINTS = 2000
@@ -64,7 +71,7 @@ def policy_colors(names: Sequence[str]) -> dict[str, str]:
     return colors
 
 
-def _figure(width: float = 8.0, height: float = 5.0) -> Figure:
+def figure(width: float = 8.0, height: float = 5.0) -> Figure:
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -136,7 +143,7 @@ def _plot_cdf(
 ) -> Path:
     """One CDF curve per policy with the SLO line(s); samples are (values in
     seconds, per-sample SLOs in seconds) per result."""
-    fig = _figure()
+    fig = figure()
     ax = fig.add_subplot()
     colors = policy_colors([r.policy for r in results])
     drawn: list[FloatArray] = []
@@ -253,7 +260,7 @@ def plot_kv_occupancy(path: Path, results: Sequence[ReplayResult], unit: str = "
     """`unit`: what the timeline's and totals' GPU KV blocks count."""
     colors = policy_colors([r.policy for r in results])
     with_cpu = any(s.cpu_kv_blocks_used for r in results for s in r.timeline)
-    fig = _figure(8.0, 6.5 if with_cpu else 5.0)
+    fig = figure(8.0, 6.5 if with_cpu else 5.0)
     axes = fig.subplots(2 if with_cpu else 1, 1, sharex=True, squeeze=False)[:, 0]
     gpu = axes[0]
     binned = _timeline_panel(gpu, results, "gpu_kv_blocks_used", colors)
@@ -284,7 +291,7 @@ def plot_kv_occupancy(path: Path, results: Sequence[ReplayResult], unit: str = "
 def plot_queue_length(path: Path, results: Sequence[ReplayResult], rotary: bool = True) -> Path:
     """`rotary`: a second panel of the rotary (swapped out) requests."""
     colors = policy_colors([r.policy for r in results])
-    fig = _figure(8.0, 6.0 if rotary else 4.5)
+    fig = figure(8.0, 6.0 if rotary else 4.5)
     axes = fig.subplots(2 if rotary else 1, 1, sharex=True, squeeze=False)[:, 0]
     waiting = axes[0]
     binned = _timeline_panel(waiting, results, "waiting", colors)
@@ -302,7 +309,7 @@ def plot_queue_length(path: Path, results: Sequence[ReplayResult], rotary: bool 
 def plot_kv_stall(path: Path, results: Sequence[ReplayResult]) -> Path:
     """Cumulative seconds the iterations waited for KV transfers."""
     colors = policy_colors([r.policy for r in results])
-    fig = _figure()
+    fig = figure()
     ax = fig.add_subplot()
     binned = False
     for result in results:
@@ -326,33 +333,44 @@ def plot_kv_stall(path: Path, results: Sequence[ReplayResult]) -> Path:
     return _save(fig, path)
 
 
+_MARKERS = "osD^v<>ph*"
+
+
+def plot_sweep_lines(
+    ax: Axes,
+    sweep: Mapping[float, Sequence[P]],
+    get: Callable[[P], float | None],
+    colors: dict[str, str],
+) -> None:
+    """One line per policy of a sweep (a marker each): get's value at each
+    rate scale where it has one."""
+    scales = sorted(sweep)
+    for i, name in enumerate(sweep_policies(sweep)):
+        xs: list[float] = []
+        ys: list[float] = []
+        for scale in scales:
+            for m in sweep[scale]:
+                value = get(m)
+                if m.policy == name and value is not None:
+                    xs.append(scale)
+                    ys.append(float(value))
+        ax.plot(
+            xs,
+            ys,
+            color=colors[name],
+            marker=_MARKERS[i % len(_MARKERS)],
+            linewidth=1.8,
+            label=name,
+        )
+
+
 def plot_attainment_vs_load(path: Path, sweep: Sweep) -> Path:
     scales = sorted(sweep)
-    names: list[str] = []
-    for scale in scales:
-        names += [m.policy for m in sweep[scale] if m.policy not in names]
-    colors = policy_colors(names)
-    fig = _figure(10.0, 4.5)
+    colors = policy_colors(sweep_policies(sweep))
+    fig = figure(10.0, 4.5)
     ttft_ax, tbt_ax = fig.subplots(1, 2, sharey=True)
-    markers = "osD^v<>ph*"
-    for i, name in enumerate(names):
-        for ax, attr in ((ttft_ax, "ttft_attainment"), (tbt_ax, "tbt_attainment")):
-            xs: list[float] = []
-            ys: list[float] = []
-            for scale in scales:
-                for m in sweep[scale]:
-                    value = getattr(m, attr)
-                    if m.policy == name and value is not None:
-                        xs.append(scale)
-                        ys.append(float(value))
-            ax.plot(
-                xs,
-                ys,
-                color=colors[name],
-                marker=markers[i % len(markers)],
-                linewidth=1.8,
-                label=name,
-            )
+    plot_sweep_lines(ttft_ax, sweep, lambda m: m.ttft_attainment, colors)
+    plot_sweep_lines(tbt_ax, sweep, lambda m: m.tbt_attainment, colors)
     for ax, title in (
         (ttft_ax, "TTFT SLO attainment vs load"),
         (tbt_ax, "Token-level TBT SLO attainment vs load"),

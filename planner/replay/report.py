@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.replay.console import print_table
-from planner.replay.metric_table import MetricRow, add_sections
-from planner.replay.metrics import Distribution, PolicyMetrics, Sweep
+from planner.replay.metric_table import M, MetricRow, add_sections, lift_rows
+from planner.replay.metrics import Distribution, P, PolicyMetrics, Sweep, sweep_policies
 from planner.replay.outputs import write_json_document
 from planner.replay.records import ReplayResult
 
@@ -71,9 +71,12 @@ Getter = Callable[[PolicyMetrics], float | None]
 _Row = MetricRow[PolicyMetrics]
 
 
-def _dist_rows(name: str, attr: str) -> list[_Row]:
+def percentile_rows(
+    name: str, attr: str, percentiles: Sequence[str] = ("p50", "p90", "p99")
+) -> list[_Row]:
+    """Rows of a latency distribution's percentiles (lower is better)."""
     rows: list[_Row] = []
-    for pct in ("p50", "p90", "p99"):
+    for pct in percentiles:
 
         def get(m: PolicyMetrics, attr: str = attr, pct: str = pct) -> float | None:
             dist: Distribution = getattr(m, attr)
@@ -84,7 +87,7 @@ def _dist_rows(name: str, attr: str) -> list[_Row]:
     return rows
 
 
-def _int(value: float | None) -> str:
+def fmt_count(value: float | None) -> str:
     return DASH if value is None else f"{value:,.0f}"
 
 
@@ -97,37 +100,51 @@ def goodput_rows() -> list[_Row]:
     ]
 
 
+def attainment_rows() -> list[_Row]:
+    """The second section of every topology's table: request-level
+    attainment of each target."""
+    return [
+        _Row("TTFT", lambda m: m.ttft_attainment, fmt_pct, +1),
+        _Row("TPOT (request-level)", lambda m: m.tpot_attainment, fmt_pct, +1),
+    ]
+
+
+def leading_sections(
+    part: Callable[[M], PolicyMetrics], latency: Sequence[MetricRow[M]]
+) -> list[tuple[str, list[MetricRow[M]]]]:
+    """The sections a topology's table begins with, read from the `part`
+    of its metrics that is a PolicyMetrics: goodput, SLO attainment and its
+    latency rows."""
+    return [
+        ("Goodput", lift_rows(goodput_rows(), part)),
+        ("SLO attainment", lift_rows(attainment_rows(), part)),
+        ("Latency", list(latency)),
+    ]
+
+
 def _sections() -> list[tuple[str, list[_Row]]]:
     return [
-        ("Goodput", goodput_rows()),
-        (
-            "SLO attainment",
-            [
-                _Row("TTFT", lambda m: m.ttft_attainment, fmt_pct, +1),
-                _Row("TPOT (request-level)", lambda m: m.tpot_attainment, fmt_pct, +1),
-            ],
-        ),
-        (
-            "Latency",
-            _dist_rows("TTFT", "ttft_s")
-            + _dist_rows("TBT", "tbt_s")
-            + _dist_rows("TPOT", "tpot_s"),
+        *leading_sections(
+            lambda m: m,
+            percentile_rows("TTFT", "ttft_s")
+            + percentile_rows("TBT", "tbt_s")
+            + percentile_rows("TPOT", "tpot_s"),
         ),
         (
             "Throughput",
             [
                 _Row("Requests/s", lambda m: m.throughput_req_s, lambda v: fmt_rate(v, ""), 1),
-                _Row("Finished", lambda m: m.finished, _int, +1),
-                _Row("Unfinished", lambda m: m.unfinished, _int, -1),
+                _Row("Finished", lambda m: m.finished, fmt_count, +1),
+                _Row("Unfinished", lambda m: m.unfinished, fmt_count, -1),
             ],
         ),
         (
             "Preemption and transfers",
             [
-                _Row("Preemptions", lambda m: m.preemptions, _int),
-                _Row("Swap-outs (rotations)", lambda m: m.swap_outs, _int),
-                _Row("Swap-ins", lambda m: m.swap_ins, _int),
-                _Row("Recomputed tokens", lambda m: m.recomputed_tokens, _int),
+                _Row("Preemptions", lambda m: m.preemptions, fmt_count),
+                _Row("Swap-outs (rotations)", lambda m: m.swap_outs, fmt_count),
+                _Row("Swap-ins", lambda m: m.swap_ins, fmt_count),
+                _Row("Recomputed tokens", lambda m: m.recomputed_tokens, fmt_count),
                 _Row("Bytes GPU→CPU", lambda m: m.bytes_d2h, lambda v: fmt_bytes(int(v or 0))),
                 _Row("Bytes CPU→GPU", lambda m: m.bytes_h2d, lambda v: fmt_bytes(int(v or 0))),
                 _Row("Stall time", lambda m: m.stall_s, fmt_seconds, -1),
@@ -137,10 +154,10 @@ def _sections() -> list[tuple[str, list[_Row]]]:
         (
             "Memory and run",
             [
-                _Row("Peak GPU KV blocks", lambda m: m.peak_gpu_kv_blocks, _int),
+                _Row("Peak GPU KV blocks", lambda m: m.peak_gpu_kv_blocks, fmt_count),
                 _Row("Peak GPU KV use", lambda m: m.peak_gpu_kv_fraction, fmt_pct),
                 _Row("Prefix-cache hit rate", lambda m: m.prefix_hit_rate, fmt_pct),
-                _Row("Iterations", lambda m: m.iterations, _int),
+                _Row("Iterations", lambda m: m.iterations, fmt_count),
                 _Row("Simulated time", lambda m: m.simulated_s, fmt_seconds),
                 _Row(
                     "Simulated s / wall s",
@@ -174,39 +191,35 @@ def comparison_table(
 def sweep_table(sweep: Sweep, *, title: str | None = None) -> Table:
     """Attainment per rate scale: one row per scale, both met / TTFT / TBT
     per policy."""
-    table = Table(
-        title=title
+    return sweep_table_of(
+        sweep,
+        title
         if title is not None
         else "SLO attainment vs load (TTFT and TPOT met / TTFT / TBT token-level)",
-        header_style="bold",
-        title_style="bold",
+        lambda m: (
+            f"{fmt_pct(m.both_attainment)} / {fmt_pct(m.ttft_attainment)} / "
+            f"{fmt_pct(m.tbt_attainment)}"
+        ),
     )
+
+
+def sweep_table_of(
+    sweep: Mapping[float, Sequence[P]], title: str, cell: Callable[[P], str]
+) -> Table:
+    """A topology's sweep table: one row per rate scale, one column per
+    policy, cell's text of the policy's metrics at that scale."""
+    table = Table(title=title, header_style="bold", title_style="bold")
     table.add_column("Rate scale", justify="right")
-    policies = _sweep_policies(sweep)
+    policies = sweep_policies(sweep)
     for name in policies:
         table.add_column(name, justify="right", no_wrap=True)
     for scale in sorted(sweep):
         by_name = {m.policy: m for m in sweep[scale]}
-        cells = []
-        for name in policies:
-            m = by_name.get(name)
-            cells.append(
-                DASH
-                if m is None
-                else f"{fmt_pct(m.both_attainment)} / {fmt_pct(m.ttft_attainment)} / "
-                f"{fmt_pct(m.tbt_attainment)}"
-            )
-        table.add_row(f"{scale:g}", *cells)
+        table.add_row(
+            f"{scale:g}",
+            *(DASH if (m := by_name.get(name)) is None else cell(m) for name in policies),
+        )
     return table
-
-
-def _sweep_policies(sweep: Sweep) -> list[str]:
-    names: list[str] = []
-    for scale in sorted(sweep):
-        for m in sweep[scale]:
-            if m.policy not in names:
-                names.append(m.policy)
-    return names
 
 
 def print_report(

@@ -47,9 +47,8 @@ import bisect
 import dataclasses
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -78,7 +77,6 @@ from planner.policies.serverless import (
     choose_kernel,
     end_share,
     eviction_order,
-    next_turn,
     plan_placement,
     resident_split,
     schedule_waiting,
@@ -97,9 +95,11 @@ from planner.profiles.c2c_cost import (
 )
 from planner.profiles.mig import GB, MigSliceProfile
 from planner.profiles.models import ModelProfile
+from planner.replay.batching_core import BatchingCore, EngineConfig, request_outcomes
 from planner.replay.events import EventLoop
+from planner.replay.model_residency import ModelResidency, Pass, Turn
 from planner.replay.noise import JitterFactors
-from planner.replay.records import ReplayResult, ReplayTotals, RequestOutcome
+from planner.replay.records import ReplayResult, ReplayTotals
 from planner.replay.serverless_events import (
     DrainLimit,
     LoadsDone,
@@ -138,6 +138,15 @@ from planner.replay.serverless_policies import (
     TUNER,
     ServerlessPolicy,
 )
+from planner.replay.serverless_slices import (
+    NOBODY,
+    Resident,
+    Slice,
+    SlicedRequest,
+    wait_key,
+)
+from planner.replay.state import RequestColumns
+from planner.replay.tokens import TokenTimes
 from planner.trace.records import TraceRequest
 
 __all__ = [
@@ -174,6 +183,33 @@ DEFAULT_PREEMPTION = PreemptionParams(
 )
 # The least copy that tops a model's resident weights up.
 MIN_TOP_UP_BYTES = 1e9
+# A slice's batching core: KV counted in tokens (one-token blocks) in pools
+# that never limit (the slice's KV room is model residency's), no token
+# budget or running cap of its own, no copies timed by a link (KV moves
+# delay the requests that move), iterations timed by model residency.
+_UNBOUNDED = 2**62
+_SLICE_CORE = EngineConfig(
+    gpu_kv_blocks=_UNBOUNDED,
+    cpu_kv_blocks=_UNBOUNDED,
+    block_bytes=0,
+    block_size_tokens=1,
+    max_batched_tokens=_UNBOUNDED,
+    max_running=_UNBOUNDED,
+    skips_empty_iterations=True,
+    records_timeline=False,
+)
+
+
+class _NoCompute:
+    """The slice core's cost model: model residency times every pass."""
+
+    def iteration_time_s(
+        self, prefill_tokens: int, decode_tokens: int, context_tokens: int
+    ) -> float:
+        return 0.0
+
+
+_NO_COMPUTE = _NoCompute()
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,132 +374,6 @@ class ServerlessRun:
     switches: list[SwitchRecord]
 
 
-@dataclass(slots=True)
-class _Req:
-    out: RequestOutcome
-    model: str
-    priority: float
-    # Arrival, or when it was last preempted off a slice.
-    waiting_since: float
-    seq: int
-    prefilled: int = 0
-    chunk: int = 0
-    # Its KV is on its slice (or the request may start) from then on.
-    ready_s: float = 0.0
-    # Its KV is in host memory (preempted or swapped out for room).
-    kv_in_host: bool = False
-    # Its arrival found no slice running its model.
-    cold: bool = False
-
-    @property
-    def generated(self) -> int:
-        return len(self.out.token_times_s)
-
-    @property
-    def kv_tokens(self) -> int:
-        return self.prefilled + max(0, self.generated - 1)
-
-    @property
-    def prefill_done(self) -> bool:
-        return self.prefilled >= self.out.prompt_tokens
-
-    @property
-    def deadline_s(self) -> float:
-        """Its TTFT deadline before the first token; after it, when its mean
-        TPOT so far would reach the target if no token came."""
-        o = self.out
-        if not o.token_times_s:
-            return o.arrival_s + o.slo_ttft_s
-        return o.token_times_s[0] + (self.generated - 1) * o.slo_tbt_s
-
-    def slack_s(self, now: float) -> float:
-        return self.deadline_s - now
-
-
-@dataclass(slots=True)
-class _Resident:
-    """A model set up on a slice, with its requests there."""
-
-    model: str
-    priority: float
-    # It can run from then (inf while its weights load).
-    ready_s: float
-    active_since_s: float
-    last_used_s: float
-    queue: deque[_Req] = field(default_factory=deque)
-    running: list[_Req] = field(default_factory=list)
-    tuner: RhoTuner | None = None
-    # The switch record its weight load completes.
-    loading: int | None = None
-    # Its weight bytes in the slice's HBM (the rest streams), and those
-    # being copied in while it runs (HBM already taken).
-    resident_bytes: float = 0.0
-    copying_bytes: float = 0.0
-    # Draining for this resident (set up once this one's requests are done)
-    # since then.
-    successor: _Resident | None = None
-    drain_since_s: float = 0.0
-    # Leaving its slice (shed from a busy shared slice): it takes no new
-    # requests and goes once those in flight are done.
-    leaving: bool = False
-    # Its weights are being read from disk into host memory; its weight
-    # copy into HBM finished meanwhile (a pipelined load); its switch record.
-    disk_pending: bool = False
-    copied: bool = False
-    record: int = -1
-
-    @property
-    def in_flight(self) -> int:
-        return len(self.queue) + len(self.running)
-
-    @property
-    def requests(self) -> list[_Req]:
-        return [*self.queue, *self.running]
-
-
-@dataclass(slots=True)
-class _Slice:
-    index: int
-    id: str
-    profile: MigSliceProfile
-    kv_capacity: int
-    # The models set up on it, in the order they take turns.
-    residents: list[_Resident] = field(default_factory=list)
-    # The resident whose turn is next.
-    turn: int = 0
-    # An iteration event is pending; the current iteration ends then.
-    busy: bool = False
-    iter_end_s: float = 0.0
-    rate_gbps: float = 0.0
-    # HBM for weights and KV (less the runtime reserve).
-    free_bytes: float = 0.0
-    # When its busy residents' share is next weighed (``end_share``).
-    share_check_at_s: float = 0.0
-
-    @property
-    def in_flight(self) -> int:
-        return sum(r.in_flight for r in self.residents)
-
-    @property
-    def resident_bytes(self) -> float:
-        return sum(r.resident_bytes + r.copying_bytes for r in self.residents)
-
-    def resident(self, model: str) -> _Resident | None:
-        """Its resident ``model`` that takes requests (not draining)."""
-        return next(
-            (
-                r
-                for r in self.residents
-                if r.model == model and r.successor is None and not r.leaving
-            ),
-            None,
-        )
-
-
-def _wait_key(r: _Req) -> tuple[float, int]:
-    return (r.waiting_since, r.seq)
-
-
 class ServerlessEngine:
     def __init__(self, config: ServerlessConfig, policy: str, trace: list[TraceRequest]) -> None:
         config.check()
@@ -475,16 +385,49 @@ class ServerlessEngine:
         self.trace = trace
         self._rng = np.random.default_rng(config.seed)
         self._jitter = JitterFactors(config.jitter_cv, config.seed)
+        # Every request at least one prompt and one output token, named by
+        # its row where the trace names none.
+        self._requests = [
+            dataclasses.replace(
+                t,
+                id=t.id if t.id is not None else str(i),
+                prompt_tokens=max(1, t.prompt_tokens),
+                output_tokens=max(1, t.output_tokens),
+            )
+            for i, t in enumerate(trace)
+        ]
+        self._columns = RequestColumns.from_trace(self._requests, config.slo)
+        self._tokens = TokenTimes(self._columns.output_tokens)
+        self._residency = [
+            ModelResidency(
+                self,
+                max_running=config.max_running,
+                kv_token_bytes=float(config.model.kv_bytes_per_token()),
+                link_gbps=config.link_gbps,
+            )
+            for _ in config.slices
+        ]
         self._slices = [
-            _Slice(
+            Slice(
                 i,
                 f"mig{i}",
                 p,
                 kv_capacity_tokens(config.model, p, weights_in_hbm=not self._p.streams),
+                BatchingCore(
+                    _SLICE_CORE,
+                    residency,
+                    _NO_COMPUTE,
+                    None,
+                    self._columns,
+                    tokens=self._tokens,
+                    residency=residency,
+                ),
                 free_bytes=p.hbm_bytes * DEFAULT_MEMORY_UTILIZATION - RUNTIME_RESERVE_BYTES,
             )
-            for i, p in enumerate(config.slices)
+            for i, (p, residency) in enumerate(zip(config.slices, self._residency, strict=True))
         ]
+        for x, residency in zip(self._slices, self._residency, strict=True):
+            residency.bind(x)
         self._per_slice = config.max_models_per_slice if self._p.shares else 1
         self._weight_bytes = float(config.model.param_bytes)
         self._kv_token_bytes = float(config.model.kv_bytes_per_token())
@@ -502,17 +445,17 @@ class ServerlessEngine:
         )
         self._load_link = SharedLink(config.load_gbps_of(self._p))
         self._load_version = 0
-        self._loads: dict[int, _Resident] = {}
+        self._loads: dict[int, Resident] = {}
         # Host memory as an LRU pool of models (with a disk), reads in flight.
         self._disk = SharedLink(config.disk_gbps) if config.disk_gbps is not None else None
         self._disk_version = 0
         self._in_host: dict[str, None] = {}
         self._reading: dict[int, str] = {}
-        self._disk_waiters: dict[str, list[tuple[int, _Resident, float]]] = {}
+        self._disk_waiters: dict[str, list[tuple[int, Resident, float]]] = {}
         self._disk_reads = 0
         self._host_evictions = 0
         # Copies of more resident weights in flight, by -1 - slice index.
-        self._top_ups: dict[int, _Resident] = {}
+        self._top_ups: dict[int, Resident] = {}
         self._init_s = (
             self._p.switch_profile.engine_init_s()
             if self._p.switch_profile is not None
@@ -521,12 +464,12 @@ class ServerlessEngine:
             else 0.0
         )
         self._loop: EventLoop[ServerlessWiring] = EventLoop()
-        self._reqs: list[_Req] = []
+        self._reqs: list[SlicedRequest] = []
         self._queued = 0
         self._replan_at = 0.0
         self._window: list[str] = []
         self._progress: Callable[[float], None] | None = None
-        self._pending: list[_Req] = []
+        self._pending: list[SlicedRequest] = []
         self._pending_deadline = math.inf
         self._pending_priority = -math.inf
         self._switches: list[SwitchRecord] = []
@@ -542,8 +485,6 @@ class ServerlessEngine:
         self._share_ends: dict[str, int] = {}
         # Models whose share just ended: no share for them until then.
         self._no_share: dict[str, float] = {}
-        self._kv_swaps = 0
-        self._rejected = 0
         self._placement_waits: list[float] = []
         self._evictions: dict[str, int] = {}
         self._max_waiting = 0
@@ -568,14 +509,14 @@ class ServerlessEngine:
             name, int(self._streamed_bytes), self._tpot, hbm_bytes=int(hbm), weight=weight
         )
 
-    def _demand(self, r: _Resident) -> float:
+    def _demand(self, r: Resident) -> float:
         """The C2C bandwidth its decode needs: what it streams per TPOT."""
         if not self._p.streams:
             return 0.0
         return max(0.0, self._weight_bytes - r.resident_bytes) / self._tpot / GB
 
     @staticmethod
-    def _priority(r: _Resident) -> float:
+    def _priority(r: Resident) -> float:
         return max((q.priority for q in r.requests), default=r.priority)
 
     def _states(self, now: float) -> list[SliceState]:
@@ -610,7 +551,7 @@ class ServerlessEngine:
         return out
 
     def _waiting(self, now: float) -> list[WaitingModel]:
-        first: dict[str, _Req] = {}
+        first: dict[str, SlicedRequest] = {}
         count: dict[str, int] = {}
         top: dict[str, float] = {}
         deadline: dict[str, float] = {}
@@ -633,14 +574,14 @@ class ServerlessEngine:
         self._pending_priority = max((r.priority for r in self._pending), default=-math.inf)
 
     # -- per-policy choices ------------------------------------------------
-    def _tiles(self, s: _Slice, tokens: int) -> GemmTiles:
+    def _tiles(self, s: Slice, tokens: int) -> GemmTiles:
         key = (s.profile.name, tokens <= 64)
         if key not in self._cache_tiles:
             k = choose_kernel(precision=self.config.precision, tokens=tokens, mig=s.profile)
             self._cache_tiles[key] = GemmTiles(k.sym_block_m, k.block_n, k.asym_block_k)
         return self._cache_tiles[key]
 
-    def _chunk(self, s: _Slice, prompt: int) -> int:
+    def _chunk(self, s: Slice, prompt: int) -> int:
         if self._p.chunk == STATIC:
             return self.config.static_chunk
         bucket = 1 << max(0, math.ceil(math.log2(max(prompt, 1))))
@@ -658,12 +599,12 @@ class ServerlessEngine:
             self._cache_chunk[key] = choice.chunk_tokens
         return self._cache_chunk[key]
 
-    def _runs_as_hbm(self, r: _Resident) -> bool:
+    def _runs_as_hbm(self, r: Resident) -> bool:
         """Whether ``r`` has every weight resident and the policy then runs
         it as the HBM baselines run theirs (static chunk, rho 0)."""
         return self._p.resident_like_hbm and self._weight_bytes - r.resident_bytes < 1024.0
 
-    def _rho(self, s: _Slice, r: _Resident, tokens: int) -> float:
+    def _rho(self, s: Slice, r: Resident, tokens: int) -> float:
         if self._runs_as_hbm(r):
             return 0.0
         if self._p.rho == BEST_STATIC:
@@ -790,21 +731,24 @@ class ServerlessEngine:
             out.append(ScheduledRoute(w.model.name, d))
         return out
 
-    def _place(self, s: _Slice, model: str, now: float) -> None:
+    def _place(self, s: Slice, model: str, now: float) -> None:
         """Every waiting request of ``model`` joins its resident on ``s``."""
         r = s.resident(model)
         assert r is not None
-        kept: list[_Req] = []
+        kept: list[SlicedRequest] = []
+        joining: list[int] = []
         for q in self._pending:
             if q.model == model:
                 r.queue.append(q)
+                joining.append(q.row)
             else:
                 kept.append(q)
+        s.core.state.join(joining)
         self._pending = kept
         self._pending_changed()
         self._kick(s, now)
 
-    def _evict(self, s: _Slice, r: _Resident, now: float) -> tuple[float, float]:
+    def _evict(self, s: Slice, r: Resident, now: float) -> tuple[float, float]:
         """Take resident ``r`` off ``s``: its requests leave when the
         iteration in progress ends, their KV moving to host memory, and wait
         again from then. Returns (when the slice is free of them, KV bytes
@@ -813,14 +757,13 @@ class ServerlessEngine:
         evicted = r.requests
         kv_out = sum(q.kv_tokens for q in evicted if not q.kv_in_host) * self._kv_token_bytes
         out_s = kv_out / (self.config.link_gbps * GB)
+        s.core.state.leave([q.row for q in evicted], now, preempted=True)
         for q in evicted:
-            if q.kv_tokens > 0 and not q.kv_in_host:
+            if q.kv_tokens > 0:
                 q.kv_in_host = True
-                q.out.swap_outs += 1
-            q.out.preemptions += 1
             q.waiting_since = start
             q.ready_s = start + out_s
-            bisect.insort(self._pending, q, key=_wait_key)
+            bisect.insort(self._pending, q, key=wait_key)
         if evicted:
             self._preemptions += 1
             self._pending_changed()
@@ -839,7 +782,7 @@ class ServerlessEngine:
         return start + out_s, kv_out
 
     def _set_up(
-        self, s: _Slice, model: str, now: float, *, replacing: str, drain: bool = False
+        self, s: Slice, model: str, now: float, *, replacing: str, drain: bool = False
     ) -> None:
         """Make ``model`` a resident of ``s`` (in place of ``replacing``, if
         given: preempted, or with ``drain`` drained first): engine set-up for
@@ -854,11 +797,11 @@ class ServerlessEngine:
             free_at, kv_out = self._evict(s, old, now)
         self._new_resident(s, model, now, free_at, replacing=replacing, kv_out=kv_out)
 
-    def _start_drain(self, s: _Slice, old: _Resident, model: str, now: float) -> None:
+    def _start_drain(self, s: Slice, old: Resident, model: str, now: float) -> None:
         """``old`` takes no new requests: those not started go back to wait
         (keeping when they started waiting); ``model`` is set up on ``s``
         once the rest are done."""
-        r = _Resident(
+        r = Resident(
             model,
             max((q.priority for q in self._pending if q.model == model), default=1.0),
             ready_s=math.inf,
@@ -868,19 +811,25 @@ class ServerlessEngine:
         old.successor = r
         old.drain_since_s = now
         s.residents.append(r)
-        fresh = [q for q in old.queue if q.kv_tokens == 0 and not q.kv_in_host]
-        for q in fresh:
-            old.queue.remove(q)
-            bisect.insort(self._pending, q, key=_wait_key)
-        if fresh:
-            self._pending_changed()
+        self._unplace_fresh(s, old, now)
         self._drains += 1
         if old.in_flight == 0:
             self._finish_drain(s, old, now)
         else:
             self._loop.push(DrainLimit(now + self.config.preemption.max_drain_s, s.index))
 
-    def _drain_limit(self, s: _Slice, now: float) -> None:
+    def _unplace_fresh(self, s: Slice, r: Resident, now: float) -> None:
+        """``r``'s requests on ``s`` not started yet (no KV) wait again,
+        keeping when they started waiting."""
+        fresh = [q for q in r.queue if q.kv_tokens == 0 and not q.kv_in_host]
+        s.core.state.leave([q.row for q in fresh], now, preempted=False)
+        for q in fresh:
+            r.queue.remove(q)
+            bisect.insort(self._pending, q, key=wait_key)
+        if fresh:
+            self._pending_changed()
+
+    def _drain_limit(self, s: Slice, now: float) -> None:
         """Preempt what a drain that reached its limit still has in flight."""
         limit = self.config.preemption.max_drain_s
         for old in [x for x in s.residents if x.successor is not None]:
@@ -896,7 +845,7 @@ class ServerlessEngine:
             )
             self._kick(s, now)
 
-    def _finish_drain(self, s: _Slice, old: _Resident, now: float) -> None:
+    def _finish_drain(self, s: Slice, old: Resident, now: float) -> None:
         new = old.successor
         assert new is not None
         self._max_drain = max(self._max_drain, now - old.drain_since_s)
@@ -907,17 +856,17 @@ class ServerlessEngine:
 
     def _new_resident(
         self,
-        s: _Slice,
+        s: Slice,
         model: str,
         now: float,
         free_at: float,
         *,
         replacing: str,
         kv_out: float,
-        resident: _Resident | None = None,
+        resident: Resident | None = None,
     ) -> None:
         mine = [q for q in self._pending if q.model == model]
-        r = resident or _Resident(
+        r = resident or Resident(
             model,
             max((q.priority for q in mine), default=1.0),
             ready_s=math.inf,
@@ -1014,13 +963,13 @@ class ServerlessEngine:
                     self._loop.push(LoadStarts(max(now, free_at), s.index))
         self._next_disk_event()
 
-    def _ready(self, s: _Slice, r: _Resident, at: float, now: float) -> None:
+    def _ready(self, s: Slice, r: Resident, at: float, now: float) -> None:
         r.ready_s = r.active_since_s = at
         rec = self._switches[r.record]
         self._switches[r.record] = dataclasses.replace(rec, latency_s=at - rec.time_s)
         self._kick(s, now)
 
-    def _assign_residency(self, s: _Slice, r: _Resident) -> None:
+    def _assign_residency(self, s: Slice, r: Resident) -> None:
         """Split ``s``'s HBM among its residents and ``r`` joining them
         (``resident_split``): the KV kept is what is on the slice now, at
         least ``kv_reserve_tokens`` per model; residents only shrink (growing
@@ -1036,13 +985,13 @@ class ServerlessEngine:
             o.resident_bytes = float(kept)
         r.resident_bytes = float(split[-1])
 
-    def _make_room(
+    def make_room(
         self,
-        s: _Slice,
+        s: Slice,
         tokens: int,
-        r: _Resident,
-        with_room: list[_Req],
-        without: list[_Req],
+        r: Resident,
+        with_room: list[SlicedRequest],
+        without: list[SlicedRequest],
         *,
         judged_tokens: int = 0,
     ) -> bool:
@@ -1075,7 +1024,7 @@ class ServerlessEngine:
         return s.kv_capacity >= tokens
 
     def _decode_rate(
-        self, s: _Slice, r: _Resident, batch: list[_Req], resident: list[float]
+        self, s: Slice, r: Resident, batch: list[SlicedRequest], resident: list[float]
     ) -> float:
         """Decode tokens per second of ``s``, its residents taking turns,
         with ``batch`` as ``r``'s decodes, the others' running ones, and
@@ -1088,10 +1037,10 @@ class ServerlessEngine:
                 seconds += self._decode_s(s, o, decodes, kept)
         return tokens / seconds if seconds > 0 else 0.0
 
-    def _decode_s(self, s: _Slice, r: _Resident, decodes: list[_Req], kept: float) -> float:
+    def _decode_s(self, s: Slice, r: Resident, decodes: list[SlicedRequest], kept: float) -> float:
         """One decode step of ``decodes`` of ``r`` on ``s`` with ``kept``
         bytes of its weights resident (no jitter)."""
-        context = sum(q.out.prompt_tokens + q.generated for q in decodes)
+        context = sum(q.prompt_tokens + q.generated for q in decodes)
         all_kept = self._p.resident_like_hbm and self._weight_bytes - kept < 1024.0
         rho = 0.0 if all_kept or r.tuner is None else r.tuner.state.rho
         cost = model_pass_cost(
@@ -1108,15 +1057,15 @@ class ServerlessEngine:
         )
         return cost.time_s
 
-    def _kv_keep(self, s: _Slice, models: int) -> float:
+    def _kv_keep(self, s: Slice, models: int) -> float:
         """KV bytes ``s`` keeps when residency is decided: what it holds
         with the iteration in progress (a token per decode and its chunk), at
         least ``kv_reserve_tokens`` per model."""
         growing = sum(len(o.running) + (o.queue[0].chunk if o.queue else 0) for o in s.residents)
-        tokens = max(self._kv_used(s) + growing, self.config.kv_reserve_tokens * models)
+        tokens = max(s.kv_used + growing, self.config.kv_reserve_tokens * models)
         return tokens * self._kv_token_bytes
 
-    def _top_up(self, s: _Slice, r: _Resident, now: float) -> None:
+    def _top_up(self, s: Slice, r: Resident, now: float) -> None:
         """Copy more of ``r``'s weights into ``s``'s HBM (over C2C, while
         it runs) when at least ``MIN_TOP_UP_BYTES`` is free next to the KV
         kept: after a model sharing the slice left or the KV shrank."""
@@ -1137,18 +1086,18 @@ class ServerlessEngine:
         self._c2c_bytes += r.copying_bytes
         self._next_load_event()
 
-    def _holds(self, s: _Slice) -> bool:
+    def _holds(self, s: Slice) -> bool:
         """Whether ``s`` keeps weights resident: the policy keeps a part on
         any slice, or ``s`` holds all of a model's next to its KV reserve."""
         reserve = self.config.kv_reserve_tokens * self._kv_token_bytes
         return self._p.partial_residency or s.free_bytes - reserve >= self._weight_bytes
 
-    def _refresh_kv_capacity(self, s: _Slice) -> None:
+    def _refresh_kv_capacity(self, s: Slice) -> None:
         if self._p.keeps_resident:
             room = max(0.0, s.free_bytes - s.resident_bytes)
             s.kv_capacity = int(room // self._kv_token_bytes)
 
-    def _load_start(self, s: _Slice, now: float) -> None:
+    def _load_start(self, s: Slice, now: float) -> None:
         if s.index in self._loads:
             return
         r = next(
@@ -1177,7 +1126,7 @@ class ServerlessEngine:
     def _loads_done(self, now: float, version: int) -> None:
         if version != self._load_version:
             return
-        freed: list[_Slice] = []
+        freed: list[Slice] = []
         for index in self._load_link.finished(now):
             if index < 0:
                 t = self._top_ups.pop(index)
@@ -1199,7 +1148,7 @@ class ServerlessEngine:
         self._next_load_event()
 
     # -- simulation ---------------------------------------------------------
-    def _kick(self, s: _Slice, now: float) -> None:
+    def _kick(self, s: Slice, now: float) -> None:
         if s.busy:
             return
         starts = [r.ready_s for r in s.residents if r.in_flight and math.isfinite(r.ready_s)]
@@ -1208,87 +1157,13 @@ class ServerlessEngine:
             s.iter_end_s = max(now, min(starts))
             self._loop.push(SliceIterates(s.iter_end_s, s.index))
 
-    def _share(self, s: _Slice) -> tuple[float, list[_Slice]]:
+    def _share(self, s: Slice) -> tuple[float, list[Slice]]:
         if not self._p.streams:
             return s.profile.hbm_bytes_per_s / GB, []
         others = [o for o in self._slices if o is not s and o.rate_gbps > 0]
         return self.config.link_gbps / (1 + len(others)), others
 
-    def _kv_used(self, s: _Slice) -> int:
-        return sum(q.kv_tokens for r in s.residents for q in r.requests if not q.kv_in_host)
-
-    def _admit(self, s: _Slice, r: _Resident, now: float) -> _Req | None:
-        """Make KV room for ``r``'s turn and pick the request to prefill: swap
-        its youngest running requests out while its decodes' growth does not
-        fit, move swapped requests at the front of its queue back in when
-        they fit, and return its queue head when that chunk fits."""
-        cap = s.kv_capacity
-        used = self._kv_used(s)
-        if used + len(r.running) > cap and self._make_room(
-            s, used + len(r.running), r, r.running, r.running[:-1]
-        ):
-            cap = s.kv_capacity
-        while r.running and used + len(r.running) > cap:
-            q = r.running.pop()
-            used -= q.kv_tokens
-            q.kv_in_host = True
-            q.ready_s = max(q.ready_s, now) + q.kv_tokens * self._kv_token_bytes / (
-                self.config.link_gbps * GB
-            )
-            q.out.swap_outs += 1
-            r.queue.appendleft(q)
-            self._kv_swaps += 1
-        while r.queue:
-            head = r.queue[0]
-            if head.kv_in_host:
-                # Its KV, then a token for it and for every decode.
-                need = used + head.kv_tokens + 1 + len(r.running)
-                if need > cap and self._make_room(s, need, r, [*r.running, head], r.running):
-                    cap = s.kv_capacity
-                if need > cap or len(r.running) >= self.config.max_running:
-                    if used == 0:
-                        # Alone on the slice and still too big: it never fits.
-                        r.queue.popleft()
-                        self._rejected += 1
-                        continue
-                    break
-                share, _ = self._share(s)
-                moved = head.kv_tokens * self._kv_token_bytes
-                head.ready_s = max(head.ready_s, now) + moved / (share * GB)
-                if self._p.streams:
-                    self._c2c_bytes += moved
-                head.kv_in_host = False
-                head.out.swap_ins += 1
-                used += head.kv_tokens
-            if not head.prefill_done:
-                break
-            r.queue.popleft()
-            r.running.append(head)
-        if not r.queue or len(r.running) >= self.config.max_running:
-            return None
-        head = r.queue[0]
-        if head.kv_in_host or head.ready_s > now:
-            return None
-        if head.chunk == 0:
-            head.chunk = (
-                self.config.static_chunk
-                if self._runs_as_hbm(r)
-                else self._chunk(s, head.out.prompt_tokens)
-            )
-        chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
-        if used + chunk + len(r.running) > cap:
-            need = used + chunk + len(r.running)
-            whole = used + head.out.prompt_tokens - head.prefilled + len(r.running)
-            if self._make_room(s, need, r, [*r.running, head], r.running, judged_tokens=whole):
-                return head
-            if used == head.kv_tokens:
-                # Alone on the slice and still too big: it never fits.
-                r.queue.popleft()
-                self._rejected += 1
-            return None
-        return head
-
-    def _prefill_s_per_token(self, s: _Slice) -> float:
+    def prefill_s_per_token(self, s: Slice) -> float:
         """A prefill's time per prompt token on ``s`` (chunks of the static
         size, the link shared by every slice): what a request's deadline
         is brought forward by for the prompt it has left."""
@@ -1307,71 +1182,24 @@ class ServerlessEngine:
             self._cache_chunk[key] = tokens
         return self._cache_prefill[s.profile.name]
 
-    @staticmethod
-    def _start_by(q: _Req, per_token: float) -> float:
-        """When ``q`` must run by: its deadline, less its remaining prefill."""
-        if q.out.token_times_s:
-            return q.deadline_s
-        return q.deadline_s - (q.out.prompt_tokens - q.prefilled) * per_token
+    # -- what model residency asks (model_residency.SliceTurns) ------------
+    def link_share_gbps(self, s: Slice) -> float:
+        return self._share(s)[0]
 
-    def _next_turn(self, s: _Slice, now: float) -> tuple[_Resident, _Req | None, list[_Req]]:
-        """The resident to run now (``next_turn``: earliest deadline, ties
-        round robin) with its prefill head and decodes; ``_NOBODY`` when no
-        resident has tokens to run now."""
-        per_token = self._prefill_s_per_token(s)
-        deadlines: list[float | None] = [
-            min(self._start_by(q, per_token) for q in r.requests)
-            if r.ready_s <= now and r.in_flight
-            else None
-            for r in s.residents
-        ]
-        while (i := next_turn(deadlines, s.turn)) is not None:
-            r = s.residents[i]
-            head = self._admit(s, r, now)
-            decodes = [q for q in r.running if q.ready_s <= now]
-            if head is not None or decodes:
-                s.turn = i
-                return r, head, decodes
-            deadlines[i] = None
-        return _NOBODY, None, []
+    def chunk_of(self, s: Slice, r: Resident, prompt_tokens: int) -> int:
+        if self._runs_as_hbm(r):
+            return self.config.static_chunk
+        return self._chunk(s, prompt_tokens)
 
-    def _iterate(self, s: _Slice, now: float) -> None:
+    def moved_in(self, kv_bytes: float) -> None:
+        if self._p.streams:
+            self._c2c_bytes += kv_bytes
+
+    def pass_s(self, s: Slice, turn: Turn, work: Pass, now_s: float) -> float:
         cfg = self.config
-        s.busy = False
-        for done in [x for x in s.residents if x.successor is not None and not x.in_flight]:
-            self._finish_drain(s, done, now)
-            if s.busy:
-                return
-        if self._p.shares_when_light and self._shed(s, now) and s.busy:
-            return
-        if self._p.ends_shares and len(s.residents) > 1 and self._end_share(s, now) and s.busy:
-            return
-        if self._may_preempt(now):
-            self._schedule(now)
-            if s.busy:
-                return
-        r, head, decodes = self._next_turn(s, now) if s.residents else (_NOBODY, None, [])
-        if r is _NOBODY:
-            s.rate_gbps = 0.0
-            later = [
-                max(x.ready_s, min((q.ready_s for q in x.requests), default=x.ready_s))
-                for x in s.residents
-                if x.in_flight
-            ]
-            later = [t for t in later if now < t < math.inf]
-            if later:
-                s.busy = True
-                s.iter_end_s = min(later)
-                self._loop.push(SliceIterates(s.iter_end_s, s.index))
-            elif s.in_flight == 0:
-                self._schedule(now)
-            return
-        chunk = 0
-        if head is not None:
-            chunk = min(head.chunk, head.out.prompt_tokens - head.prefilled)
-        tokens = chunk + len(decodes)
-        context = sum(q.out.prompt_tokens + q.generated for q in decodes)
-        start = head.prefilled if head is not None else 0
+        r = turn.resident
+        chunk, context, start = work
+        tokens = chunk + len(turn.decodes)
         pairs = float(context) + chunk * (start + chunk / 2.0)
         rho = self._rho(s, r, tokens)
         share, others = self._share(s)
@@ -1397,7 +1225,7 @@ class ServerlessEngine:
                 u_hbm = min(1.0, cost.hbm_bytes / dt / s.profile.hbm_bytes_per_s)
                 r.tuner.observe(
                     KnobObservation(
-                        now_s=now + dt,
+                        now_s=now_s + dt,
                         latency_s=dt,
                         latency_budget_s=cfg.slo.tbt_s,
                         hbm_util=u_hbm,
@@ -1406,30 +1234,49 @@ class ServerlessEngine:
                 )
         self._iterations += 1
         self._max_iteration = max(self._max_iteration, dt)
-        end = now + dt
-        r.last_used_s = end
-        for q in decodes:
-            q.out.token_times_s.append(end)
-            if q.generated >= q.out.output_tokens:
-                q.out.finish_s = end
-        r.running = [q for q in r.running if q.out.finish_s is None]
-        if head is not None:
-            head.prefilled += chunk
-            if head.prefill_done:
-                r.queue.popleft()
-                head.out.token_times_s.append(end)
-                if head.out.output_tokens <= 1:
-                    head.out.finish_s = end
-                else:
-                    r.running.append(head)
+        return dt
 
+    def _iterate(self, s: Slice, now: float) -> None:
+        s.busy = False
+        for done in [x for x in s.residents if x.successor is not None and not x.in_flight]:
+            self._finish_drain(s, done, now)
+            if s.busy:
+                return
+        if self._p.shares_when_light and self._shed(s, now) and s.busy:
+            return
+        if self._p.ends_shares and len(s.residents) > 1 and self._end_share(s, now) and s.busy:
+            return
+        if self._may_preempt(now):
+            self._schedule(now)
+            if s.busy:
+                return
+        core = s.core
+        core.now_s = now
+        core._iteration()
+        r = self._residency[s.index].turn.resident
+        if r is NOBODY:
+            s.rate_gbps = 0.0
+            later = [
+                max(x.ready_s, min((q.ready_s for q in x.requests), default=x.ready_s))
+                for x in s.residents
+                if x.in_flight
+            ]
+            later = [t for t in later if now < t < math.inf]
+            if later:
+                s.busy = True
+                s.iter_end_s = min(later)
+                self._loop.push(SliceIterates(s.iter_end_s, s.index))
+            elif s.in_flight == 0:
+                self._schedule(now)
+            return
+        end = core.now_s
         self._last = max(self._last, end)
         s.busy = True
         s.iter_end_s = end
         self._loop.push(SliceIterates(end, s.index))
         self._top_up(s, r, now)
 
-    def _shed(self, s: _Slice, now: float) -> bool:
+    def _shed(self, s: Slice, now: float) -> bool:
         """A shared slice busier than ``share_max_in_flight`` sheds the
         resident with the fewest requests in flight (the latest to join on a
         tie): it takes no new requests (those not started wait again) and
@@ -1441,12 +1288,7 @@ class ServerlessEngine:
             r = staying[i]
             r.leaving = True
             self._sheds += 1
-            fresh = [q for q in r.queue if q.kv_tokens == 0 and not q.kv_in_host]
-            for q in fresh:
-                r.queue.remove(q)
-                bisect.insort(self._pending, q, key=_wait_key)
-            if fresh:
-                self._pending_changed()
+            self._unplace_fresh(s, r, now)
         gone = [r for r in s.residents if r.leaving and not r.in_flight]
         for r in gone:
             self._evict(s, r, now)
@@ -1454,7 +1296,7 @@ class ServerlessEngine:
             self._schedule(now)
         return bool(gone)
 
-    def _end_share(self, s: _Slice, now: float) -> bool:
+    def _end_share(self, s: Slice, now: float) -> bool:
         """Whether a resident left ``s`` by ``end_share``: one with nothing
         in flight next to a busy one, at once; of busy ones, weighed every
         ``share_check_s`` (the one that leaves with requests in flight has
@@ -1498,7 +1340,7 @@ class ServerlessEngine:
         self._schedule(now)
         return True
 
-    def _sharer(self, s: _Slice, r: _Resident, now: float) -> Sharer:
+    def _sharer(self, s: Slice, r: Resident, now: float) -> Sharer:
         """``r`` on shared slice ``s`` as ``end_share`` weighs it: its
         decode step (its running batch, else its queue head as one decode)
         now and with what it keeps alone on ``s`` resident, the steps its
@@ -1511,11 +1353,11 @@ class ServerlessEngine:
             room = s.free_bytes - self._kv_keep(s, 1)
             alone = max(alone, min(self._weight_bytes, room))
         batch = r.running or list(r.queue)[:1]
-        steps = max((q.out.output_tokens - q.generated for q in r.requests), default=0)
+        steps = max((q.output_tokens - q.generated for q in r.requests), default=0)
         for q in r.queue:
             if not q.prefill_done:
                 chunk = q.chunk or self.config.static_chunk
-                steps += math.ceil((q.out.prompt_tokens - q.prefilled) / chunk)
+                steps += math.ceil((q.prompt_tokens - q.prefilled) / chunk)
         kv = sum(q.kv_tokens for q in r.requests if not q.kv_in_host) * self._kv_token_bytes
         alone_step = self._decode_s(s, r, batch, alone)
         return Sharer(
@@ -1532,17 +1374,17 @@ class ServerlessEngine:
             ),
         )
 
-    def _may_wait_s(self, q: _Req, step_s: float, now: float) -> float:
+    def _may_wait_s(self, q: SlicedRequest, step_s: float, now: float) -> float:
         """How long ``q`` can wait from ``now`` and still meet its targets
         if it then runs a token every ``step_s``: before its first token,
         until its TTFT deadline; after it, its slack plus what its tokens
         left gain on the TPOT target (its TPOT is the mean over the
         request). Negative: it cannot meet them any more, before its first
         token (a TTFT missed), or with no token left to make up for it."""
-        if not q.out.token_times_s:
+        if not q.generated:
             return q.slack_s(now)
-        left = q.out.output_tokens - q.generated
-        return q.slack_s(now) + left * (q.out.slo_tbt_s - step_s)
+        left = q.output_tokens - q.generated
+        return q.slack_s(now) + left * (q.slo_tbt_s - step_s)
 
     def _replan(self, now: float, window: list[str]) -> None:
         counts: dict[str, int] = {}
@@ -1601,7 +1443,7 @@ class ServerlessEngine:
             self._replan(now_s, self._window)
             self._window = []
             self._replan_at = now_s + self.config.replan_s
-        bisect.insort(self._pending, r, key=_wait_key)
+        bisect.insort(self._pending, r, key=wait_key)
         self._pending_changed()
         self._schedule(now_s)
         if self._progress is not None:
@@ -1632,24 +1474,29 @@ class ServerlessEngine:
         if len(self._loop) or self._iterations:
             raise RuntimeError("a ServerlessEngine runs once")
         reqs = self._reqs
-        for i, t in enumerate(self.trace):
-            out = RequestOutcome(
-                id=t.id if t.id is not None else str(i),
-                arrival_s=t.arrival_s,
-                prompt_tokens=max(1, t.prompt_tokens),
-                output_tokens=max(1, t.output_tokens),
-                slo_ttft_s=t.slo_ttft_s if t.slo_ttft_s is not None else cfg.slo.ttft_s,
-                slo_tbt_s=t.slo_tbt_s if t.slo_tbt_s is not None else cfg.slo.tbt_s,
+        columns = self._columns
+        for i, t in enumerate(self._requests):
+            reqs.append(
+                SlicedRequest(
+                    columns,
+                    i,
+                    t.model or DEFAULT_MODEL,
+                    float(t.priority) if t.priority is not None else 1.0,
+                    t.prompt_tokens,
+                    t.output_tokens,
+                    t.arrival_s,
+                    columns.slo_ttft_s.item(i),
+                    columns.slo_tbt_s.item(i),
+                    t.arrival_s,
+                )
             )
-            priority = float(t.priority) if t.priority is not None else 1.0
-            reqs.append(_Req(out, t.model or DEFAULT_MODEL, priority, t.arrival_s, i))
             self._loop.push(RequestArrives(t.arrival_s, i))
         self._progress = progress
         loop = self._loop
         while loop:
             loop.pop().handle(self)
         queued = self._queued
-        outcomes = [r.out for r in reqs]
+        outcomes = request_outcomes(columns, self._requests, self._tokens, cfg.slo)
         first = min((r.arrival_s for r in outcomes), default=0.0)
         span = max(0.0, self._last - first)
         wall_s = time.perf_counter() - wall
@@ -1690,12 +1537,12 @@ class ServerlessEngine:
             shares=self._shares,
             drains=self._drains,
             max_drain_s=self._max_drain,
-            kv_swaps=self._kv_swaps,
-            rejected=self._rejected,
+            kv_swaps=sum(x.kv_swaps for x in self._residency),
+            rejected=sum(x.rejected for x in self._residency),
             cold_ttft_s=tuple(
-                r.out.token_times_s[0] - r.out.arrival_s
-                for r in reqs
-                if r.cold and r.out.token_times_s
+                o.token_times_s[0] - o.arrival_s
+                for r, o in zip(reqs, outcomes, strict=True)
+                if r.cold and o.token_times_s
             ),
             placement_wait_s=tuple(self._placement_waits),
             starvation_bound_s=self._starvation_bound(max_switch),
@@ -1710,5 +1557,4 @@ class ServerlessEngine:
         return ServerlessRun(result, stats, self._switches)
 
 
-_NOBODY = _Resident("", 0.0, math.inf, math.inf, 0.0)
 _QUEUED = RouteDecision(QUEUE, "", "", 0.0, math.inf, "queue: no idle or evictable slice")

@@ -17,28 +17,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
-from planner.replay.plots import DPI, plot_tbt_cdf, plot_ttft_cdf, policy_colors
+from planner.replay.metrics import sweep_policies
+from planner.replay.plots import (
+    DPI,
+    figure,
+    plot_sweep_lines,
+    plot_tbt_cdf,
+    plot_ttft_cdf,
+    policy_colors,
+)
 from planner.replay.serverless_engine import ServerlessRun
 from planner.replay.serverless_report import ServerlessMetrics, ServerlessSweep
-
-_MARKERS = "osD^v<>ph*"
-
-
-def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _policies(sweep: ServerlessSweep) -> list[str]:
-    names: list[str] = []
-    for scale in sorted(sweep):
-        names += [m.policy for m in sweep[scale] if m.policy not in names]
-    return names
 
 
 def _lines(
@@ -48,23 +39,7 @@ def _lines(
     colors: dict[str, str],
 ) -> None:
     scales = sorted(sweep)
-    for i, name in enumerate(_policies(sweep)):
-        xs: list[float] = []
-        ys: list[float] = []
-        for scale in scales:
-            for m in sweep[scale]:
-                value = get(m)
-                if m.policy == name and value is not None:
-                    xs.append(scale)
-                    ys.append(float(value))
-        ax.plot(
-            xs,
-            ys,
-            color=colors[name],
-            marker=_MARKERS[i % len(_MARKERS)],
-            linewidth=1.8,
-            label=name,
-        )
+    plot_sweep_lines(ax, sweep, get, colors)
     ax.set_xlabel("Request rate (multiple of the trace rate)")
     ax.set_xscale("log")
     ax.set_xticks(scales, [f"{s:g}x" for s in scales])
@@ -73,8 +48,8 @@ def _lines(
 
 
 def plot_attainment_vs_load(path: Path, sweep: ServerlessSweep) -> Path:
-    colors = policy_colors(_policies(sweep))
-    fig = _figure(13.0, 4.5)
+    colors = policy_colors(sweep_policies(sweep))
+    fig = figure(13.0, 4.5)
     axes = fig.subplots(1, 3, sharey=True)
     panels: list[tuple[str, Callable[[ServerlessMetrics], float | None]]] = [
         ("TTFT SLO attainment", lambda m: m.metrics.ttft_attainment),
@@ -94,8 +69,8 @@ def plot_attainment_vs_load(path: Path, sweep: ServerlessSweep) -> Path:
 
 
 def plot_cold_start_vs_load(path: Path, sweep: ServerlessSweep) -> Path:
-    colors = policy_colors(_policies(sweep))
-    fig = _figure(8.0, 4.5)
+    colors = policy_colors(sweep_policies(sweep))
+    fig = figure(8.0, 4.5)
     ax = fig.add_subplot()
     _lines(ax, sweep, lambda m: m.cold_start_s.p50, colors)
     ax.set_yscale("log")

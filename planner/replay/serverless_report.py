@@ -23,7 +23,16 @@ from planner.policies.serverless import GIVE_UP, MOVE, QUEUE_BACK
 from planner.replay.console import print_table
 from planner.replay.metric_table import MetricRow, add_sections, lift_rows
 from planner.replay.metrics import Distribution, PolicyMetrics, summarize
-from planner.replay.report import DASH, fmt_pct, fmt_seconds, goodput_rows, to_json
+from planner.replay.report import (
+    DASH,
+    fmt_count,
+    fmt_pct,
+    fmt_seconds,
+    leading_sections,
+    percentile_rows,
+    sweep_table_of,
+    to_json,
+)
 from planner.replay.serverless_engine import ServerlessRun, ServerlessStats
 
 TOPOLOGY = "serverless"
@@ -111,10 +120,6 @@ def compare_serverless(runs: Sequence[ServerlessRun]) -> list[ServerlessMetrics]
     return out
 
 
-def _int(value: float | None) -> str:
-    return DASH if value is None else f"{value:,.0f}"
-
-
 def _num(value: float | None) -> str:
     return DASH if value is None else f"{value:.2f}"
 
@@ -131,41 +136,32 @@ def _plain(m: ServerlessMetrics) -> PolicyMetrics:
 
 
 def _rows() -> list[tuple[str, list[_Row]]]:
+    tails = ("p50", "p99")
     return [
-        ("Goodput", lift_rows(goodput_rows(), _plain)),
-        (
-            "SLO attainment",
-            [
-                _Row("TTFT", lambda m: m.metrics.ttft_attainment, fmt_pct, 1),
-                _Row("TPOT (request-level)", lambda m: m.metrics.tpot_attainment, fmt_pct, 1),
-            ],
-        ),
-        (
-            "Latency",
-            [
-                _Row("TTFT p50", lambda m: m.metrics.ttft_s.p50, fmt_seconds, -1),
-                _Row("TTFT p99", lambda m: m.metrics.ttft_s.p99, fmt_seconds, -1),
-                _Row("TPOT p50", lambda m: m.metrics.tpot_s.p50, fmt_seconds, -1),
-                _Row("TPOT p99", lambda m: m.metrics.tpot_s.p99, fmt_seconds, -1),
-            ],
+        *leading_sections(
+            _plain,
+            lift_rows(
+                percentile_rows("TTFT", "ttft_s", tails) + percentile_rows("TPOT", "tpot_s", tails),
+                _plain,
+            ),
         ),
         (
             "Model switches",
             [
-                _Row("Switches", lambda m: m.stats.switches, _int),
+                _Row("Switches", lambda m: m.stats.switches, fmt_count),
                 _Row("Switch latency p50", lambda m: m.switch_s.p50, fmt_seconds, -1),
                 _Row("Switch latency p99", lambda m: m.switch_s.p99, fmt_seconds, -1),
                 _Row("Cold-start TTFT p50", lambda m: m.cold_start_s.p50, fmt_seconds, -1),
                 _Row(
                     f"Cold start / {COLD_START_REFERENCE}'s", lambda m: m.cold_start_ratio, _ratio
                 ),
-                _Row("Preemptions", lambda m: m.stats.preemptions, _int),
-                _Row("Shared slices (models taking turns)", lambda m: m.stats.shares, _int),
-                _Row("Residents shed (busy shared slice)", lambda m: m.stats.sheds, _int),
-                _Row("Shares ended: idle left", lambda m: _ends(m, GIVE_UP), _int),
-                _Row("Shares ended: busy moved", lambda m: _ends(m, MOVE), _int),
-                _Row("Shares ended: busy queued", lambda m: _ends(m, QUEUE_BACK), _int),
-                _Row("KV swaps (room)", lambda m: m.stats.kv_swaps, _int),
+                _Row("Preemptions", lambda m: m.stats.preemptions, fmt_count),
+                _Row("Shared slices (models taking turns)", lambda m: m.stats.shares, fmt_count),
+                _Row("Residents shed (busy shared slice)", lambda m: m.stats.sheds, fmt_count),
+                _Row("Shares ended: idle left", lambda m: _ends(m, GIVE_UP), fmt_count),
+                _Row("Shares ended: busy moved", lambda m: _ends(m, MOVE), fmt_count),
+                _Row("Shares ended: busy queued", lambda m: _ends(m, QUEUE_BACK), fmt_count),
+                _Row("KV swaps (room)", lambda m: m.stats.kv_swaps, fmt_count),
             ],
         ),
         (
@@ -173,7 +169,7 @@ def _rows() -> list[tuple[str, list[_Row]]]:
             [
                 _Row("Wait p99", lambda m: m.placement_wait_s.p99, fmt_seconds, -1),
                 _Row("Wait max", lambda m: m.placement_wait_s.max, fmt_seconds, -1),
-                _Row("Drains (starving)", lambda m: m.stats.drains, _int),
+                _Row("Drains (starving)", lambda m: m.stats.drains, fmt_count),
                 _Row("Longest drain", lambda m: m.stats.max_drain_s, fmt_seconds),
                 _Row("Starvation bound", lambda m: m.stats.starvation_bound_s, fmt_seconds),
             ],
@@ -183,9 +179,9 @@ def _rows() -> list[tuple[str, list[_Row]]]:
             [
                 _Row("C2C link utilization", lambda m: m.stats.link_utilization, fmt_pct),
                 _Row("Mean rho", lambda m: m.stats.mean_rho, _num),
-                _Row("Finished", lambda m: m.metrics.finished, _int, 1),
-                _Row("Unfinished", lambda m: m.metrics.unfinished, _int, -1),
-                _Row("Rejected (KV never fits)", lambda m: m.stats.rejected, _int),
+                _Row("Finished", lambda m: m.metrics.finished, fmt_count, 1),
+                _Row("Unfinished", lambda m: m.metrics.unfinished, fmt_count, -1),
+                _Row("Rejected (KV never fits)", lambda m: m.stats.rejected, fmt_count),
             ],
         ),
     ]
@@ -201,33 +197,14 @@ ServerlessSweep = Mapping[float, Sequence[ServerlessMetrics]]
 def serverless_sweep_table(sweep: ServerlessSweep) -> Table:
     """One row per rate scale: TTFT / TPOT / both-met attainment per policy,
     and each policy's cold start against the reference's."""
-    table = Table(
-        title="SLO attainment vs load (TTFT / TPOT / both met; cold start vs "
-        f"{COLD_START_REFERENCE})",
-        header_style="bold",
-        title_style="bold",
+    return sweep_table_of(
+        sweep,
+        f"SLO attainment vs load (TTFT / TPOT / both met; cold start vs {COLD_START_REFERENCE})",
+        lambda m: (
+            f"{fmt_pct(m.metrics.ttft_attainment)} / {fmt_pct(m.metrics.tpot_attainment)} / "
+            f"{fmt_pct(m.metrics.both_attainment)}; {_ratio(m.cold_start_ratio)}"
+        ),
     )
-    table.add_column("Rate scale", justify="right")
-    names: list[str] = []
-    for scale in sorted(sweep):
-        names += [m.policy for m in sweep[scale] if m.policy not in names]
-    for name in names:
-        table.add_column(name, justify="right", no_wrap=True)
-    for scale in sorted(sweep):
-        by_name = {m.policy: m for m in sweep[scale]}
-        cells = []
-        for name in names:
-            m = by_name.get(name)
-            if m is None:
-                cells.append(DASH)
-                continue
-            x = m.metrics
-            cells.append(
-                f"{fmt_pct(x.ttft_attainment)} / {fmt_pct(x.tpot_attainment)} / "
-                f"{fmt_pct(x.both_attainment)}; {_ratio(m.cold_start_ratio)}"
-            )
-        table.add_row(f"{scale:g}", *cells)
-    return table
 
 
 def serverless_table(metrics: Sequence[ServerlessMetrics], title: str, caption: str) -> Table:

@@ -71,6 +71,10 @@ class RequestColumns:
     swap_outs: IntArray
     swap_ins: IntArray
     recomputed_tokens: IntArray
+    # The most tokens one prefill chunk of the request may take, below the
+    # engine's own cap (0: no cap of its own; a topology that sizes chunks
+    # per request sets it).
+    chunk_tokens: IntArray
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -124,6 +128,7 @@ class RequestColumns:
             swap_outs=zeros(),
             swap_ins=zeros(),
             recomputed_tokens=zeros(),
+            chunk_tokens=zeros(),
         )
 
 

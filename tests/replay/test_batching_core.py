@@ -1,8 +1,9 @@
 """The batching core's options and hooks for topologies that wire several
 cores over one set of request columns (planner.replay.batching_core,
 engine_state): the prefill's causal attention pairs in the cost, a chunk
-cap, empty iterations that take no time, pinned requests, a ready time,
-requests handed to another core, whole prefills alone, and a KV-residency
+cap (the engine's and a request's own), empty iterations that take no
+time, pinned requests, a ready time, requests handed to another core or
+waiting outside every core, whole prefills alone, and a KV-residency
 strategy that pauses requests and times the iterations."""
 
 from __future__ import annotations
@@ -179,6 +180,39 @@ def test_hand_over_moves_requests_and_their_blocks() -> None:
     assert b.not_before_s == {1: 2.0} and not a.not_before_s and not a.pinned
     b.hand_over(np.array([2], dtype=np.int64), a, front=True)
     assert a.queued.rows.tolist() == [2] and a.free_gpu + b.free_gpu == 20 - 4
+
+
+def test_a_requests_own_chunk_cap_is_below_the_engines() -> None:
+    cost = RecordingCost()
+    c = core(columns(40, 40), cost, max_chunk_tokens=16)
+    c.requests.chunk_tokens[0] = 10
+    arrive_all(c)
+    batch = c._iteration()
+    assert batch.prefill_chunks.tolist() == [10, 16]
+
+
+def test_rows_leave_every_engine_and_join_another_with_their_kv() -> None:
+    requests = columns(16, 40, 10)
+    a = EngineState(requests, 10, 8, 16)
+    b = EngineState(requests, 10, 8, 16, tokens=a.tokens)
+    rows = np.arange(3, dtype=np.int64)
+    a.arrive(rows, rows[:0])
+    a.admit([0, 1], [1, 3], 0.0)
+    requests.kv_tokens[[0, 1]] = (16, 33)
+    # A swap for room is a swap, not a preemption.
+    a.preempt([0], swap=True, counted=False)
+    assert (int(requests.swap_outs[0]), int(requests.preemptions[0]), a.preemptions) == (1, 0, 0)
+    a.leave([0, 1, 2], 0.0, preempted=True)
+    assert not a.active() and (a.free_gpu, a.free_cpu) == (10, 8)
+    assert requests.phase.tolist() == [Phase.ROTARY, Phase.ROTARY, Phase.QUEUED]
+    assert requests.preemptions.tolist() == [1, 1, 1]
+    assert requests.cpu_blocks.tolist() == [1, 3, 0]
+    b.join([0, 1, 2])
+    assert b.rotary.rows.tolist() == [0, 1] and b.queued.rows.tolist() == [2]
+    assert b.free_cpu == 4
+    b.reject([1, 2])
+    assert b.free_cpu == 7 and b.rotary.rows.tolist() == [0] and not len(b.queued.rows)
+    assert requests.phase.tolist() == [Phase.ROTARY, Phase.REJECTED, Phase.REJECTED]
 
 
 def test_prefills_alone_take_whole_prompts_and_decode_nobody() -> None:

@@ -547,7 +547,7 @@ class _CheckedEngine(ServerlessEngine):
 
     def _iterate(self, s, now):  # type: ignore[no-untyped-def]
         for x in self._slices:
-            kv = self._kv_used(x) * self._kv_token_bytes
+            kv = x.kv_used * self._kv_token_bytes
             assert x.resident_bytes + kv <= x.free_bytes + 1
             assert x.kv_capacity * self._kv_token_bytes + x.resident_bytes <= x.free_bytes + 1
         super()._iterate(s, now)
