@@ -22,12 +22,9 @@ from planner.service.cluster_methods import (
 )
 from planner.service.cluster_store import ClusterStore
 from planner.service.convert.checks import non_negative, positive
-from planner.service.convert.offload import (
-    PROTO_BACKENDS,
-    offload_plan_to_proto,
-    offload_request_from_proto,
-)
+from planner.service.convert.offload import offload_plan_to_proto, offload_request_from_proto
 from planner.service.convert.rotation import rotation_plan_to_proto, rotation_request_from_proto
+from planner.service.convert.solver import PROTO_BACKENDS
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.service.offload_engines import OffloadEngines
