@@ -25,6 +25,18 @@ REQUIRE_ENV = "PLANNER_REQUIRE_POSTGRESQL"
 STORES = ("sqlite", "postgresql")  # as tests/service/stores.py
 
 
+@pytest.fixture(autouse=True)
+def state_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A `planner serve` a test starts without --store (in process or as a
+    subprocess, which inherits the environment) keeps its store in a folder
+    of the test's own: never in the user's ~/.local/state, which concurrent
+    runs share and which a CI machine's home may not let it write."""
+    folder = tmp_path_factory.mktemp("state")
+    monkeypatch.delenv("PLANNER_STORE", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(folder))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def postgresql() -> Iterator[Any]:
     """A PostgreSQL server for the whole run (LocalPostgres)."""

@@ -123,7 +123,7 @@ def _copy_project(dest: Path) -> Path:
         src,
         ignore=shutil.ignore_patterns(
             ".git",
-            ".venv",
+            ".venv*",
             ".tools",
             "__pycache__",
             "*.egg-info",

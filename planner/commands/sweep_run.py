@@ -172,7 +172,9 @@ def run_on_ray(configs: Sequence[Configuration], address: str, on_outcome: OnOut
     if started_here:
         try:
             ray.init(address=None if address == "local" else address, log_to_driver=False)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
+        except (OSError, ValueError, RuntimeError) as exc:
+            # OSError: no cluster at address, or a new one that cannot write
+            # its files (Ray keeps its token in ~/.ray).
             raise RayUnavailableError(f"--ray {address}: {exc}") from None
     try:
         task: Any = ray.remote(num_cpus=1)(run_configuration)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from google.protobuf.message import Message
 
@@ -22,12 +23,9 @@ from planner.service.cluster_methods import (
 )
 from planner.service.cluster_store import ClusterStore
 from planner.service.convert.checks import non_negative, positive
-from planner.service.convert.offload import (
-    PROTO_BACKENDS,
-    offload_plan_to_proto,
-    offload_request_from_proto,
-)
+from planner.service.convert.offload import offload_plan_to_proto, offload_request_from_proto
 from planner.service.convert.rotation import rotation_plan_to_proto, rotation_request_from_proto
+from planner.service.convert.solver import PROTO_BACKENDS
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.service.offload_engines import OffloadEngines
@@ -92,10 +90,20 @@ class CallContext:
 
 
 Handler = Callable[[Message, CallContext], Message]
+R = TypeVar("R", bound=Message)
 
 
-def _plan_rotation(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, rotation_pb2.PlanRotationRequest)
+def _on(request_type: type[R], answer: Callable[[R, CallContext], Message]) -> Handler:
+    """The handler that answers requests of request_type."""
+
+    def handler(request: Message, ctx: CallContext) -> Message:
+        assert isinstance(request, request_type)
+        return answer(request, ctx)
+
+    return handler
+
+
+def _plan_rotation(request: rotation_pb2.PlanRotationRequest, ctx: CallContext) -> Message:
     snapshot, inputs = rotation_request_from_proto(request, ctx.limits)
     return rotation_plan_to_proto(plan_rotation(snapshot, inputs))
 
@@ -109,8 +117,7 @@ def _check_step(step: int) -> None:
         raise InvalidArgumentError("step", f"must be in [0, {MAX_STEP}], got {step}")
 
 
-def _plan_layer_offload(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, offload_pb2.PlanLayerOffloadRequest)
+def _plan_layer_offload(request: offload_pb2.PlanLayerOffloadRequest, ctx: CallContext) -> Message:
     batch, inputs = offload_request_from_proto(request, ctx.limits, ctx.time_remaining_s)
     _check_step(request.step)
     try:
@@ -128,8 +135,7 @@ _REASONS = {
 }
 
 
-def _report_step(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, offload_pb2.ReportStepRequest)
+def _report_step(request: offload_pb2.ReportStepRequest, ctx: CallContext) -> Message:
     if not request.engine_id:
         raise InvalidArgumentError("engine_id", "must name the engine that asked for the plan")
     _check_step(request.step)
@@ -160,117 +166,12 @@ def _report_step(request: Message, ctx: CallContext) -> Message:
     )
 
 
-def _plan_buddy_groups(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, cluster_pb2.PlanBuddyGroupsRequest)
-    return plan_buddy_groups_rpc(request, ctx.limits, ctx.cluster_store, ctx.time_remaining_s)
-
-
-def _evaluate_drop_trigger(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, cluster_pb2.EvaluateDropTriggerRequest)
-    return evaluate_drop_trigger_rpc(request, ctx.limits, ctx.cluster_store)
-
-
-def _decide_restore(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, cluster_pb2.DecideRestoreRequest)
-    return decide_restore_rpc(request, ctx.limits, ctx.cluster_store)
-
-
-def _get_cluster_state(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, cluster_pb2.GetClusterStateRequest)
-    return get_cluster_state_rpc(request, ctx.cluster_store)
-
-
-def _ledger(ctx: CallContext) -> LedgerStore:
-    """The lease ledger, in the same store as ClusterService's state."""
-    return ctx.cluster_store.ledger
-
-
-def _classify_roles(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, placement_pb2.ClassifyRolesRequest)
-    return classify_roles_rpc(request, ctx.role_oracles)
-
-
-def _place_models(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, placement_pb2.PlaceModelsRequest)
-    return place_models_rpc(request, ctx.time_remaining_s)
-
-
-def _match_producers(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, placement_pb2.MatchProducersRequest)
-    return match_producers_rpc(request)
-
-
-def _offer_memory(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, placement_pb2.OfferMemoryRequest)
-    return offer_memory_rpc(request, _ledger(ctx))
-
-
-def _allocate_memory(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, placement_pb2.AllocateMemoryRequest)
-    return allocate_memory_rpc(request, _ledger(ctx))
-
-
-def _free_memory(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, placement_pb2.FreeMemoryRequest)
-    return free_memory_rpc(request, _ledger(ctx))
-
-
-def _reclaim_memory(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, placement_pb2.ReclaimMemoryRequest)
-    return reclaim_memory_rpc(request, _ledger(ctx))
-
-
-def _get_pool_status(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, placement_pb2.GetPoolStatusRequest)
-    return get_pool_status_rpc(request, _ledger(ctx))
-
-
-def _partition_batch(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, placement_pb2.PartitionBatchRequest)
-    return partition_batch_rpc(request)
-
-
-def _plan_model_placement(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, serverless_pb2.PlanModelPlacementRequest)
-    return plan_model_placement_rpc(request, ctx.time_remaining_s)
-
-
-def _route(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, serverless_pb2.RouteRequest)
-    return route_rpc(request)
-
-
-def _schedule_waiting(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, serverless_pb2.ScheduleWaitingRequest)
-    return schedule_waiting_rpc(request)
-
-
-def _choose_chunk_size(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, serverless_pb2.ChooseChunkSizeRequest)
-    return choose_chunk_size_rpc(request)
-
-
-def _choose_kernel(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, serverless_pb2.ChooseKernelRequest)
-    return choose_kernel_rpc(request, ctx.serverless_tuners)
-
-
-def _report_knob_feedback(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, serverless_pb2.ReportKnobFeedbackRequest)
-    return report_knob_feedback_rpc(request, ctx.serverless_tuners)
-
-
-def _get_knob_state(request: Message, ctx: CallContext) -> Message:
-    assert isinstance(request, serverless_pb2.GetKnobStateRequest)
-    return get_knob_state_rpc(request, ctx.serverless_tuners)
-
-
 def solver_backends_present() -> list[common_pb2.SolverBackend.ValueType]:
     """Registered backends whose packages import here (planner.solvers)."""
     return [PROTO_BACKENDS[b] for b in available_backends()]
 
 
-def _planner_info(request: Message, ctx: CallContext) -> Message:
+def _planner_info(request: info_pb2.GetPlannerInfoRequest, ctx: CallContext) -> Message:
     return info_pb2.GetPlannerInfoResponse(
         version=__version__,
         services=SERVICE_NAMES,
@@ -283,31 +184,82 @@ def _planner_info(request: Message, ctx: CallContext) -> Message:
     )
 
 
+def _ledger(ctx: CallContext) -> LedgerStore:
+    """The lease ledger, in the same store as ClusterService's state."""
+    return ctx.cluster_store.ledger
+
+
 HANDLERS: dict[str, Handler] = {
-    "RotationService.PlanRotation": _plan_rotation,
-    "OffloadService.PlanLayerOffload": _plan_layer_offload,
-    "OffloadService.ReportStep": _report_step,
-    "ClusterService.PlanBuddyGroups": _plan_buddy_groups,
-    "ClusterService.EvaluateDropTrigger": _evaluate_drop_trigger,
-    "ClusterService.DecideRestore": _decide_restore,
-    "ClusterService.GetClusterState": _get_cluster_state,
-    "PlacementService.ClassifyRoles": _classify_roles,
-    "PlacementService.PlaceModels": _place_models,
-    "PlacementService.MatchProducers": _match_producers,
-    "PlacementService.OfferMemory": _offer_memory,
-    "PlacementService.AllocateMemory": _allocate_memory,
-    "PlacementService.FreeMemory": _free_memory,
-    "PlacementService.ReclaimMemory": _reclaim_memory,
-    "PlacementService.GetPoolStatus": _get_pool_status,
-    "PlacementService.PartitionBatch": _partition_batch,
-    "ServerlessService.PlanModelPlacement": _plan_model_placement,
-    "ServerlessService.Route": _route,
-    "ServerlessService.ScheduleWaiting": _schedule_waiting,
-    "ServerlessService.ChooseChunkSize": _choose_chunk_size,
-    "ServerlessService.ChooseKernel": _choose_kernel,
-    "ServerlessService.ReportKnobFeedback": _report_knob_feedback,
-    "ServerlessService.GetKnobState": _get_knob_state,
-    "PlannerInfoService.GetPlannerInfo": _planner_info,
+    "RotationService.PlanRotation": _on(rotation_pb2.PlanRotationRequest, _plan_rotation),
+    "OffloadService.PlanLayerOffload": _on(
+        offload_pb2.PlanLayerOffloadRequest, _plan_layer_offload
+    ),
+    "OffloadService.ReportStep": _on(offload_pb2.ReportStepRequest, _report_step),
+    "ClusterService.PlanBuddyGroups": _on(
+        cluster_pb2.PlanBuddyGroupsRequest,
+        lambda r, c: plan_buddy_groups_rpc(r, c.limits, c.cluster_store, c.time_remaining_s),
+    ),
+    "ClusterService.EvaluateDropTrigger": _on(
+        cluster_pb2.EvaluateDropTriggerRequest,
+        lambda r, c: evaluate_drop_trigger_rpc(r, c.limits, c.cluster_store),
+    ),
+    "ClusterService.DecideRestore": _on(
+        cluster_pb2.DecideRestoreRequest,
+        lambda r, c: decide_restore_rpc(r, c.limits, c.cluster_store),
+    ),
+    "ClusterService.GetClusterState": _on(
+        cluster_pb2.GetClusterStateRequest, lambda r, c: get_cluster_state_rpc(r, c.cluster_store)
+    ),
+    "PlacementService.ClassifyRoles": _on(
+        placement_pb2.ClassifyRolesRequest, lambda r, c: classify_roles_rpc(r, c.role_oracles)
+    ),
+    "PlacementService.PlaceModels": _on(
+        placement_pb2.PlaceModelsRequest, lambda r, c: place_models_rpc(r, c.time_remaining_s)
+    ),
+    "PlacementService.MatchProducers": _on(
+        placement_pb2.MatchProducersRequest, lambda r, c: match_producers_rpc(r)
+    ),
+    "PlacementService.OfferMemory": _on(
+        placement_pb2.OfferMemoryRequest, lambda r, c: offer_memory_rpc(r, _ledger(c))
+    ),
+    "PlacementService.AllocateMemory": _on(
+        placement_pb2.AllocateMemoryRequest, lambda r, c: allocate_memory_rpc(r, _ledger(c))
+    ),
+    "PlacementService.FreeMemory": _on(
+        placement_pb2.FreeMemoryRequest, lambda r, c: free_memory_rpc(r, _ledger(c))
+    ),
+    "PlacementService.ReclaimMemory": _on(
+        placement_pb2.ReclaimMemoryRequest, lambda r, c: reclaim_memory_rpc(r, _ledger(c))
+    ),
+    "PlacementService.GetPoolStatus": _on(
+        placement_pb2.GetPoolStatusRequest, lambda r, c: get_pool_status_rpc(r, _ledger(c))
+    ),
+    "PlacementService.PartitionBatch": _on(
+        placement_pb2.PartitionBatchRequest, lambda r, c: partition_batch_rpc(r)
+    ),
+    "ServerlessService.PlanModelPlacement": _on(
+        serverless_pb2.PlanModelPlacementRequest,
+        lambda r, c: plan_model_placement_rpc(r, c.time_remaining_s),
+    ),
+    "ServerlessService.Route": _on(serverless_pb2.RouteRequest, lambda r, c: route_rpc(r)),
+    "ServerlessService.ScheduleWaiting": _on(
+        serverless_pb2.ScheduleWaitingRequest, lambda r, c: schedule_waiting_rpc(r)
+    ),
+    "ServerlessService.ChooseChunkSize": _on(
+        serverless_pb2.ChooseChunkSizeRequest, lambda r, c: choose_chunk_size_rpc(r)
+    ),
+    "ServerlessService.ChooseKernel": _on(
+        serverless_pb2.ChooseKernelRequest, lambda r, c: choose_kernel_rpc(r, c.serverless_tuners)
+    ),
+    "ServerlessService.ReportKnobFeedback": _on(
+        serverless_pb2.ReportKnobFeedbackRequest,
+        lambda r, c: report_knob_feedback_rpc(r, c.serverless_tuners),
+    ),
+    "ServerlessService.GetKnobState": _on(
+        serverless_pb2.GetKnobStateRequest,
+        lambda r, c: get_knob_state_rpc(r, c.serverless_tuners),
+    ),
+    "PlannerInfoService.GetPlannerInfo": _on(info_pb2.GetPlannerInfoRequest, _planner_info),
 }
 assert HANDLERS.keys() == RPCS.keys(), "every RPC of the contract has a handler"
 

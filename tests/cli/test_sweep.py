@@ -189,14 +189,27 @@ def test_worker_processes_give_the_rows_of_one_process(
 
 
 RAY_MISSING = importlib.util.find_spec("ray") is None
-
-
-@pytest.mark.skipif(
+NEEDS_RAY = pytest.mark.skipif(
     RAY_MISSING and not os.environ.get("PLANNER_REQUIRE_RAY"),
     reason="ray is not installed (pip install 'planner[ray]'; make's .venv has it)",
 )
+
+
+@pytest.fixture
+def ray_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home of the test's own for a new local Ray instance, which writes
+    its token in ~/.ray (a CI home may be read-only); Ray's token mode,
+    which ray.init sets in this process's environment, undone after."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    return home
+
+
+@NEEDS_RAY
 def test_a_local_ray_instance_gives_the_rows_of_one_process(
-    traces: tuple[Path, Path], tmp_path: Path
+    traces: tuple[Path, Path], tmp_path: Path, ray_home: Path
 ) -> None:
     import ray  # noqa: PLC0415 (optional; its absence skips the test above)
 
@@ -237,3 +250,20 @@ def test_rows_report_solves_the_clock_stopped(
     table = pd.DataFrame({OVER_TIME_LIMIT: [3, 0, None, 1]})
     assert clock_limited_rows(table) == 2
     assert clock_limited_rows(pd.DataFrame({"goodput": [0.5]})) == 0
+
+
+@NEEDS_RAY
+def test_a_local_ray_instance_that_cannot_start_is_one_line(
+    capsys: pytest.CaptureFixture[str], traces: tuple[Path, Path], ray_home: Path
+) -> None:
+    """`--ray local` where Ray cannot write its token (its home is a file
+    here; read-only on some CI machines): exit 2, one line naming --ray."""
+    ray_home.rmdir()
+    ray_home.write_text("not a folder", encoding="utf-8")
+    path = ray_home.parent / "s.yaml"
+    path.write_text(f"trace: {traces[0]}\npolicy: fcfs\n", encoding="utf-8")
+    out = ray_home.parent / "rows.csv"
+    code, _, err = run(capsys, "sweep", str(path), "--ray", "local", "--out", str(out), "--quiet")
+    assert code == 2, err
+    (line,) = err.strip().splitlines()
+    assert "--ray local: " in line

@@ -14,6 +14,7 @@ from planner.replay.policy_registries import served_policies
 from planner.replay.role_oracle import ReplayRoleOracles
 from planner.rpc import RPCS
 from planner.service.limits import ServiceLimits
+from planner.service.offload_engines import warm_up
 from planner.service.server import PlannerServer, ServerConfig
 from planner.v1 import rotation_pb2
 
@@ -21,6 +22,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_REQUEST = REPO_ROOT / "fixtures" / "rotation" / "example_request.json"
 
 StartServer = Callable[..., PlannerServer]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def offload_search_loaded() -> None:
+    """The compiled layer-offload search loaded before any server here takes
+    a call. A server loads it in the background at start and an offload
+    call that comes first waits for it; in a fresh checkout that is a
+    compilation (minutes on a loaded 2-core machine), longer than the
+    tests' deadlines, and a handler still compiling holds up the
+    interpreter's exit."""
+    warm_up()
 
 
 @pytest.fixture

@@ -17,6 +17,10 @@ from planner.rpc import RPCS
 from planner.v1 import cluster_pb2, placement_pb2, serverless_pb2
 
 DEADLINE_S = 10.0
+# Reading stored state back may wait out work that a fuzzed call left
+# running on the server after its own deadline (gRPC does not stop a
+# handler whose caller gave up): on a loaded machine, longer than 10 s.
+STATE_DEADLINE_S = 60.0
 ANSWERED = {
     grpc.StatusCode.OK,
     grpc.StatusCode.INVALID_ARGUMENT,
@@ -64,7 +68,7 @@ def _state_readers() -> dict[str, Callable[[grpc.Channel], bytes]]:
                 request_serializer=lambda m: m.SerializeToString(deterministic=True),
                 response_deserializer=_identity,
             )
-            return bytes(multi(request, timeout=DEADLINE_S))
+            return bytes(multi(request, timeout=STATE_DEADLINE_S))
 
         return state
 

@@ -18,8 +18,12 @@ from hypothesis import strategies as st
 
 F = FieldDescriptor
 MAX_DEPTH = 3
-# Long repeated fields stay far below the default 64 MiB message limit.
+# A long repeated field: one shallow value (its own submessages empty)
+# repeated this many times, within LONG_FIELD_BYTES, so that a message's
+# size (and the time a server takes over it) is bounded by these settings
+# whatever the draw, far below the default 64 MiB message limit.
 LONG_REPEATED = (2_000, 20_000)
+LONG_FIELD_BYTES = 1 << 20
 
 INT_RANGES: dict[int, tuple[int, int]] = {
     F.TYPE_INT32: (-(2**31), 2**31 - 1),
@@ -120,9 +124,23 @@ def field_values(field: FieldDescriptor, depth: int) -> st.SearchStrategy[object
     short = st.lists(element, max_size=5)
     if depth > 0:
         return short
-    # A long field at the top level: one value repeated many times.
-    long_ = st.tuples(element, st.integers(*LONG_REPEATED)).map(lambda p: [p[0]] * p[1])
+    # A long field at the top level.
+    shallow = element_values(field, MAX_DEPTH - 1)
+    long_ = st.tuples(shallow, st.integers(*LONG_REPEATED)).map(
+        lambda p: [p[0]] * min(p[1], LONG_FIELD_BYTES // _encoded_size(p[0]))
+    )
     return st.one_of(short, short, short, long_)
+
+
+def _encoded_size(value: object) -> int:
+    """An upper bound of the bytes one element of a repeated field takes."""
+    if isinstance(value, Message):
+        return value.ByteSize() + 8
+    if isinstance(value, str):
+        return len(value.encode("utf-8")) + 8
+    if isinstance(value, bytes):
+        return len(value) + 8
+    return 16
 
 
 def assign(message: Message, field: FieldDescriptor, value: object) -> None:

@@ -101,6 +101,25 @@ COUNTS_CASES: list[tuple[str, Mutation, str]] = [
     ("now_nan", _set("snapshot.now_s", math.nan), "snapshot.now_s"),
     ("now_inf", _set("snapshot.now_s", math.inf), "snapshot.now_s"),
     ("now_minus_inf", _set("snapshot.now_s", -math.inf), "snapshot.now_s"),
+    # Extreme finite values: refused, not left to overflow a VLT to inf.
+    ("now_in_nanoseconds", _set("snapshot.now_s", 1.7e18), "snapshot.now_s"),
+    (
+        "arrival_far_past",
+        _set("snapshot.requests[0].arrival_s", -1e300),
+        "snapshot.requests[0].arrival_s",
+    ),
+    (
+        "request_slo_beyond_a_day",
+        _set("snapshot.requests[2].slo_tbt_s", 1e308),
+        "snapshot.requests[2].slo_tbt_s",
+    ),
+    ("beta_ttft_huge", _set("params.beta_ttft", 1.7e308), "params.beta_ttft"),
+    ("alpha_huge", _set("params.alpha", 1e10), "params.alpha"),
+    (
+        "preempt_slack_huge",
+        _set("params.preempt_slack_tbts", -1e300),
+        "params.preempt_slack_tbts",
+    ),
     (
         "arrival_nan",
         _set("snapshot.requests[0].arrival_s", math.nan),
@@ -476,6 +495,8 @@ COLUMN_CASES: list[tuple[str, Mutation, str]] = [
     ("last_token_after_now", _col("last_token_s", 2, 12.0), "snapshot.columns.last_token_s[2]"),
     ("slo_negative", _col("slo_ttft_s", 0, -1.0), "snapshot.columns.slo_ttft_s[0]"),
     ("slo_nan", _col("slo_tbt_s", 2, math.nan), "snapshot.columns.slo_tbt_s[2]"),
+    ("slo_huge", _col("slo_ttft_s", 0, 1e308), "snapshot.columns.slo_ttft_s[0]"),
+    ("arrival_far_past", _col("arrival_s", 0, -1e300), "snapshot.columns.arrival_s[0]"),
     ("short_column", _col_replace("gpu_blocks", [0, 60]), "snapshot.columns.gpu_blocks"),
     ("long_column", _col_replace("state", [1, 2, 3, 1]), "snapshot.columns.state"),
     (

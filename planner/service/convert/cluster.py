@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.domain.cluster import (
@@ -67,21 +68,25 @@ def idempotency_key(value: str) -> str:
     return value
 
 
-def _ids(field: str, ids: list[str], limit: int) -> None:
-    """At most limit entries in the repeated field."""
+def _instance_ids(ids: Sequence[str], id_name: str, limits: ServiceLimits) -> dict[str, int]:
+    """A bounded number of instances, each with an id (the field id_name)
+    that is non-empty, short and unique; the index of each id."""
+    limit = min(MAX_INSTANCES, limits.max_requests_per_snapshot)
     if len(ids) > limit:
-        raise InvalidArgumentError(field, f"at most {limit} entries, got {len(ids)}")
-
-
-def _instance_id(path: str, value: str, seen: dict[str, int], where: str) -> None:
-    if not value:
-        raise InvalidArgumentError(path, "required (a non-empty string)")
-    if len(value) > MAX_ID_LENGTH:
-        raise InvalidArgumentError(path, f"longer than {MAX_ID_LENGTH} characters")
-    if value in seen:
-        raise InvalidArgumentError(
-            path, f"duplicate instance id {value!r} (also {where}[{seen[value]}])"
-        )
+        raise InvalidArgumentError("instances", f"at most {limit} entries, got {len(ids)}")
+    seen: dict[str, int] = {}
+    for k, value in enumerate(ids):
+        path = f"instances[{k}].{id_name}"
+        if not value:
+            raise InvalidArgumentError(path, "required (a non-empty string)")
+        if len(value) > MAX_ID_LENGTH:
+            raise InvalidArgumentError(path, f"longer than {MAX_ID_LENGTH} characters")
+        if value in seen:
+            raise InvalidArgumentError(
+                path, f"duplicate instance id {value!r} (also instances[{seen[value]}])"
+            )
+        seen[value] = k
+    return seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,18 +105,14 @@ def plan_request_from_proto(
     msg: cluster_pb2.PlanBuddyGroupsRequest, limits: ServiceLimits
 ) -> PlanArgs:
     cluster_id("cluster_id", msg.cluster_id)
-    limit = min(MAX_INSTANCES, limits.max_requests_per_snapshot)
     if not msg.instances:
         raise InvalidArgumentError("instances", "at least one instance is required")
-    _ids("instances", [i.id for i in msg.instances], limit)
-    seen: dict[str, int] = {}
+    seen = _instance_ids([i.id for i in msg.instances], "id", limits)
     instances = []
     loads: dict[str, int] = {}
     max_batch: dict[str, int] = {}
     for k, i in enumerate(msg.instances):
         path = f"instances[{k}]"
-        _instance_id(f"{path}.id", i.id, seen, "instances")
-        seen[i.id] = k
         byte_count(f"{path}.kv_capacity_bytes", i.kv_capacity_bytes)
         byte_count(f"{path}.kv_demand_bytes", i.kv_demand_bytes)
         scale = non_negative(f"{path}.throughput_scale", i.throughput_scale) or 1.0
@@ -251,16 +252,9 @@ def check_memory_instances(
     msg: cluster_pb2.EvaluateDropTriggerRequest, limits: ServiceLimits
 ) -> None:
     finite("now_s", msg.now_s)
-    _ids(
-        "instances",
-        [i.instance_id for i in msg.instances],
-        min(MAX_INSTANCES, limits.max_requests_per_snapshot),
-    )
-    seen: dict[str, int] = {}
+    _instance_ids([i.instance_id for i in msg.instances], "instance_id", limits)
     for k, i in enumerate(msg.instances):
         path = f"instances[{k}]"
-        _instance_id(f"{path}.instance_id", i.instance_id, seen, "instances")
-        seen[i.instance_id] = k
         byte_count(f"{path}.kv_used_bytes", i.kv_used_bytes)
         byte_count(f"{path}.hbm_available_bytes", i.hbm_available_bytes)
         for name in ("kv_rate_bytes_per_s", "hbm_rate_bytes_per_s"):
@@ -270,16 +264,9 @@ def check_memory_instances(
 
 def check_demand_instances(msg: cluster_pb2.DecideRestoreRequest, limits: ServiceLimits) -> None:
     finite("now_s", msg.now_s)
-    _ids(
-        "instances",
-        [i.instance_id for i in msg.instances],
-        min(MAX_INSTANCES, limits.max_requests_per_snapshot),
-    )
-    seen: dict[str, int] = {}
+    _instance_ids([i.instance_id for i in msg.instances], "instance_id", limits)
     for k, i in enumerate(msg.instances):
         path = f"instances[{k}]"
-        _instance_id(f"{path}.instance_id", i.instance_id, seen, "instances")
-        seen[i.instance_id] = k
         byte_count(f"{path}.kv_demand_bytes", i.kv_demand_bytes)
         byte_count(f"{path}.kv_capacity_bytes", i.kv_capacity_bytes)
         _rate(f"{path}.kv_rate_bytes_per_s", i.kv_rate_bytes_per_s)

@@ -15,10 +15,11 @@ from planner.service.convert.common import (
     model_from_proto,
     slo_from_proto,
 )
+from planner.service.convert.solver import PROTO_BACKENDS, backend_from_proto, solve_stats_to_proto
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
-from planner.solvers import Backend, Status
-from planner.v1 import common_pb2, offload_pb2, solver_pb2
+from planner.solvers import Backend
+from planner.v1 import offload_pb2, solver_pb2
 
 MAX_LAYERS = 1024
 MAX_WINDOW_STEPS = 65_536
@@ -29,19 +30,6 @@ DEFAULT_TIME_LIMIT_S = 0.05
 # Left of the caller's deadline for converting the plan and answering.
 DEADLINE_MARGIN_S = 0.002
 
-_BACKENDS = {
-    common_pb2.SOLVER_BACKEND_UNSPECIFIED: Backend.BRANCH_AND_BOUND,
-    common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND: Backend.BRANCH_AND_BOUND,
-    common_pb2.SOLVER_BACKEND_CP_SAT: Backend.CPSAT,
-    common_pb2.SOLVER_BACKEND_GUROBI: Backend.GUROBI,
-    common_pb2.SOLVER_BACKEND_EXHAUSTIVE: Backend.EXHAUSTIVE,
-}
-# The proto's name of each backend (the inverse, UNSPECIFIED aside).
-PROTO_BACKENDS = {
-    backend: value
-    for value, backend in _BACKENDS.items()
-    if value != common_pb2.SOLVER_BACKEND_UNSPECIFIED
-}
 _SEARCH = {
     offload_pb2.OFFLOAD_SEARCH_SPACE_UNSPECIFIED: "pruned",
     offload_pb2.OFFLOAD_SEARCH_SPACE_DISTANCE_PRUNED: "pruned",
@@ -119,10 +107,9 @@ def params_from_proto(
         raise InvalidArgumentError(
             "params.search_space", f"unknown value {msg.search_space}"
         ) from None
-    try:
-        backend = _BACKENDS[solver.backend]
-    except KeyError:
-        raise InvalidArgumentError("solver.backend", f"unknown value {solver.backend}") from None
+    backend = backend_from_proto(
+        "solver.backend", solver.backend, PROTO_BACKENDS, Backend.BRANCH_AND_BOUND
+    )
     limit = (
         positive("solver.time_limit_s", solver.time_limit_s)
         if solver.HasField("time_limit_s")
@@ -225,15 +212,6 @@ def offload_request_from_proto(
     return batch, inputs_from_proto(msg, batch, params)
 
 
-_STATUS = {
-    Status.OPTIMAL: solver_pb2.SOLVE_STATUS_OPTIMAL,
-    Status.FEASIBLE: solver_pb2.SOLVE_STATUS_FEASIBLE,
-    Status.INFEASIBLE: solver_pb2.SOLVE_STATUS_INFEASIBLE,
-    Status.TIMEOUT_NO_SOLUTION: solver_pb2.SOLVE_STATUS_TIMEOUT_NO_SOLUTION,
-}
-_BACKEND_OUT = {backend: message for message, backend in _BACKENDS.items() if message}
-
-
 def offload_plan_to_proto(plan: OffloadPlan) -> offload_pb2.PlanLayerOffloadResponse:
     out = offload_pb2.OffloadPlan(
         placements=[
@@ -268,12 +246,12 @@ def offload_plan_to_proto(plan: OffloadPlan) -> offload_pb2.PlanLayerOffloadResp
     if plan.solve is not None:
         s = plan.solve
         out.solve.CopyFrom(
-            solver_pb2.SolveStats(
-                backend=_BACKEND_OUT.get(s.backend, common_pb2.SOLVER_BACKEND_UNSPECIFIED),
-                status=_STATUS.get(s.status, solver_pb2.SOLVE_STATUS_ERROR),
-                objective=s.objective or 0.0,
-                best_bound=s.best_bound or 0.0,
-                gap=s.gap if s.gap is not None and math.isfinite(s.gap) else 0.0,
+            solve_stats_to_proto(
+                backend=s.backend,
+                status=s.status,
+                objective=s.objective,
+                best_bound=s.best_bound,
+                gap=s.gap,
                 wall_s=s.wall_s,
                 time_limit_s=s.time_limit_s,
                 note=s.note,

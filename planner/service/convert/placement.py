@@ -28,10 +28,11 @@ from planner.policies.aqua.roles import DEFAULT_ATTAINMENT
 from planner.profiles import find_hardware, find_model
 from planner.profiles.errors import ProfileError
 from planner.service.convert.checks import finite, non_negative, positive
+from planner.service.convert.solver import model_solver_from_proto, solve_stats_to_proto
 from planner.service.errors import FailedPreconditionError, InvalidArgumentError
 from planner.service.limits import MAX_ID_LENGTH
 from planner.service.role_oracles import RoleOracles
-from planner.v1 import common_pb2, placement_pb2, solver_pb2
+from planner.v1 import placement_pb2
 
 MAX_BYTES = 1 << 62
 # Consumers of revoked leases have this long to move tensors to DRAM by default.
@@ -267,12 +268,6 @@ _OBJECTIVES = {
     placement_pb2.PLACER_OBJECTIVE_BALANCED_ABS: PlacerObjective.BALANCED_ABS,
     placement_pb2.PLACER_OBJECTIVE_PAPER: PlacerObjective.PAPER,
 }
-_BACKENDS = {
-    common_pb2.SOLVER_BACKEND_UNSPECIFIED: "cpsat",
-    common_pb2.SOLVER_BACKEND_CP_SAT: "cpsat",
-    common_pb2.SOLVER_BACKEND_GUROBI: "gurobi",
-    common_pb2.SOLVER_BACKEND_EXHAUSTIVE: "exhaustive",
-}
 
 
 def place_request_from_proto(
@@ -324,12 +319,7 @@ def place_request_from_proto(
         raise InvalidArgumentError(
             "models", f"{total} shards need more GPUs than the {msg.num_servers} servers have"
         )
-    try:
-        backend = _BACKENDS[msg.solver.backend]
-    except KeyError:
-        raise InvalidArgumentError(
-            "solver.backend", f"not available for placement: {msg.solver.backend}"
-        ) from None
+    backend = model_solver_from_proto("solver.backend", msg.solver.backend)
     limit = DEFAULT_TIME_LIMIT_S
     if msg.solver.HasField("time_limit_s"):
         limit = positive("solver.time_limit_s", msg.solver.time_limit_s)
@@ -352,19 +342,6 @@ def place_request_from_proto(
     return inputs, backend, limit, gap
 
 
-_STATUS = {
-    "OPTIMAL": solver_pb2.SOLVE_STATUS_OPTIMAL,
-    "FEASIBLE": solver_pb2.SOLVE_STATUS_FEASIBLE,
-    "INFEASIBLE": solver_pb2.SOLVE_STATUS_INFEASIBLE,
-    "TIMEOUT_NO_SOLUTION": solver_pb2.SOLVE_STATUS_TIMEOUT_NO_SOLUTION,
-}
-_BACKEND_OUT = {
-    "cpsat": common_pb2.SOLVER_BACKEND_CP_SAT,
-    "gurobi": common_pb2.SOLVER_BACKEND_GUROBI,
-    "exhaustive": common_pb2.SOLVER_BACKEND_EXHAUSTIVE,
-}
-
-
 def placement_to_proto(
     inputs: PlacementInputs, p: Placement, limit_s: float
 ) -> placement_pb2.PlaceModelsResponse:
@@ -380,12 +357,12 @@ def placement_to_proto(
             )
         )
     out.stats.CopyFrom(
-        solver_pb2.SolveStats(
-            backend=_BACKEND_OUT.get(p.backend, common_pb2.SOLVER_BACKEND_UNSPECIFIED),
-            status=_STATUS.get(p.status, solver_pb2.SOLVE_STATUS_ERROR),
+        solve_stats_to_proto(
+            backend=p.backend,
+            status=p.status,
             objective=p.objective_bytes,
-            best_bound=p.best_bound_bytes or 0.0,
-            gap=p.gap if p.gap is not None and math.isfinite(p.gap) else 0.0,
+            best_bound=p.best_bound_bytes,
+            gap=p.gap,
             wall_s=p.wall_time_s,
             time_limit_s=limit_s,
             note=p.note,

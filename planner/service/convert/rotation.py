@@ -19,17 +19,19 @@ from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.v1 import rotation_pb2
 
+MAX_FACTOR = 1e9
+
 
 def params_from_proto(field: str, msg: rotation_pb2.RotationParams) -> RotationParams:
     defaults = RotationParams()
     return RotationParams(
-        alpha=non_negative(f"{field}.alpha", msg.alpha)
+        alpha=_factor(f"{field}.alpha", non_negative(f"{field}.alpha", msg.alpha))
         if msg.HasField("alpha")
         else defaults.alpha,
-        beta_tbt=finite(f"{field}.beta_tbt", msg.beta_tbt)
+        beta_tbt=_factor(f"{field}.beta_tbt", msg.beta_tbt)
         if msg.HasField("beta_tbt")
         else defaults.beta_tbt,
-        beta_ttft=finite(f"{field}.beta_ttft", msg.beta_ttft)
+        beta_ttft=_factor(f"{field}.beta_ttft", msg.beta_ttft)
         if msg.HasField("beta_ttft")
         else defaults.beta_ttft,
         transfer_budget_blocks=block_count(
@@ -41,10 +43,10 @@ def params_from_proto(field: str, msg: rotation_pb2.RotationParams) -> RotationP
         if msg.HasField("eager_budget_blocks")
         else None,
         variant=_variant(f"{field}.variant", msg.variant),
-        preempt_slack_tbts=finite(f"{field}.preempt_slack_tbts", msg.preempt_slack_tbts)
+        preempt_slack_tbts=_factor(f"{field}.preempt_slack_tbts", msg.preempt_slack_tbts)
         if msg.HasField("preempt_slack_tbts")
         else defaults.preempt_slack_tbts,
-        resume_slack_tbts=finite(f"{field}.resume_slack_tbts", msg.resume_slack_tbts)
+        resume_slack_tbts=_factor(f"{field}.resume_slack_tbts", msg.resume_slack_tbts)
         if msg.HasField("resume_slack_tbts")
         else defaults.resume_slack_tbts,
         lost_slack_tbts=_lost_slack(f"{field}.lost_slack_tbts", msg, defaults.lost_slack_tbts),
@@ -66,8 +68,18 @@ def _lost_slack(
 ) -> float | None:
     if not msg.HasField("lost_slack_tbts"):
         return default
-    value = finite(field, msg.lost_slack_tbts)
+    value = _factor(field, msg.lost_slack_tbts)
     return None if value < 0 else value
+
+
+def _factor(field: str, value: float) -> float:
+    """A weight or a slack in TBTs: beyond a billion it is a unit mistake
+    (and times a bounded SLO it stays a finite float)."""
+    if not abs(finite(field, value)) <= MAX_FACTOR:
+        raise InvalidArgumentError(
+            field, f"must be in [-{MAX_FACTOR:g}, {MAX_FACTOR:g}], got {value}"
+        )
+    return value
 
 
 def rotation_request_from_proto(

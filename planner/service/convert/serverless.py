@@ -26,9 +26,10 @@ from planner.profiles import MODEL_PROFILES, ModelProfile, find_model
 from planner.profiles.c2c_cost import ChunkRow
 from planner.profiles.mig import GH200_C2C_LINK, MIG_PROFILES, MigSliceProfile, find_mig_profile
 from planner.service.convert.checks import finite, non_negative, positive
+from planner.service.convert.solver import model_solver_from_proto, solve_stats_to_proto
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import MAX_ID_LENGTH
-from planner.v1 import common_pb2, serverless_pb2, solver_pb2
+from planner.v1 import serverless_pb2
 
 MAX_MODELS = 10_000
 MAX_SLICES = 64
@@ -168,12 +169,6 @@ _METHODS = {
     serverless_pb2.PLACEMENT_METHOD_GREEDY: "greedy",
     serverless_pb2.PLACEMENT_METHOD_SOLVER: "solver",
 }
-_BACKENDS = {
-    common_pb2.SOLVER_BACKEND_UNSPECIFIED: "cpsat",
-    common_pb2.SOLVER_BACKEND_CP_SAT: "cpsat",
-    common_pb2.SOLVER_BACKEND_GUROBI: "gurobi",
-    common_pb2.SOLVER_BACKEND_EXHAUSTIVE: "exhaustive",
-}
 
 
 def placement_request_from_proto(
@@ -206,12 +201,7 @@ def placement_request_from_proto(
     except KeyError:
         raise InvalidArgumentError("method", f"unknown value {msg.method}") from None
     solver = msg.solver
-    try:
-        backend = _BACKENDS[solver.backend]
-    except KeyError:
-        raise InvalidArgumentError(
-            "solver.backend", f"{solver.backend} is not a backend of this policy"
-        ) from None
+    backend = model_solver_from_proto("solver.backend", solver.backend)
     limit = (
         positive("solver.time_limit_s", solver.time_limit_s)
         if solver.HasField("time_limit_s")
@@ -238,17 +228,6 @@ _SOURCES = {
     "greedy-fallback": serverless_pb2.PLACEMENT_SOURCE_GREEDY_FALLBACK,
     "infeasible": serverless_pb2.PLACEMENT_SOURCE_INFEASIBLE,
 }
-_STATUS = {
-    "OPTIMAL": solver_pb2.SOLVE_STATUS_OPTIMAL,
-    "FEASIBLE": solver_pb2.SOLVE_STATUS_FEASIBLE,
-    "INFEASIBLE": solver_pb2.SOLVE_STATUS_INFEASIBLE,
-    "TIMEOUT_NO_SOLUTION": solver_pb2.SOLVE_STATUS_TIMEOUT_NO_SOLUTION,
-}
-_BACKEND_OUT = {
-    "cpsat": common_pb2.SOLVER_BACKEND_CP_SAT,
-    "gurobi": common_pb2.SOLVER_BACKEND_GUROBI,
-    "exhaustive": common_pb2.SOLVER_BACKEND_EXHAUSTIVE,
-}
 
 
 def placement_plan_to_proto(plan: PlacementPlan) -> serverless_pb2.PlanModelPlacementResponse:
@@ -271,12 +250,12 @@ def placement_plan_to_proto(plan: PlacementPlan) -> serverless_pb2.PlanModelPlac
     if plan.solve is not None:
         s = plan.solve
         out.solve.CopyFrom(
-            solver_pb2.SolveStats(
-                backend=_BACKEND_OUT.get(s.backend, common_pb2.SOLVER_BACKEND_UNSPECIFIED),
-                status=_STATUS.get(s.status, solver_pb2.SOLVE_STATUS_ERROR),
-                objective=s.objective or 0.0,
-                best_bound=s.best_bound or 0.0,
-                gap=s.gap if s.gap is not None and math.isfinite(s.gap) else 0.0,
+            solve_stats_to_proto(
+                backend=s.backend,
+                status=s.status,
+                objective=s.objective,
+                best_bound=s.best_bound,
+                gap=s.gap,
                 wall_s=s.wall_s,
                 time_limit_s=s.time_limit_s,
                 note=s.note,

@@ -27,7 +27,8 @@ from planner.domain.requests import (
     Snapshot,
     table_from_columns,
 )
-from planner.service.convert.checks import block_count, block_ids, finite
+from planner.service.convert.checks import at_most, block_count, block_ids, finite
+from planner.service.convert.common import MAX_SLO_S
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import (
     MAX_BLOCK_SIZE_TOKENS,
@@ -48,6 +49,10 @@ COUNT_FIELDS = (
     "output_tokens",
 )
 SLO_FIELDS = ("slo_ttft_s", "slo_tbt_s")
+# A time more than ~30,000 years from zero is a unit mistake (nanoseconds
+# for seconds). Bounding the times, the SLOs (MAX_SLO_S) and the rotation
+# parameters keeps every term of a VLT a finite float.
+MAX_TIME_S = 1e12
 _ROW = operator.attrgetter("id", "state", *TIME_FIELDS, *COUNT_FIELDS, *SLO_FIELDS)
 _VALUE_FIELDS = ("id", "state", *COUNT_FIELDS, *SLO_FIELDS)
 _STATES = {int(s) for s in RequestState}
@@ -68,7 +73,7 @@ def snapshot_from_proto(
     """has: whether the field was set at all (a snapshot is required)."""
     if not has:
         raise InvalidArgumentError(field, "required")
-    now_s = finite(f"{field}.now_s", msg.now_s)
+    now_s = _time(f"{field}.now_s", msg.now_s)
     block_size = DEFAULT_BLOCK_SIZE_TOKENS
     if msg.HasField("block_size_tokens"):
         block_size = msg.block_size_tokens
@@ -310,7 +315,7 @@ def _suspect_rows(rows: _Rows, now_s: float, block_level: bool) -> npt.NDArray[n
         bad |= (lengths == 0) | (lengths > MAX_ID_LENGTH)
     bad |= ~np.isin(state, list(_STATES))
     for invalid, value in zip(rows.bad_times, rows.times, strict=True):
-        bad |= invalid | (value > now_s)
+        bad |= invalid | (value > now_s) | (value < -MAX_TIME_S)
     for s, name in _REQUIRED_TIME.items():
         bad |= (state == int(s)) & np.isnan(rows.times[TIME_FIELDS.index(name)])
     for c in rows.counts:
@@ -321,7 +326,7 @@ def _suspect_rows(rows: _Rows, now_s: float, block_level: bool) -> npt.NDArray[n
         bad |= (state == int(RequestState.ROTARY)) & (cpu == 0)
     bad |= synced > gpu
     for slo in rows.slo:
-        bad |= ~np.isfinite(slo) | (slo < 0)
+        bad |= ~np.isfinite(slo) | (slo < 0) | (slo > MAX_SLO_S)
     return bad
 
 
@@ -340,7 +345,7 @@ def _validate_row(
     state = RequestState(row["state"])
     for name in TIME_FIELDS:
         if row[name] is not None:
-            value = finite(path(name), row[name])
+            value = _time(path(name), row[name])
             if value > now_s:
                 raise InvalidArgumentError(path(name), f"{value} is after snapshot.now_s {now_s}")
     required = _REQUIRED_TIME[state]
@@ -363,6 +368,15 @@ def _validate_row(
             raise InvalidArgumentError(
                 path(name), f"must be > 0 (or 0 for the request-level SLO), got {value}"
             )
+        at_most(path(name), value, MAX_SLO_S, " s")
+
+
+def _time(field: str, value: float) -> float:
+    if not abs(finite(field, value)) <= MAX_TIME_S:
+        raise InvalidArgumentError(
+            field, f"must be in [-{MAX_TIME_S:g}, {MAX_TIME_S:g}] s, got {value}"
+        )
+    return value
 
 
 def _check_unique_ids(rows: _Rows) -> None:

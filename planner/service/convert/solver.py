@@ -1,0 +1,78 @@
+"""The contract's solver messages: the backend a request names, and a
+solve's statistics in an answer."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+from planner.service.errors import InvalidArgumentError
+from planner.solvers import Backend, Status
+from planner.v1 import common_pb2, solver_pb2
+
+# The contract's name of each backend.
+PROTO_BACKENDS: dict[Backend, common_pb2.SolverBackend.ValueType] = {
+    Backend.BRANCH_AND_BOUND: common_pb2.SOLVER_BACKEND_BRANCH_AND_BOUND,
+    Backend.CPSAT: common_pb2.SOLVER_BACKEND_CP_SAT,
+    Backend.GUROBI: common_pb2.SOLVER_BACKEND_GUROBI,
+    Backend.EXHAUSTIVE: common_pb2.SOLVER_BACKEND_EXHAUSTIVE,
+}
+_BACKEND_OF = {value: backend for backend, value in PROTO_BACKENDS.items()}
+_PROTO_OF_NAME = {backend.value: value for backend, value in PROTO_BACKENDS.items()}
+# The backends that solve a Model (planner.solvers), for the policies that
+# build one.
+MODEL_SOLVERS = (Backend.CPSAT, Backend.GUROBI, Backend.EXHAUSTIVE)
+
+_STATUS: dict[str, solver_pb2.SolveStatus.ValueType] = {
+    Status.OPTIMAL.value: solver_pb2.SOLVE_STATUS_OPTIMAL,
+    Status.FEASIBLE.value: solver_pb2.SOLVE_STATUS_FEASIBLE,
+    Status.INFEASIBLE.value: solver_pb2.SOLVE_STATUS_INFEASIBLE,
+    Status.TIMEOUT_NO_SOLUTION.value: solver_pb2.SOLVE_STATUS_TIMEOUT_NO_SOLUTION,
+}
+
+
+def backend_from_proto(
+    field: str,
+    value: common_pb2.SolverBackend.ValueType,
+    accepted: Collection[Backend],
+    default: Backend,
+) -> Backend:
+    """The backend a request names (default for UNSPECIFIED); a value that
+    is not one of accepted is refused, naming field."""
+    if value == common_pb2.SOLVER_BACKEND_UNSPECIFIED:
+        return default
+    backend = _BACKEND_OF.get(value)
+    if backend is None or backend not in accepted:
+        names = ", ".join(common_pb2.SolverBackend.Name(PROTO_BACKENDS[b]) for b in accepted)
+        raise InvalidArgumentError(field, f"{value} is not a backend of this call ({names})")
+    return backend
+
+
+def model_solver_from_proto(field: str, value: common_pb2.SolverBackend.ValueType) -> Backend:
+    """The Model solver a request names; CP-SAT when it names none."""
+    return backend_from_proto(field, value, MODEL_SOLVERS, Backend.CPSAT)
+
+
+def solve_stats_to_proto(
+    *,
+    backend: str,
+    status: str,
+    objective: float | None,
+    best_bound: float | None,
+    gap: float | None,
+    wall_s: float,
+    time_limit_s: float,
+    note: str,
+) -> solver_pb2.SolveStats:
+    """A solve's statistics (absent numbers and an infinite gap as 0; a
+    status the contract does not name, such as MODEL_INVALID, as ERROR)."""
+    return solver_pb2.SolveStats(
+        backend=_PROTO_OF_NAME.get(backend, common_pb2.SOLVER_BACKEND_UNSPECIFIED),
+        status=_STATUS.get(status, solver_pb2.SOLVE_STATUS_ERROR),
+        objective=objective or 0.0,
+        best_bound=best_bound or 0.0,
+        gap=gap if gap is not None and math.isfinite(gap) else 0.0,
+        wall_s=wall_s,
+        time_limit_s=time_limit_s,
+        note=note,
+    )
