@@ -562,8 +562,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if placement.planner_autogroup_nice is not None and not autogroups_in_effect():
         parser.error(
-            "--planner-autogroup-nice: this process is in no scheduling autogroup "
-            "(autogroups off, or a CPU cgroup of its own), so a group nice would change nothing"
+            "--planner-autogroup-nice: autogroup scheduling does not apply to this process "
+            "(it is off, the process has no autogroup, or it is in a CPU cgroup of its own), "
+            "so a group nice would change nothing"
         )
     if args.deadline_ms / 1e3 not in LATENCY_BUCKETS_S:
         # Calls over the deadline are read off the adapter's histogram.

@@ -9,9 +9,9 @@ On a kernel with autogroup scheduling (CONFIG_SCHED_AUTOGROUP,
 /proc/sys/kernel/sched_autogroup_enabled = 1) each session is one
 scheduling entity and nice ranks threads only inside it; the autogroup's
 own nice value (/proc/PID/autogroup) ranks it against the others. A
-planner server started in a session of its own gets such a group. Inside
-a container's CPU cgroup autogroups do not apply and /proc/PID/autogroup
-reads empty."""
+planner server started in a session of its own gets such a group. The
+kernel applies autogroups only to processes in the root CPU cgroup: not in
+a container's."""
 
 from __future__ import annotations
 
@@ -147,10 +147,30 @@ def autogroup_of(pid: int) -> str:
 
 
 def autogroups_in_effect() -> bool:
-    """Whether this process is in a scheduling autogroup. The kernel reports
-    nothing for a process in a CPU cgroup of its own (a container), where an
-    autogroup's nice value changes nothing."""
-    return autogroup_of(os.getpid()) != ""
+    """Whether an autogroup's nice value would rank this process's group:
+    autogroup scheduling is on, this process is in an autogroup (it reads
+    empty for one whose session never had its own, as in a container whose
+    processes never called setsid), and it is in the root CPU cgroup (the
+    kernel applies autogroups only there)."""
+    with contextlib.suppress(OSError, ValueError):
+        enabled = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text(encoding="utf-8")
+        if int(enabled) != 1:
+            return False
+        return autogroup_of(os.getpid()) != "" and _in_root_cpu_cgroup()
+    return False
+
+
+def _in_root_cpu_cgroup() -> bool:
+    """From /proc/self/cgroup: the cgroup v1 hierarchy holding the cpu
+    controller, or the v2 hierarchy where there is no v1 cpu one."""
+    unified = "/"
+    for line in Path("/proc/self/cgroup").read_text(encoding="utf-8").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return path == "/"
+        if controllers == "":
+            unified = path
+    return unified == "/"
 
 
 def place_planner(pid: int, placement: Placement) -> None:
