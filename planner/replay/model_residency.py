@@ -160,13 +160,17 @@ class ModelResidency:
         s = self.slice
         if not s.residents:
             return NO_TURN
-        per_token = self._turns.prefill_s_per_token(s)
-        deadlines: list[float | None] = [
-            min(q.start_by(per_token) for q in r.requests)
-            if r.ready_s <= now and r.in_flight
-            else None
-            for r in s.residents
-        ]
+        ready = [r.ready_s <= now and r.in_flight > 0 for r in s.residents]
+        deadlines: list[float | None]
+        if sum(ready) > 1:
+            per_token = self._turns.prefill_s_per_token(s)
+            deadlines = [
+                min(q.start_by(per_token) for q in r.requests) if can else None
+                for r, can in zip(s.residents, ready, strict=True)
+            ]
+        else:
+            # One resident can run at most: no deadline to weigh.
+            deadlines = [0.0 if can else None for can in ready]
         while (i := next_turn(deadlines, s.turn)) is not None:
             r = s.residents[i]
             head = self._admit(r, now)
