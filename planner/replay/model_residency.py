@@ -132,6 +132,8 @@ class ModelResidency:
         self.turn = NO_TURN
         self._pass = Pass(0, 0, 0)
         self._now_s = 0.0
+        # The core's finished count before this iteration's tokens.
+        self._finished = 0
         # Running requests swapped out for KV room; requests rejected.
         self.kv_swaps = 0
         self.rejected = 0
@@ -147,10 +149,13 @@ class ModelResidency:
     # -- the core's scheduler -----------------------------------------------
 
     def plan(self, view: EngineView) -> SchedulePlan:
-        turn = self._next_turn(view.now_s)
+        return self.plan_at(view.now_s)
+
+    def plan_at(self, now_s: float) -> SchedulePlan:
+        turn = self._next_turn(now_s)
         self.turn = turn
         head = turn.head
-        if head is not None and view.requests.phase.item(head.row) == QUEUED:
+        if head is not None and self.slice.core.requests.phase.item(head.row) == QUEUED:
             return SchedulePlan(start=np.array([head.row], dtype=np.int64))
         return _NOTHING
 
@@ -257,6 +262,7 @@ class ModelResidency:
         head = turn.head
         running = state.running.rows
         self._now_s = now_s
+        self._finished = state.finished
         if turn.resident is NOBODY:
             return running
         self._pass = Pass(
@@ -280,7 +286,8 @@ class ModelResidency:
         r, head, _ = self.turn
         phase = state.requests.phase
         r.last_used_s = now_s
-        r.running = [q for q in r.running if phase.item(q.row) != FINISHED]
+        if state.finished != self._finished:
+            r.running = [q for q in r.running if phase.item(q.row) != FINISHED]
         if head is not None and head.prefill_done:
             r.queue.popleft()
             if phase.item(head.row) != FINISHED:
