@@ -270,11 +270,11 @@ class ModelResidency:
             sum(q.prompt_tokens + q.generated for q in turn.decodes),
             head.prefilled if head is not None else 0,
         )
+        if len(turn.decodes) + (head is not None) == len(running):
+            return _NO_ROWS  # every running request runs (they are all the turn's)
         runs = {q.row for q in turn.decodes}
         if head is not None:
             runs.add(head.row)
-        if len(runs) == len(running):
-            return _NO_ROWS  # every running request runs (they are all the turn's)
         held = [row for row in running.tolist() if row not in runs]
         return np.array(held, dtype=np.int64)
 
