@@ -37,7 +37,7 @@ from planner.replay.kv_residency import KvResidency
 from planner.replay.models import AttentionPairsCost, IterationCost, TransferCost
 from planner.replay.prefix_cache import PrefixCache
 from planner.replay.records import RequestOutcome, TimelineSample
-from planner.replay.schedulers import EngineView, SchedulePlan, Scheduler
+from planner.replay.schedulers import EngineView, PlansFromClock, SchedulePlan, Scheduler
 from planner.replay.state import IntArray, Phase, RequestColumns, start_candidates
 from planner.replay.tokens import TokenTimes
 from planner.trace.records import TraceRequest
@@ -239,6 +239,7 @@ class BatchingCore:
         self._skips_blocked_head = (
             SKIPS_BLOCKED_HEAD and scheduler.starts_queue_only and prefix is None
         )
+        self._plan_at = scheduler.plan_at if isinstance(scheduler, PlansFromClock) else None
 
     # -- one iteration ------------------------------------------------------
 
@@ -263,6 +264,11 @@ class BatchingCore:
             # The queue's head cannot start, so such a scheduler starts nobody.
             d2h_blocks = h2d_blocks = 0
             starting = False
+        elif self._plan_at is not None:
+            plan = self._plan_at(self.now_s)
+            d2h_blocks, h2d_blocks = self._apply(plan)
+            starting = len(plan.start) > 0
+            planning_s = cfg.planning_s_per_call if plan.asked_policy else 0.0
         else:
             plan = self.scheduler.plan(
                 EngineView(

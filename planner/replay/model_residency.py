@@ -132,6 +132,8 @@ class ModelResidency:
         self.turn = NO_TURN
         self._pass = Pass(0, 0, 0)
         self._now_s = 0.0
+        # The core's finished count before this iteration's tokens.
+        self._finished = 0
         # Running requests swapped out for KV room; requests rejected.
         self.kv_swaps = 0
         self.rejected = 0
@@ -147,10 +149,13 @@ class ModelResidency:
     # -- the core's scheduler -----------------------------------------------
 
     def plan(self, view: EngineView) -> SchedulePlan:
-        turn = self._next_turn(view.now_s)
+        return self.plan_at(view.now_s)
+
+    def plan_at(self, now_s: float) -> SchedulePlan:
+        turn = self._next_turn(now_s)
         self.turn = turn
         head = turn.head
-        if head is not None and view.requests.phase.item(head.row) == QUEUED:
+        if head is not None and self.slice.core.requests.phase.item(head.row) == QUEUED:
             return SchedulePlan(start=np.array([head.row], dtype=np.int64))
         return _NOTHING
 
@@ -160,13 +165,17 @@ class ModelResidency:
         s = self.slice
         if not s.residents:
             return NO_TURN
-        per_token = self._turns.prefill_s_per_token(s)
-        deadlines: list[float | None] = [
-            min(q.start_by(per_token) for q in r.requests)
-            if r.ready_s <= now and r.in_flight
-            else None
-            for r in s.residents
-        ]
+        ready = [r.ready_s <= now and r.in_flight > 0 for r in s.residents]
+        deadlines: list[float | None]
+        if sum(ready) > 1:
+            per_token = self._turns.prefill_s_per_token(s)
+            deadlines = [
+                min(q.start_by(per_token) for q in r.requests) if can else None
+                for r, can in zip(s.residents, ready, strict=True)
+            ]
+        else:
+            # One resident can run at most: no deadline to weigh.
+            deadlines = [0.0 if can else None for can in ready]
         while (i := next_turn(deadlines, s.turn)) is not None:
             r = s.residents[i]
             head = self._admit(r, now)
@@ -253,6 +262,7 @@ class ModelResidency:
         head = turn.head
         running = state.running.rows
         self._now_s = now_s
+        self._finished = state.finished
         if turn.resident is NOBODY:
             return running
         self._pass = Pass(
@@ -260,11 +270,11 @@ class ModelResidency:
             sum(q.prompt_tokens + q.generated for q in turn.decodes),
             head.prefilled if head is not None else 0,
         )
+        if len(turn.decodes) + (head is not None) == len(running):
+            return _NO_ROWS  # every running request runs (they are all the turn's)
         runs = {q.row for q in turn.decodes}
         if head is not None:
             runs.add(head.row)
-        if len(runs) == len(running):
-            return _NO_ROWS  # every running request runs (they are all the turn's)
         held = [row for row in running.tolist() if row not in runs]
         return np.array(held, dtype=np.int64)
 
@@ -276,7 +286,8 @@ class ModelResidency:
         r, head, _ = self.turn
         phase = state.requests.phase
         r.last_used_s = now_s
-        r.running = [q for q in r.running if phase.item(q.row) != FINISHED]
+        if state.finished != self._finished:
+            r.running = [q for q in r.running if phase.item(q.row) != FINISHED]
         if head is not None and head.prefill_done:
             r.queue.popleft()
             if phase.item(head.row) != FINISHED:

@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -120,6 +120,15 @@ class Scheduler(Protocol):
     starts_queue_only: bool
 
     def plan(self, view: EngineView) -> SchedulePlan: ...
+
+
+@runtime_checkable
+class PlansFromClock(Protocol):
+    """A scheduler whose plan depends on the clock alone (its own state
+    holds the rest): the engine asks plan_at(now_s) without building an
+    EngineView, for the same plan as plan(view)."""
+
+    def plan_at(self, now_s: float) -> SchedulePlan: ...
 
 
 class Fcfs:

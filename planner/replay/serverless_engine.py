@@ -1072,7 +1072,7 @@ class ServerlessEngine:
         key = -1 - s.index
         if not self._p.keeps_resident or r.loading is not None or key in self._top_ups:
             return
-        if not self._holds(s):
+        if self._weight_bytes - r.resident_bytes < MIN_TOP_UP_BYTES or not self._holds(s):
             return
         room = s.free_bytes - s.resident_bytes - self._kv_keep(s, len(s.residents))
         take = min(room, self._weight_bytes - r.resident_bytes)
