@@ -898,7 +898,9 @@ def _run_serverless(asked: _Invocation, setup: ReplaySetup) -> int:
     def replay(
         name: str, scaled: list[TraceRequest], scale: float, progress: Progress
     ) -> ServerlessRun:
-        run = ServerlessEngine(config, name, scaled).run(progress=progress)
+        run = ServerlessEngine(
+            config, name, scaled, records_timeline=args.report_dir is not None
+        ).run(progress=progress)
         run.result.config.update(
             {
                 "topology": SERVERLESS,

@@ -10,7 +10,11 @@ figure.
 - kv_occupancy.png: GPU KV blocks in use over simulated time per policy with
   the pool's capacity (and CPU KV blocks below, when any were used).
 - queue_length.png: waiting and, where the topology swaps requests out,
-  rotary (swapped out) requests over time.
+  rotary (swapped out) requests over time (serverless: the wait queue for a
+  slice, running requests, requests whose KV is in host memory).
+- slices.png (serverless): per MIG slice, its KV in use against its KV
+  room, its resident weights, its requests running and queued on it.
+- link_load.png (serverless): the C2C link's load against its bandwidth.
 - kv_stall.png (topologies whose iterations wait for KV, asked for by
   `stall=True`): the iterations' cumulative wait for KV transfers over time.
 - attainment_vs_load.png (given a `--rate-scale` sweep): TTFT and token-level
@@ -25,11 +29,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from planner.replay.metrics import (
@@ -256,15 +262,40 @@ def _binned_note(fig: Figure, binned: bool) -> None:
         )
 
 
-def plot_kv_occupancy(path: Path, results: Sequence[ReplayResult], unit: str = "blocks") -> Path:
-    """`unit`: what the timeline's and totals' GPU KV blocks count."""
+def _moving_capacity(result: ReplayResult) -> bool:
+    """Whether the timeline carries its own KV capacity at each sample."""
+    return any(s.gpu_kv_blocks_capacity for s in result.timeline)
+
+
+def plot_kv_occupancy(
+    path: Path, results: Sequence[ReplayResult], unit: str = "blocks", cpu_label: str | None = None
+) -> Path:
+    """`unit`: what the timeline's and totals' GPU KV blocks count. A run
+    whose capacity moves (its samples' gpu_kv_blocks_capacity) has it drawn
+    dashed in its colour; the others' fixed capacity is a black dashed line.
+    `cpu_label`: the CPU panel's y label."""
     colors = policy_colors([r.policy for r in results])
     with_cpu = any(s.cpu_kv_blocks_used for r in results for s in r.timeline)
     fig = figure(8.0, 6.5 if with_cpu else 5.0)
     axes = fig.subplots(2 if with_cpu else 1, 1, sharex=True, squeeze=False)[:, 0]
     gpu = axes[0]
     binned = _timeline_panel(gpu, results, "gpu_kv_blocks_used", colors)
-    capacities = sorted({r.totals.gpu_kv_blocks_total for r in results})
+    top = 0.0
+    for result in results:
+        if _moving_capacity(result):
+            t, v = _series(result, "gpu_kv_blocks_capacity")
+            t, v, b = _envelope(t, v)
+            binned |= b
+            top = max(top, float(v.max()))
+            gpu.plot(
+                t,
+                v,
+                color=colors[result.policy],
+                linestyle="--",
+                linewidth=1.0,
+                label=f"{result.policy}: capacity",
+            )
+    capacities = sorted({r.totals.gpu_kv_blocks_total for r in results if not _moving_capacity(r)})
     for i, capacity in enumerate(capacities):
         gpu.axhline(
             capacity,
@@ -273,34 +304,46 @@ def plot_kv_occupancy(path: Path, results: Sequence[ReplayResult], unit: str = "
             linewidth=1.0,
             label=f"capacity ({capacity:,} {unit})" if i < MAX_SLO_LINES else None,
         )
-    if capacities:
-        gpu.set_ylim(0, max([*capacities, gpu.get_ylim()[1]]) * 1.04)
+    if capacities or top:
+        gpu.set_ylim(0, max([*capacities, top, gpu.get_ylim()[1]]) * 1.04)
     gpu.set_ylabel(f"GPU KV {unit} in use")
     gpu.set_title("GPU KV cache occupancy over time")
     _top_legend(fig, gpu)
     if with_cpu:
         cpu = axes[1]
         binned |= _timeline_panel(cpu, results, "cpu_kv_blocks_used", colors)
-        cpu.set_ylabel("CPU KV blocks in use")
-        cpu.set_title("CPU KV blocks (swapped out)", fontsize="medium")
+        cpu.set_ylabel(cpu_label or f"CPU KV {unit} in use")
+        cpu.set_title(f"CPU KV {unit} (swapped out)", fontsize="medium")
     axes[-1].set_xlabel("Simulated time (s)")
     _binned_note(fig, binned)
     return _save(fig, path)
 
 
-def plot_queue_length(path: Path, results: Sequence[ReplayResult], rotary: bool = True) -> Path:
-    """`rotary`: a second panel of the rotary (swapped out) requests."""
+def plot_queue_length(
+    path: Path,
+    results: Sequence[ReplayResult],
+    rotary: bool = True,
+    *,
+    running: bool = False,
+    waiting_label: str = "Waiting requests",
+    rotary_label: str = "Rotary requests\n(KV swapped out)",
+) -> Path:
+    """`rotary`: a panel of the rotary (swapped out) requests; `running`:
+    one of the running requests."""
     colors = policy_colors([r.policy for r in results])
-    fig = figure(8.0, 6.0 if rotary else 4.5)
-    axes = fig.subplots(2 if rotary else 1, 1, sharex=True, squeeze=False)[:, 0]
-    waiting = axes[0]
-    binned = _timeline_panel(waiting, results, "waiting", colors)
-    waiting.set_ylabel("Waiting requests")
-    waiting.set_title("Queue length over time")
-    _top_legend(fig, waiting)
+    panels = [("waiting", waiting_label)]
+    if running:
+        panels.append(("running", "Running requests"))
     if rotary:
-        binned |= _timeline_panel(axes[1], results, "rotary", colors)
-        axes[1].set_ylabel("Rotary requests\n(KV swapped out)")
+        panels.append(("rotary", rotary_label))
+    fig = figure(8.0, 3.0 + 1.5 * len(panels))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    binned = False
+    for ax, (attr, label) in zip(axes, panels, strict=True):
+        binned |= _timeline_panel(ax, results, attr, colors)
+        ax.set_ylabel(label)
+    axes[0].set_title("Queue length over time")
+    _top_legend(fig, axes[0])
     axes[-1].set_xlabel("Simulated time (s)")
     _binned_note(fig, binned)
     return _save(fig, path)
@@ -329,6 +372,118 @@ def plot_kv_stall(path: Path, results: Sequence[ReplayResult]) -> Path:
     ax.set_ylabel("Cumulative stall (s)")
     ax.set_title("Iterations' wait for KV transfers (not hidden by compute)")
     ax.legend(loc="best", fontsize="small")
+    _binned_note(fig, binned)
+    return _save(fig, path)
+
+
+def _unit_line(
+    ax: Axes, result: ReplayResult, index: int, attr: str, scale: float, **style: Any
+) -> bool:
+    """The unit's `attr` (times `scale`) over time; True if binned."""
+    samples = [s for s in result.timeline if len(s.units) > index]
+    t = np.fromiter((s.time_s for s in samples), dtype=np.float64, count=len(samples))
+    v = np.fromiter(
+        (getattr(s.units[index], attr) for s in samples), dtype=np.float64, count=len(samples)
+    )
+    t, v, binned = _envelope(t, v * scale)
+    ax.plot(t, v, **style)
+    return binned
+
+
+def plot_unit_timelines(
+    path: Path, results: Sequence[ReplayResult], kv_unit: str = "blocks", kind: str = "unit"
+) -> Path:
+    """One row per unit of the timelines' samples (`kind`: what a unit is,
+    a serverless MIG slice): its KV in use against its capacity, the model
+    weights resident in its memory (where any are) and its requests
+    running and queued on it; one colour per policy."""
+    colors = policy_colors([r.policy for r in results])
+    names: list[str] = []
+    for result in results:
+        for sample in result.timeline:
+            names.extend(u.name for u in sample.units[len(names) :])
+    weights = any(u.weight_bytes for r in results for s in r.timeline for u in s.units)
+    columns = 3 if weights else 2
+    rows = max(len(names), 1)
+    fig = figure(4.2 * columns, 1.2 + 2.0 * rows)
+    axes = fig.subplots(rows, columns, sharex=True, squeeze=False)
+    binned = False
+    for i, name in enumerate(names):
+        kv_ax, req_ax = axes[i, 0], axes[i, -1]
+        for result in results:
+            color = colors[result.policy]
+            binned |= _unit_line(kv_ax, result, i, "kv_used", 1.0, color=color, linewidth=1.2)
+            binned |= _unit_line(
+                kv_ax, result, i, "kv_capacity", 1.0, color=color, linestyle="--", linewidth=1.0
+            )
+            binned |= _unit_line(req_ax, result, i, "running", 1.0, color=color, linewidth=1.2)
+            binned |= _unit_line(
+                req_ax, result, i, "waiting", 1.0, color=color, linestyle="--", linewidth=1.0
+            )
+            if weights:
+                binned |= _unit_line(
+                    axes[i, 1], result, i, "weight_bytes", 1e-9, color=color, linewidth=1.2
+                )
+        kv_ax.set_ylabel(f"{kind} {name}\nKV {kv_unit}")
+        req_ax.set_ylabel("requests")
+        req_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        for ax in axes[i]:
+            ax.set_ylim(0, max(ax.get_ylim()[1], 1.0))
+            ax.grid(True, alpha=0.3)
+    titles = [f"KV in use (solid), capacity (dashed), {kv_unit}"]
+    if weights:
+        titles.append("Model weights resident (GB)")
+    titles.append("Requests running (solid), queued on it (dashed)")
+    for ax, title in zip(axes[0], titles, strict=True):
+        ax.set_title(title, fontsize="medium")
+    fig.supxlabel("Simulated time (s)", fontsize="medium")
+    handles = [Line2D([], [], color=colors[r.policy], label=r.policy) for r in results]
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 6))
+    if not names:
+        axes[0, 0].text(0.5, 0.5, "no samples", ha="center", va="center")
+    _binned_note(fig, binned)
+    return _save(fig, path)
+
+
+def time_weighted_mean(result: ReplayResult, attr: str) -> float | None:
+    """The mean of a per-interval quantity (each sample's value holds since
+    the previous sample) over the timeline's span."""
+    t, v = _series(result, attr)
+    if t.size < 2 or t[-1] <= t[0]:
+        return None
+    return float((v[1:] * np.diff(t)).sum() / (t[-1] - t[0]))
+
+
+def plot_link_load(
+    path: Path, results: Sequence[ReplayResult], capacity_gbps: float | None = None
+) -> Path:
+    """The shared host link's load (each sample's link_gbps: GB/s since the
+    previous sample) with its sustained bandwidth dashed."""
+    colors = policy_colors([r.policy for r in results])
+    fig = figure()
+    ax = fig.add_subplot()
+    binned = False
+    for result in results:
+        t, v = _series(result, "link_gbps")
+        t, v, b = _envelope(t, v)
+        binned |= b
+        mean = time_weighted_mean(result, "link_gbps")
+        label = result.policy if mean is None else f"{result.policy}: mean {mean:.3g} GB/s"
+        ax.plot(t, v, color=colors[result.policy], linewidth=1.2, label=label)
+    if capacity_gbps is not None:
+        ax.axhline(
+            capacity_gbps,
+            color="black",
+            linestyle="--",
+            linewidth=1.0,
+            label=f"sustained bandwidth ({capacity_gbps:g} GB/s)",
+        )
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_xlabel("Simulated time (s)")
+    ax.set_ylabel("GB/s since the previous sample")
+    ax.set_title("Host link load over time")
+    _top_legend(fig, ax)
     _binned_note(fig, binned)
     return _save(fig, path)
 

@@ -32,8 +32,32 @@ class RequestOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class UnitSample:
+    """One unit's state at a timeline sample (a serverless MIG slice): its
+    KV in use and the KV it can hold now (in the timeline's KV unit), the
+    model weights resident in its memory, its requests running (prefill
+    done) and queued on it (not yet, or their KV in host memory)."""
+
+    name: str
+    kv_used: int
+    kv_capacity: int
+    weight_bytes: float
+    running: int
+    waiting: int
+
+
+@dataclass(frozen=True, slots=True)
 class TimelineSample:
-    """Engine state at the end of one iteration."""
+    """Engine state at the end of one iteration (topologies that sample at
+    fixed simulated times: at that time).
+
+    waiting: requests waiting to be admitted (serverless: for a slice).
+    Where the KV capacity moves during a run (serverless: HBM less the
+    resident weights), gpu_kv_blocks_capacity is the capacity at the sample
+    (0: the run's fixed ReplayTotals.gpu_kv_blocks_total); link_gbps is the
+    shared host link's load since the previous sample (GB/s); units is each
+    unit's own state.
+    """
 
     time_s: float
     iteration_s: float
@@ -47,6 +71,9 @@ class TimelineSample:
     decode_tokens: int
     # Sequences that took a prefill chunk (the single engine's; 0 elsewhere).
     prefill_sequences: int = 0
+    gpu_kv_blocks_capacity: int = 0
+    link_gbps: float = 0.0
+    units: tuple[UnitSample, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,6 +145,7 @@ from planner.replay.serverless_slices import (
     SlicedRequest,
     wait_key,
 )
+from planner.replay.serverless_timeline import SliceTimeline
 from planner.replay.state import RequestColumns
 from planner.replay.tokens import TokenTimes
 from planner.trace.records import TraceRequest
@@ -375,7 +376,17 @@ class ServerlessRun:
 
 
 class ServerlessEngine:
-    def __init__(self, config: ServerlessConfig, policy: str, trace: list[TraceRequest]) -> None:
+    """records_timeline: sample the slices for the run's timeline
+    (planner.replay.serverless_timeline; a report's plots)."""
+
+    def __init__(
+        self,
+        config: ServerlessConfig,
+        policy: str,
+        trace: list[TraceRequest],
+        *,
+        records_timeline: bool = False,
+    ) -> None:
         config.check()
         if policy not in SERVERLESS_POLICIES:
             raise ValueError(f"unknown serverless policy {policy!r}")
@@ -464,6 +475,18 @@ class ServerlessEngine:
             else 0.0
         )
         self._loop: EventLoop[ServerlessWiring] = EventLoop()
+        loads_c2c = config.load_link_of(self._p) == "c2c"
+        self._timeline = (
+            SliceTimeline(
+                self._loop,
+                self._slices,
+                lambda: self._pending,
+                lambda: self._c2c_bytes,
+                lambda now: self._load_link.left_bytes(now) if loads_c2c else 0.0,
+            )
+            if records_timeline
+            else None
+        )
         self._reqs: list[SlicedRequest] = []
         self._queued = 0
         self._replan_at = 0.0
@@ -1491,6 +1514,9 @@ class ServerlessEngine:
                 )
             )
             self._loop.push(RequestArrives(t.arrival_s, i))
+        if self._timeline is not None and reqs:
+            arrivals = [r.arrival_s for r in reqs]
+            self._timeline.start(min(arrivals), max(arrivals))
         self._progress = progress
         loop = self._loop
         while loop:
@@ -1505,7 +1531,7 @@ class ServerlessEngine:
         result = ReplayResult(
             policy=self.policy,
             requests=outcomes,
-            timeline=[],
+            timeline=self._timeline.samples() if self._timeline is not None else [],
             totals=ReplayTotals(
                 iterations=self._iterations,
                 simulated_s=span,

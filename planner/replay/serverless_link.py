@@ -48,6 +48,14 @@ class SharedLink:
         self._advance(now_s)
         del self._left[key]
 
+    def left_bytes(self, now_s: float) -> float:
+        """Bytes the transfers in flight have left at ``now_s`` (no later
+        than the next finish); the link is unchanged."""
+        if not self._left:
+            return 0.0
+        moved = self.bytes_per_s / len(self._left) * max(0.0, now_s - self._t)
+        return sum(max(0.0, left - moved) for left in self._left.values())
+
     def next_finish_s(self) -> float | None:
         """When the first transfer in flight finishes if none starts before."""
         if not self._left:

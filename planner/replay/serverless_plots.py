@@ -4,6 +4,14 @@ policy):
 
 - ttft_cdf.png, tbt_cdf.png: planner.replay.plots' CDFs of the first rate
   scale's runs;
+- from their timelines (runs that recorded one,
+  planner.replay.serverless_timeline), planner.replay.plots' figures:
+  kv_occupancy.png (KV tokens in use on all slices against their KV room,
+  which moves with the resident weights; below, the KV of requests whose
+  KV is in host memory), queue_length.png (the wait queue for a slice,
+  running requests, requests whose KV is in host memory), slices.png (per
+  slice: KV in use against its room, resident weights, requests running and
+  queued on it) and link_load.png (the C2C link's load);
 - attainment_vs_load.png (given a `--rate-scale` sweep): TTFT, request-level
   TPOT and both-met attainment against the rate scale, one line per policy;
 - cold_start_vs_load.png (given a sweep): the p50 TTFT of cold requests
@@ -23,9 +31,13 @@ from planner.replay.metrics import sweep_policies
 from planner.replay.plots import (
     DPI,
     figure,
+    plot_kv_occupancy,
+    plot_link_load,
+    plot_queue_length,
     plot_sweep_lines,
     plot_tbt_cdf,
     plot_ttft_cdf,
+    plot_unit_timelines,
     policy_colors,
 )
 from planner.replay.serverless_engine import ServerlessRun
@@ -98,6 +110,24 @@ def write_serverless_report(
         plot_ttft_cdf(out / "ttft_cdf.png", results, plain),
         plot_tbt_cdf(out / "tbt_cdf.png", results, plain),
     ]
+    if any(r.timeline for r in results):
+        written += [
+            plot_kv_occupancy(
+                out / "kv_occupancy.png",
+                results,
+                "tokens",
+                cpu_label="KV tokens in host memory",
+            ),
+            plot_queue_length(
+                out / "queue_length.png",
+                results,
+                running=True,
+                waiting_label="Waiting for a slice",
+                rotary_label="Requests with KV\nin host memory",
+            ),
+            plot_unit_timelines(out / "slices.png", results, "tokens", kind="slice"),
+            plot_link_load(out / "link_load.png", results, max(r.stats.link_gbps for r in runs)),
+        ]
     if sweep and len(sweep) > 1:
         written.append(plot_attainment_vs_load(out / "attainment_vs_load.png", sweep))
         written.append(plot_cold_start_vs_load(out / "cold_start_vs_load.png", sweep))

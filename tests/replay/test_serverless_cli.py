@@ -106,6 +106,10 @@ def test_sweep_json_and_plots(
     assert written == [
         "attainment_vs_load.png",
         "cold_start_vs_load.png",
+        "kv_occupancy.png",
+        "link_load.png",
+        "queue_length.png",
+        "slices.png",
         "tbt_cdf.png",
         "ttft_cdf.png",
     ]
