@@ -8,7 +8,9 @@ figure.
   never got a token keep the curve below 1), the TTFT SLO as a dashed line.
 - tbt_cdf.png: CDF of the gaps between tokens (ms), the TBT SLO dashed.
 - kv_occupancy.png: GPU KV blocks in use over simulated time per policy with
-  the pool's capacity (and CPU KV blocks below, when any were used).
+  the pool's capacity (and CPU KV blocks below, when any were used); a
+  timeline whose capacity moves (serverless: KV tokens against the slices'
+  room, HBM less resident weights) draws its own.
 - queue_length.png: waiting and, where the topology swaps requests out,
   rotary (swapped out) requests over time (serverless: the wait queue for a
   slice, running requests, requests whose KV is in host memory).
@@ -262,6 +264,10 @@ def _binned_note(fig: Figure, binned: bool) -> None:
         )
 
 
+# A capacity that moves: thin and solid (a dashed line loses short peaks).
+_CAPACITY_STYLE: dict[str, Any] = {"linewidth": 0.8, "alpha": 0.6}
+
+
 def _moving_capacity(result: ReplayResult) -> bool:
     """Whether the timeline carries its own KV capacity at each sample."""
     return any(s.gpu_kv_blocks_capacity for s in result.timeline)
@@ -272,7 +278,7 @@ def plot_kv_occupancy(
 ) -> Path:
     """`unit`: what the timeline's and totals' GPU KV blocks count. A run
     whose capacity moves (its samples' gpu_kv_blocks_capacity) has it drawn
-    dashed in its colour; the others' fixed capacity is a black dashed line.
+    thin in its colour; the others' fixed capacity is a black dashed line.
     `cpu_label`: the CPU panel's y label."""
     colors = policy_colors([r.policy for r in results])
     with_cpu = any(s.cpu_kv_blocks_used for r in results for s in r.timeline)
@@ -291,9 +297,8 @@ def plot_kv_occupancy(
                 t,
                 v,
                 color=colors[result.policy],
-                linestyle="--",
-                linewidth=1.0,
                 label=f"{result.policy}: capacity",
+                **_CAPACITY_STYLE,
             )
     capacities = sorted({r.totals.gpu_kv_blocks_total for r in results if not _moving_capacity(r)})
     for i, capacity in enumerate(capacities):
@@ -414,7 +419,7 @@ def plot_unit_timelines(
             color = colors[result.policy]
             binned |= _unit_line(kv_ax, result, i, "kv_used", 1.0, color=color, linewidth=1.2)
             binned |= _unit_line(
-                kv_ax, result, i, "kv_capacity", 1.0, color=color, linestyle="--", linewidth=1.0
+                kv_ax, result, i, "kv_capacity", 1.0, color=color, **_CAPACITY_STYLE
             )
             binned |= _unit_line(req_ax, result, i, "running", 1.0, color=color, linewidth=1.2)
             binned |= _unit_line(
@@ -430,7 +435,7 @@ def plot_unit_timelines(
         for ax in axes[i]:
             ax.set_ylim(0, max(ax.get_ylim()[1], 1.0))
             ax.grid(True, alpha=0.3)
-    titles = [f"KV in use (solid), capacity (dashed), {kv_unit}"]
+    titles = [f"KV in use (thick), capacity (thin), {kv_unit}"]
     if weights:
         titles.append("Model weights resident (GB)")
     titles.append("Requests running (solid), queued on it (dashed)")

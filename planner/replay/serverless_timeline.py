@@ -6,10 +6,11 @@ of its instant and reads the slices (it changes nothing). Samples are
 ``interval`` simulated seconds apart from the first arrival, for as long as
 other events are pending. The interval starts at the arrivals' span over
 ``MAX_SAMPLES``; whenever twice that many are held, every other one is
-dropped and the interval doubles. So a run of any length keeps between
-``MAX_SAMPLES`` and twice that many evenly spaced samples (the plots draw
-at most ``planner.replay.plots.MAX_POINTS`` bins of them), sampling costs
-nothing per iteration, and a run that plots nothing takes no samples.
+dropped and the interval doubles. So a run of any length keeps fewer
+than twice ``MAX_SAMPLES`` evenly spaced samples (at least ``MAX_SAMPLES``
+once it outlasts its arrivals' span; the plots draw at most
+``planner.replay.plots.MAX_POINTS`` bins of them), sampling costs nothing
+per iteration, and a run that plots nothing takes no samples.
 
 A sample is the state at its instant: KV that rises and falls between two
 samples is not seen. The C2C link's load is the bytes it moved (streamed
