@@ -898,9 +898,11 @@ def _run_serverless(asked: _Invocation, setup: ReplaySetup) -> int:
     def replay(
         name: str, scaled: list[TraceRequest], scale: float, progress: Progress
     ) -> ServerlessRun:
-        run = ServerlessEngine(
-            config, name, scaled, records_timeline=args.report_dir is not None
-        ).run(progress=progress)
+        # The report plots the first rate scale's timelines.
+        plotted = args.report_dir is not None and scale == asked.scales[0]
+        run = ServerlessEngine(config, name, scaled, records_timeline=plotted).run(
+            progress=progress
+        )
         run.result.config.update(
             {
                 "topology": SERVERLESS,
