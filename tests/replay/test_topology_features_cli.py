@@ -49,7 +49,14 @@ TOPOLOGIES: dict[str, tuple[tuple[str, ...], list[dict[str, Any]], tuple[str, ..
     "serverless": (
         ("--policy", "c2cserve", "--policy", "sllm"),
         ROWS,
-        (*SHARED, "cold_start_vs_load.png"),
+        (
+            *SHARED,
+            "kv_occupancy.png",
+            "queue_length.png",
+            "slices.png",
+            "link_load.png",
+            "cold_start_vs_load.png",
+        ),
     ),
 }
 
