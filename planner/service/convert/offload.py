@@ -15,7 +15,7 @@ from planner.service.convert.common import (
     model_from_proto,
     slo_from_proto,
 )
-from planner.service.convert.solver import PROTO_BACKENDS, backend_from_proto, solve_stats_to_proto
+from planner.service.convert.solver import PROTO_BACKENDS, backend_from_proto, plan_solve_to_proto
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.solvers import Backend
@@ -244,17 +244,5 @@ def offload_plan_to_proto(plan: OffloadPlan) -> offload_pb2.PlanLayerOffloadResp
         summary=plan.summary,
     )
     if plan.solve is not None:
-        s = plan.solve
-        out.solve.CopyFrom(
-            solve_stats_to_proto(
-                backend=s.backend,
-                status=s.status,
-                objective=s.objective,
-                best_bound=s.best_bound,
-                gap=s.gap,
-                wall_s=s.wall_s,
-                time_limit_s=s.time_limit_s,
-                note=s.note,
-            )
-        )
+        out.solve.CopyFrom(plan_solve_to_proto(plan.solve))
     return offload_pb2.PlanLayerOffloadResponse(plan=out)

@@ -26,7 +26,7 @@ from planner.profiles import MODEL_PROFILES, ModelProfile, find_model
 from planner.profiles.c2c_cost import ChunkRow
 from planner.profiles.mig import GH200_C2C_LINK, MIG_PROFILES, MigSliceProfile, find_mig_profile
 from planner.service.convert.checks import finite, non_negative, positive
-from planner.service.convert.solver import model_solver_from_proto, solve_stats_to_proto
+from planner.service.convert.solver import model_solver_from_proto, plan_solve_to_proto
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import MAX_ID_LENGTH
 from planner.v1 import serverless_pb2
@@ -248,19 +248,7 @@ def placement_plan_to_proto(plan: PlacementPlan) -> serverless_pb2.PlanModelPlac
         summary=plan.summary,
     )
     if plan.solve is not None:
-        s = plan.solve
-        out.solve.CopyFrom(
-            solve_stats_to_proto(
-                backend=s.backend,
-                status=s.status,
-                objective=s.objective,
-                best_bound=s.best_bound,
-                gap=s.gap,
-                wall_s=s.wall_s,
-                time_limit_s=s.time_limit_s,
-                note=s.note,
-            )
-        )
+        out.solve.CopyFrom(plan_solve_to_proto(plan.solve))
     return out
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
+from planner.domain import serverless
 from planner.service.errors import InvalidArgumentError
-from planner.solvers import Backend, Status
+from planner.solvers import Backend, SolveStats, Status
 from planner.v1 import common_pb2, solver_pb2
 
 # The contract's name of each backend.
@@ -75,4 +76,19 @@ def solve_stats_to_proto(
         wall_s=wall_s,
         time_limit_s=time_limit_s,
         note=note,
+    )
+
+
+def plan_solve_to_proto(solve: SolveStats | serverless.SolveStats) -> solver_pb2.SolveStats:
+    """The statistics of the solve behind a plan, as solve_stats_to_proto
+    writes them."""
+    return solve_stats_to_proto(
+        backend=solve.backend,
+        status=solve.status,
+        objective=solve.objective,
+        best_bound=solve.best_bound,
+        gap=solve.gap,
+        wall_s=solve.wall_s,
+        time_limit_s=solve.time_limit_s,
+        note=solve.note,
     )
