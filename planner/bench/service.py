@@ -18,10 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from planner.bench.baseline import DEFAULT_FACTOR
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.proto_request import FORMS
+from planner.bench.result_options import (
+    add_baseline_options,
+    add_output_options,
+    result_command_args,
+)
 from planner.bench.server_process import ServerStartError
 from planner.bench.service_load import LoadError, PhaseConfig, ServerLimits, run_phase
 from planner.bench.service_report import (
@@ -159,15 +163,9 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="WORKERS:RPCS server limits, one overload phase each (default "
         f"{_join_limits(DEFAULT_OVERLOAD_LIMITS)})",
     )
-    p.add_argument("--out", type=Path, help="write results and machine info as JSON")
-    p.add_argument("--markdown", type=Path, help="(re)write this bench's section of this file")
-    p.add_argument("--baseline", type=Path, help="a JSON from --out to compare with")
-    p.add_argument(
-        "--regression-factor",
-        type=float,
-        default=DEFAULT_FACTOR,
-        help="flag a phase whose OK p50 grows, or throughput falls, by more than "
-        f"this factor (default {DEFAULT_FACTOR})",
+    add_output_options(p)
+    add_baseline_options(
+        p, "a phase whose OK p50 grows, or throughput falls, by more than this factor"
     )
     p.set_defaults(func=run)
 
@@ -181,15 +179,7 @@ def command_line(args: argparse.Namespace) -> str:
             parts += [_flag(name), text]
     if args.overload:
         parts.append("--overload")
-    for flag, path in (
-        ("--out", args.out),
-        ("--markdown", args.markdown),
-        ("--baseline", args.baseline),
-    ):
-        if path is not None:
-            parts += [flag, str(path)]
-    if args.baseline is not None and args.regression_factor != DEFAULT_FACTOR:
-        parts += ["--regression-factor", f"{args.regression_factor:g}"]
+    parts += result_command_args(args)
     return " ".join(parts)
 
 
