@@ -49,6 +49,15 @@ def _id(field: str, value: str, required: bool = True) -> str:
     return value
 
 
+def _unique_id(field: str, value: str, seen: set[str]) -> str:
+    """A required id not in seen (the ids before it), added to seen."""
+    _id(field, value)
+    if value in seen:
+        raise InvalidArgumentError(field, f"duplicate id {value!r}")
+    seen.add(value)
+    return value
+
+
 def _bytes(field: str, value: int, positive: bool = False) -> int:
     low = 1 if positive else 0
     if not low <= value <= MAX_BYTES:
@@ -196,10 +205,7 @@ def roles_request_from_proto(
     out = []
     for i, d in enumerate(msg.deployments):
         f = f"deployments[{i}]"
-        _id(f"{f}.id", d.id)
-        if d.id in seen:
-            raise InvalidArgumentError(f"{f}.id", f"duplicate id {d.id!r}")
-        seen.add(d.id)
+        _unique_id(f"{f}.id", d.id, seen)
         _bytes(f"{f}.gpu_memory_bytes", d.gpu_memory_bytes, positive=True)
         _bytes(f"{f}.swap_demand_bytes", d.swap_demand_bytes)
         has_replay = d.HasField("replay_profile")
@@ -289,10 +295,7 @@ def place_request_from_proto(
     models = []
     for i, m in enumerate(msg.models):
         f = f"models[{i}]"
-        _id(f"{f}.id", m.id)
-        if m.id in seen:
-            raise InvalidArgumentError(f"{f}.id", f"duplicate id {m.id!r}")
-        seen.add(m.id)
+        _unique_id(f"{f}.id", m.id, seen)
         if abs(m.r_bytes) > MAX_BYTES:
             raise InvalidArgumentError(f"{f}.r_bytes", f"|r_bytes| must be <= {MAX_BYTES}")
         shards = m.shards or 1
@@ -391,10 +394,7 @@ def match_request_from_proto(
         gpus = []
         for j, g in enumerate(s.gpus):
             h = f"{f}.gpus[{j}]"
-            _id(f"{h}.id", g.id)
-            if g.id in seen:
-                raise InvalidArgumentError(f"{h}.id", f"duplicate id {g.id!r}")
-            seen.add(g.id)
+            _unique_id(f"{h}.id", g.id, seen)
             _bytes(f"{h}.spare_bytes", g.spare_bytes)
             _bytes(f"{h}.demand_bytes", g.demand_bytes)
             if g.spare_bytes and g.demand_bytes:
@@ -449,10 +449,7 @@ def cfs_request_from_proto(msg: placement_pb2.PartitionBatchRequest) -> CfsInput
     out = []
     for i, r in enumerate(msg.requests):
         f = f"requests[{i}]"
-        _id(f"{f}.id", r.id)
-        if r.id in seen:
-            raise InvalidArgumentError(f"{f}.id", f"duplicate id {r.id!r}")
-        seen.add(r.id)
+        _unique_id(f"{f}.id", r.id, seen)
         if not 0 < r.prompt_tokens <= MAX_TOKENS:
             raise InvalidArgumentError(f"{f}.prompt_tokens", "must be in [1, 2^40]")
         if not 0 <= r.prefilled_tokens <= r.prompt_tokens:
