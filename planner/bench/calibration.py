@@ -540,33 +540,6 @@ class Measurement:
     model_dir: Path
 
 
-def calibrate(
-    settings: Settings,
-    loads: Sequence[CalibrationLoad],
-    repeats: int,
-    out_dir: Path,
-    *,
-    python: str,
-    port: int,
-    model_dir: Path | None = None,
-    progress: Callable[[str], None] = print,
-    command: str = "",
-) -> Calibration:
-    """Measures (measure) and predicts (predict) in out_dir."""
-    measurement = measure(
-        settings,
-        loads,
-        repeats,
-        out_dir,
-        python=python,
-        port=port,
-        model_dir=model_dir,
-        progress=progress,
-        command=command,
-    )
-    return predict(measurement, out_dir, progress=progress)
-
-
 def measure(
     settings: Settings,
     loads: Sequence[CalibrationLoad],
