@@ -1428,6 +1428,16 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.set_defaults(func=run)
 
 
+def _changed_options(*options: tuple[str, object, object]) -> list[str]:
+    """FLAG VALUE for each (flag, value, default) whose value is not the
+    default (floats without trailing zeros)."""
+    parts = []
+    for flag, value, default in options:
+        if value != default:
+            parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return parts
+
+
 def command_line(args: argparse.Namespace) -> str:
     parts = ["planner", "bench", "calibration"]
     for load in args.load or ():
@@ -1437,30 +1447,23 @@ def command_line(args: argparse.Namespace) -> str:
     if args.quick:
         parts.append("--quick")
     d = Settings()
-    if args.gpu_kv_blocks != d.gpu_kv_blocks:
-        parts += ["--gpu-kv-blocks", str(args.gpu_kv_blocks)]
-    if args.slo_ttft != d.slo_ttft_s:
-        parts += ["--slo-ttft", f"{args.slo_ttft:g}"]
-    if args.slo_tbt != d.slo_tbt_s:
-        parts += ["--slo-tbt", f"{args.slo_tbt:g}"]
-    if args.profile_repeats != d.profile_repeats:
-        parts += ["--profile-repeats", str(args.profile_repeats)]
+    parts += _changed_options(
+        ("--gpu-kv-blocks", args.gpu_kv_blocks, d.gpu_kv_blocks),
+        ("--slo-ttft", args.slo_ttft, d.slo_ttft_s),
+        ("--slo-tbt", args.slo_tbt, d.slo_tbt_s),
+        ("--profile-repeats", args.profile_repeats, d.profile_repeats),
+    )
     if not args.pin_cores:
         parts.append("--no-pin-cores")
-    if args.per_request_work != d.per_request:
-        parts += ["--per-request-work", args.per_request_work]
-    if args.stream_work != d.stream_work:
-        parts += ["--stream-work", args.stream_work]
-    if args.engine_clock != d.engine_clock:
-        parts += ["--engine-clock", args.engine_clock]
-    if args.fit_load != d.fit_load:
-        parts += ["--fit-on", args.fit_load]
-    if args.tokenize_work != d.tokenize_work:
-        parts += ["--tokenize-work", args.tokenize_work]
-    if args.planning_cost != d.planning_cost:
-        parts += ["--planning-cost", args.planning_cost]
-    if args.step_jitter != d.step_jitter:
-        parts += ["--step-jitter", args.step_jitter]
+    parts += _changed_options(
+        ("--per-request-work", args.per_request_work, d.per_request),
+        ("--stream-work", args.stream_work, d.stream_work),
+        ("--engine-clock", args.engine_clock, d.engine_clock),
+        ("--fit-on", args.fit_load, d.fit_load),
+        ("--tokenize-work", args.tokenize_work, d.tokenize_work),
+        ("--planning-cost", args.planning_cost, d.planning_cost),
+        ("--step-jitter", args.step_jitter, d.step_jitter),
+    )
     if args.measure_only:
         parts.append("--measure-only")
     if args.from_dir is not None:
