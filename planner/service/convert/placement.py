@@ -28,7 +28,12 @@ from planner.policies.aqua.roles import DEFAULT_ATTAINMENT
 from planner.profiles import find_hardware, find_model
 from planner.profiles.errors import ProfileError
 from planner.service.convert.checks import finite, non_negative, positive
-from planner.service.convert.solver import model_solver_from_proto, solve_stats_to_proto
+from planner.service.convert.solver import (
+    model_solver_from_proto,
+    relative_gap_from_proto,
+    solve_stats_to_proto,
+    time_limit_from_proto,
+)
 from planner.service.errors import FailedPreconditionError, InvalidArgumentError
 from planner.service.limits import MAX_ID_LENGTH
 from planner.service.role_oracles import RoleOracles
@@ -323,16 +328,10 @@ def place_request_from_proto(
             "models", f"{total} shards need more GPUs than the {msg.num_servers} servers have"
         )
     backend = model_solver_from_proto("solver.backend", msg.solver.backend)
-    limit = DEFAULT_TIME_LIMIT_S
-    if msg.solver.HasField("time_limit_s"):
-        limit = positive("solver.time_limit_s", msg.solver.time_limit_s)
-    if time_remaining_s is not None:
-        limit = min(limit, max(time_remaining_s - DEADLINE_MARGIN_S, 1e-3))
-    gap = 0.0
-    if msg.solver.HasField("relative_gap"):
-        gap = msg.solver.relative_gap
-        if not 0 <= gap < 1:
-            raise InvalidArgumentError("solver.relative_gap", f"must be in [0, 1), got {gap}")
+    limit = time_limit_from_proto(
+        msg.solver, DEFAULT_TIME_LIMIT_S, time_remaining_s, DEADLINE_MARGIN_S, floor_s=1e-3
+    )
+    gap = relative_gap_from_proto(msg.solver)
     inputs = PlacementInputs(
         models=tuple(models),
         num_servers=msg.num_servers,

@@ -7,6 +7,7 @@ import math
 from collections.abc import Collection
 
 from planner.domain import serverless
+from planner.service.convert.checks import positive
 from planner.service.errors import InvalidArgumentError
 from planner.solvers import Backend, SolveStats, Status
 from planner.v1 import common_pb2, solver_pb2
@@ -52,6 +53,36 @@ def backend_from_proto(
 def model_solver_from_proto(field: str, value: common_pb2.SolverBackend.ValueType) -> Backend:
     """The Model solver a request names; CP-SAT when it names none."""
     return backend_from_proto(field, value, MODEL_SOLVERS, Backend.CPSAT)
+
+
+def time_limit_from_proto(
+    solver: solver_pb2.SolverOptions,
+    default_s: float,
+    time_remaining_s: float | None,
+    margin_s: float,
+    floor_s: float = 1e-4,
+) -> float:
+    """The solve's time limit: the request's solver.time_limit_s (> 0) or
+    default_s, cut to the call's remaining time less margin_s (the time
+    left to answer), never below floor_s."""
+    limit = (
+        positive("solver.time_limit_s", solver.time_limit_s)
+        if solver.HasField("time_limit_s")
+        else default_s
+    )
+    if time_remaining_s is not None:
+        limit = min(limit, max(time_remaining_s - margin_s, floor_s))
+    return limit
+
+
+def relative_gap_from_proto(solver: solver_pb2.SolverOptions) -> float:
+    """The request's solver.relative_gap, in [0, 1); 0 when unset."""
+    if not solver.HasField("relative_gap"):
+        return 0.0
+    gap = solver.relative_gap
+    if not 0.0 <= gap < 1.0:
+        raise InvalidArgumentError("solver.relative_gap", f"must be in [0, 1), got {gap}")
+    return gap
 
 
 def solve_stats_to_proto(
