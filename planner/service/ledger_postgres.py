@@ -18,23 +18,20 @@ from typing import TypeVar
 import psycopg
 
 from planner.domain.placement import Lease, LeaseState, ProducerAccount, Reclaim
+from planner.service.ledger_columns import (
+    LEASE_COLUMNS,
+    PRODUCER_COLUMNS,
+    RECLAIM_COLUMNS,
+    record_seq,
+)
 from planner.service.ledger_rows import LedgerTransaction, PoolCounters, PoolRows, RecordedCall
 from planner.service.postgres_database import LEDGER_POOL_LOCK, LockKey, PostgresDatabase
 
 T = TypeVar("T")
 
-_PRODUCER_COLUMNS = (
-    "producer_id, server_id, offered_bytes, leased_bytes, offered_total_bytes, returned_total_bytes"
-)
-_LEASE_COLUMNS = (
-    "lease_id, producer_id, consumer_id, bytes, state, created_s, reclaim_id, deadline_s"
-)
-_RECLAIM_COLUMNS = (
-    "reclaim_id, producer_id, requested_bytes, returned_bytes, requested_s, deadline_s, lease_ids"
-)
-_SELECT_PRODUCER = f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer"
-_SELECT_LEASE = f"SELECT {_LEASE_COLUMNS} FROM ledger_lease"
-_SELECT_RECLAIM = f"SELECT {_RECLAIM_COLUMNS} FROM ledger_reclaim"
+_SELECT_PRODUCER = f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer"
+_SELECT_LEASE = f"SELECT {LEASE_COLUMNS} FROM ledger_lease"
+_SELECT_RECLAIM = f"SELECT {RECLAIM_COLUMNS} FROM ledger_reclaim"
 
 Row = tuple[object, ...]
 
@@ -56,11 +53,6 @@ def _int(value: object) -> int:
 def _float(value: object) -> float:
     assert isinstance(value, float | int), type(value)
     return float(value)
-
-
-def _seq(record_id: str) -> int:
-    """The number in "lease-12" or "reclaim-3" (the Ledger makes the ids)."""
-    return int(record_id.rsplit("-", 1)[1])
 
 
 def _producer(row: Row) -> ProducerAccount:
@@ -195,7 +187,7 @@ class PostgresLedgerTransaction:
 
     def put_producer(self, account: ProducerAccount, lendable_bytes: int) -> None:
         self._run(
-            f"INSERT INTO ledger_producer (pool_id, {_PRODUCER_COLUMNS}, lendable_bytes) "
+            f"INSERT INTO ledger_producer (pool_id, {PRODUCER_COLUMNS}, lendable_bytes) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (pool_id, producer_id) DO UPDATE SET "
             "server_id = excluded.server_id, offered_bytes = excluded.offered_bytes, "
@@ -217,7 +209,7 @@ class PostgresLedgerTransaction:
 
     def put_lease(self, lease: Lease) -> None:
         self._run(
-            f"INSERT INTO ledger_lease (pool_id, seq, {_LEASE_COLUMNS}) "
+            f"INSERT INTO ledger_lease (pool_id, seq, {LEASE_COLUMNS}) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (pool_id, lease_id) DO UPDATE SET "
             "seq = excluded.seq, producer_id = excluded.producer_id, "
@@ -226,7 +218,7 @@ class PostgresLedgerTransaction:
             "reclaim_id = excluded.reclaim_id, deadline_s = excluded.deadline_s",
             (
                 self._pool,
-                _seq(lease.lease_id),
+                record_seq(lease.lease_id),
                 _b(lease.lease_id),
                 _b(lease.producer_id),
                 _b(lease.consumer_id),
@@ -246,7 +238,7 @@ class PostgresLedgerTransaction:
 
     def put_reclaim(self, reclaim: Reclaim) -> None:
         self._run(
-            f"INSERT INTO ledger_reclaim (pool_id, seq, complete, {_RECLAIM_COLUMNS}) "
+            f"INSERT INTO ledger_reclaim (pool_id, seq, complete, {RECLAIM_COLUMNS}) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (pool_id, reclaim_id) DO UPDATE SET "
             "seq = excluded.seq, complete = excluded.complete, "
@@ -255,7 +247,7 @@ class PostgresLedgerTransaction:
             "deadline_s = excluded.deadline_s, lease_ids = excluded.lease_ids",
             (
                 self._pool,
-                _seq(reclaim.reclaim_id),
+                record_seq(reclaim.reclaim_id),
                 reclaim.complete,
                 _b(reclaim.reclaim_id),
                 _b(reclaim.producer_id),

@@ -21,6 +21,12 @@ from typing import TypeVar
 
 from planner.domain.placement import Lease, LeaseState, ProducerAccount, Reclaim
 from planner.policies.aqua.ledger import Ledger
+from planner.service.ledger_columns import (
+    LEASE_COLUMNS,
+    PRODUCER_COLUMNS,
+    RECLAIM_COLUMNS,
+    record_seq,
+)
 from planner.service.ledger_rows import LedgerTransaction, PoolCounters, PoolRows, RecordedCall
 from planner.service.store import SqliteDatabase
 
@@ -115,21 +121,6 @@ CREATE INDEX IF NOT EXISTS ledger_request_by_revision
 """,
 )
 
-_PRODUCER_COLUMNS = (
-    "producer_id, server_id, offered_bytes, leased_bytes, offered_total_bytes, returned_total_bytes"
-)
-_LEASE_COLUMNS = (
-    "lease_id, producer_id, consumer_id, bytes, state, created_s, reclaim_id, deadline_s"
-)
-_RECLAIM_COLUMNS = (
-    "reclaim_id, producer_id, requested_bytes, returned_bytes, requested_s, deadline_s, lease_ids"
-)
-
-
-def _seq(record_id: str) -> int:
-    """The number in "lease-12" or "reclaim-3" (the Ledger makes the ids)."""
-    return int(record_id.rsplit("-", 1)[1])
-
 
 def _producer(row: tuple[object, ...]) -> ProducerAccount:
     pid, server, offered, leased, total, returned = row
@@ -186,8 +177,7 @@ class SqliteLedgerTransaction:
 
     def producer(self, producer_id: str) -> ProducerAccount | None:
         row = self._conn.execute(
-            f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer "
-            "WHERE pool_id = ? AND producer_id = ?",
+            f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? AND producer_id = ?",
             (self._pool, producer_id),
         ).fetchone()
         return None if row is None else _producer(row)
@@ -195,14 +185,14 @@ class SqliteLedgerTransaction:
     def most_lendable_producer(self, server_id: str) -> ProducerAccount | None:
         if server_id:
             row = self._conn.execute(
-                f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer "
+                f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer "
                 "WHERE pool_id = ? AND server_id = ? "
                 "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
                 (self._pool, server_id),
             ).fetchone()
         else:
             row = self._conn.execute(
-                f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? "
+                f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? "
                 "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
                 (self._pool,),
             ).fetchone()
@@ -210,7 +200,7 @@ class SqliteLedgerTransaction:
 
     def pending_reclaims(self, producer_id: str) -> list[Reclaim]:
         rows = self._conn.execute(
-            f"SELECT {_RECLAIM_COLUMNS} FROM ledger_reclaim "
+            f"SELECT {RECLAIM_COLUMNS} FROM ledger_reclaim "
             "WHERE pool_id = ? AND producer_id = ? AND complete = 0 ORDER BY seq",
             (self._pool, producer_id),
         ).fetchall()
@@ -218,7 +208,7 @@ class SqliteLedgerTransaction:
 
     def leases_of(self, producer_id: str) -> list[Lease]:
         rows = self._conn.execute(
-            f"SELECT {_LEASE_COLUMNS} FROM ledger_lease "
+            f"SELECT {LEASE_COLUMNS} FROM ledger_lease "
             "WHERE pool_id = ? AND producer_id = ? ORDER BY seq",
             (self._pool, producer_id),
         ).fetchall()
@@ -226,7 +216,7 @@ class SqliteLedgerTransaction:
 
     def lease(self, lease_id: str) -> Lease | None:
         row = self._conn.execute(
-            f"SELECT {_LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? AND lease_id = ?",
+            f"SELECT {LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? AND lease_id = ?",
             (self._pool, lease_id),
         ).fetchone()
         return None if row is None else _lease(row)
@@ -250,7 +240,7 @@ class SqliteLedgerTransaction:
 
     def put_producer(self, account: ProducerAccount, lendable_bytes: int) -> None:
         self._conn.execute(
-            f"INSERT OR REPLACE INTO ledger_producer (pool_id, {_PRODUCER_COLUMNS}, "
+            f"INSERT OR REPLACE INTO ledger_producer (pool_id, {PRODUCER_COLUMNS}, "
             "lendable_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self._pool,
@@ -266,11 +256,11 @@ class SqliteLedgerTransaction:
 
     def put_lease(self, lease: Lease) -> None:
         self._conn.execute(
-            f"INSERT OR REPLACE INTO ledger_lease (pool_id, seq, {_LEASE_COLUMNS}) "
+            f"INSERT OR REPLACE INTO ledger_lease (pool_id, seq, {LEASE_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self._pool,
-                _seq(lease.lease_id),
+                record_seq(lease.lease_id),
                 lease.lease_id,
                 lease.producer_id,
                 lease.consumer_id,
@@ -289,11 +279,11 @@ class SqliteLedgerTransaction:
 
     def put_reclaim(self, reclaim: Reclaim) -> None:
         self._conn.execute(
-            f"INSERT OR REPLACE INTO ledger_reclaim (pool_id, seq, complete, {_RECLAIM_COLUMNS}) "
+            f"INSERT OR REPLACE INTO ledger_reclaim (pool_id, seq, complete, {RECLAIM_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self._pool,
-                _seq(reclaim.reclaim_id),
+                record_seq(reclaim.reclaim_id),
                 int(reclaim.complete),
                 reclaim.reclaim_id,
                 reclaim.producer_id,
@@ -351,16 +341,16 @@ class SqliteLedgerBackend:
             if counters is None:
                 return None
             producers = conn.execute(
-                f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? "
+                f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? "
                 "ORDER BY producer_id",
                 (pool_id,),
             ).fetchall()
             leases = conn.execute(
-                f"SELECT {_LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? ORDER BY seq",
+                f"SELECT {LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? ORDER BY seq",
                 (pool_id,),
             ).fetchall()
             reclaims = conn.execute(
-                f"SELECT {_RECLAIM_COLUMNS} FROM ledger_reclaim WHERE pool_id = ? ORDER BY seq",
+                f"SELECT {RECLAIM_COLUMNS} FROM ledger_reclaim WHERE pool_id = ? ORDER BY seq",
                 (pool_id,),
             ).fetchall()
         return PoolRows(
