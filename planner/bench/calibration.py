@@ -60,6 +60,7 @@ from planner.bench.machine import describe, describe_commit, load_average, machi
 from planner.bench.markdown import write_section
 from planner.bench.openai_stream import StreamRecord, run_requests
 from planner.bench.prometheus_histogram import bucket_quantile
+from planner.bench.reproduce_command import changed_options
 from planner.bench.tiny_llama import cached
 from planner.bench.vllm_server import VllmServer, VllmServerConfig
 from planner.profiles.fit import CostFit
@@ -1428,16 +1429,6 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.set_defaults(func=run)
 
 
-def _changed_options(*options: tuple[str, object, object]) -> list[str]:
-    """FLAG VALUE for each (flag, value, default) whose value is not the
-    default (floats without trailing zeros)."""
-    parts = []
-    for flag, value, default in options:
-        if value != default:
-            parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    return parts
-
-
 def command_line(args: argparse.Namespace) -> str:
     parts = ["planner", "bench", "calibration"]
     for load in args.load or ():
@@ -1447,7 +1438,7 @@ def command_line(args: argparse.Namespace) -> str:
     if args.quick:
         parts.append("--quick")
     d = Settings()
-    parts += _changed_options(
+    parts += changed_options(
         ("--gpu-kv-blocks", args.gpu_kv_blocks, d.gpu_kv_blocks),
         ("--slo-ttft", args.slo_ttft, d.slo_ttft_s),
         ("--slo-tbt", args.slo_tbt, d.slo_tbt_s),
@@ -1455,7 +1446,7 @@ def command_line(args: argparse.Namespace) -> str:
     )
     if not args.pin_cores:
         parts.append("--no-pin-cores")
-    parts += _changed_options(
+    parts += changed_options(
         ("--per-request-work", args.per_request_work, d.per_request),
         ("--stream-work", args.stream_work, d.stream_work),
         ("--engine-clock", args.engine_clock, d.engine_clock),

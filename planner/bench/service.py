@@ -21,6 +21,7 @@ from typing import Any
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.proto_request import FORMS
+from planner.bench.reproduce_command import option_text
 from planner.bench.result_options import (
     add_baseline_options,
     add_output_options,
@@ -98,11 +99,6 @@ def _join_limits(limits: tuple[ServerLimits, ...]) -> str:
     return ",".join(f"{x.max_workers}:{x.max_concurrent_rpcs}" for x in limits)
 
 
-def _option_text(value: object) -> str:
-    """A value as an option takes it (floats without trailing zeros)."""
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 def _flag(name: str) -> str:
     """The option of a DEFAULTS name."""
     return "--" + name.replace("_", "-")
@@ -123,7 +119,7 @@ def _add_default_option(
         type=parse,
         choices=choices,
         default=default,
-        help=f"{text} (default {_option_text(default)})",
+        help=f"{text} (default {option_text(default)})",
     )
 
 
@@ -175,7 +171,7 @@ def command_line(args: argparse.Namespace) -> str:
     parts = ["planner", "bench", "service"]
     for name, value in vars(args).items():
         if name in DEFAULTS and value != DEFAULTS[name]:
-            text = _join_limits(value) if name == "overload_limits" else _option_text(value)
+            text = _join_limits(value) if name == "overload_limits" else option_text(value)
             parts += [_flag(name), text]
     if args.overload:
         parts.append("--overload")

@@ -35,6 +35,7 @@ import numpy as np
 from planner.bench import solvers_placement
 from planner.bench.gurobi_probe import runnable_backends
 from planner.bench.machine import load_average, machine_info
+from planner.bench.reproduce_command import changed_options
 from planner.bench.result_options import (
     add_baseline_options,
     add_output_options,
@@ -820,7 +821,7 @@ def command_line(args: argparse.Namespace, config: Config) -> str:
     if args.backend:
         for b in config.backends:
             parts += ["--backend", b]
-    for flag, value, default in (
+    parts += changed_options(
         ("--instances", config.instances, d.instances),
         ("--time-limit", config.time_limit_s, d.time_limit_s),
         ("--reference-time-limit", config.reference_time_limit_s, d.reference_time_limit_s),
@@ -829,9 +830,7 @@ def command_line(args: argparse.Namespace, config: Config) -> str:
         ("--pruning-instances", config.pruning_instances, d.pruning_instances),
         ("--pruning-time-limit", config.pruning_time_limit_s, d.pruning_time_limit_s),
         ("--seed", config.seed, d.seed),
-    ):
-        if value != default:
-            parts += [flag, f"{value:g}"]
+    )
     parts += result_command_args(args)
     return " ".join(parts)
 
