@@ -87,6 +87,19 @@ TARGET_ERROR = 0.10
 TARGET_GAIN_POINTS = 10.0
 
 
+# The Settings that say how a measurement is predicted, not how it is
+# measured: a saved measurement can be predicted again with others.
+PREDICTION_SETTINGS = (
+    "per_request",
+    "stream_work",
+    "engine_clock",
+    "fit_load",
+    "tokenize_work",
+    "planning_cost",
+    "step_jitter",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     block_size: int = 32
@@ -134,6 +147,11 @@ class Settings:
     # variation given as a number (docs/replay.md: a lognormal on every step
     # does not fit the engines' tight steps with rare stalls).
     step_jitter: str = "none"
+
+    def with_prediction_of(self, other: Settings) -> Settings:
+        """These settings of a measurement with other's choices of how to
+        predict it (PREDICTION_SETTINGS), as --from predicts again."""
+        return replace(self, **{name: getattr(other, name) for name in PREDICTION_SETTINGS})
 
     @property
     def limits(self) -> EngineLimits:
@@ -1513,16 +1531,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"planner bench calibration: --from: {e}")
             return EXIT_BAD_INPUT
         args.out.mkdir(parents=True, exist_ok=True)
-        measurement.settings = replace(
-            measurement.settings,
-            per_request=args.per_request_work,
-            stream_work=args.stream_work,
-            engine_clock=args.engine_clock,
-            fit_load=args.fit_load,
-            tokenize_work=args.tokenize_work,
-            planning_cost=args.planning_cost,
-            step_jitter=args.step_jitter,
-        )
+        measurement.settings = measurement.settings.with_prediction_of(settings)
         cal = predict(measurement, args.from_dir, progress=progress)
         cal.command = f"{measurement.command}` (measured), then `{command_line(args)}"
         loads = list({run.load.name: run.load for run in measurement.runs}.values())
