@@ -19,12 +19,18 @@ import sqlite3
 from collections.abc import Callable
 from typing import TypeVar
 
-from planner.domain.placement import Lease, LeaseState, ProducerAccount, Reclaim
+from planner.domain.placement import Lease, ProducerAccount, Reclaim
 from planner.policies.aqua.ledger import Ledger
 from planner.service.ledger_columns import (
     LEASE_COLUMNS,
     PRODUCER_COLUMNS,
     RECLAIM_COLUMNS,
+    lease_of_row,
+    lease_values,
+    producer_of_row,
+    producer_values,
+    reclaim_of_row,
+    reclaim_values,
     record_seq,
 )
 from planner.service.ledger_rows import LedgerTransaction, PoolCounters, PoolRows, RecordedCall
@@ -122,45 +128,6 @@ CREATE INDEX IF NOT EXISTS ledger_request_by_revision
 )
 
 
-def _producer(row: tuple[object, ...]) -> ProducerAccount:
-    pid, server, offered, leased, total, returned = row
-    return ProducerAccount(
-        producer_id=str(pid),
-        server_id=str(server),
-        offered_bytes=int(offered),  # type: ignore[call-overload]
-        leased_bytes=int(leased),  # type: ignore[call-overload]
-        offered_total_bytes=int(total),  # type: ignore[call-overload]
-        returned_total_bytes=int(returned),  # type: ignore[call-overload]
-    )
-
-
-def _lease(row: tuple[object, ...]) -> Lease:
-    lid, pid, cid, size, state, created, reclaim_id, deadline = row
-    return Lease(
-        lease_id=str(lid),
-        producer_id=str(pid),
-        consumer_id=str(cid),
-        bytes=int(size),  # type: ignore[call-overload]
-        state=LeaseState(str(state)),
-        created_s=float(created),  # type: ignore[arg-type]
-        reclaim_id=str(reclaim_id),
-        deadline_s=float(deadline),  # type: ignore[arg-type]
-    )
-
-
-def _reclaim(row: tuple[object, ...]) -> Reclaim:
-    rid, pid, requested, returned, requested_s, deadline, lease_ids = row
-    return Reclaim(
-        reclaim_id=str(rid),
-        producer_id=str(pid),
-        requested_bytes=int(requested),  # type: ignore[call-overload]
-        requested_s=float(requested_s),  # type: ignore[arg-type]
-        deadline_s=float(deadline),  # type: ignore[arg-type]
-        returned_bytes=int(returned),  # type: ignore[call-overload]
-        lease_ids=[str(x) for x in json.loads(str(lease_ids))],
-    )
-
-
 class SqliteLedgerTransaction:
     """planner.service.ledger_rows.LedgerTransaction on one connection."""
 
@@ -180,7 +147,7 @@ class SqliteLedgerTransaction:
             f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? AND producer_id = ?",
             (self._pool, producer_id),
         ).fetchone()
-        return None if row is None else _producer(row)
+        return None if row is None else producer_of_row(row, str)
 
     def most_lendable_producer(self, server_id: str) -> ProducerAccount | None:
         if server_id:
@@ -196,7 +163,7 @@ class SqliteLedgerTransaction:
                 "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
                 (self._pool,),
             ).fetchone()
-        return None if row is None else _producer(row)
+        return None if row is None else producer_of_row(row, str)
 
     def pending_reclaims(self, producer_id: str) -> list[Reclaim]:
         rows = self._conn.execute(
@@ -204,7 +171,7 @@ class SqliteLedgerTransaction:
             "WHERE pool_id = ? AND producer_id = ? AND complete = 0 ORDER BY seq",
             (self._pool, producer_id),
         ).fetchall()
-        return [_reclaim(r) for r in rows]
+        return [reclaim_of_row(r, str) for r in rows]
 
     def leases_of(self, producer_id: str) -> list[Lease]:
         rows = self._conn.execute(
@@ -212,14 +179,14 @@ class SqliteLedgerTransaction:
             "WHERE pool_id = ? AND producer_id = ? ORDER BY seq",
             (self._pool, producer_id),
         ).fetchall()
-        return [_lease(r) for r in rows]
+        return [lease_of_row(r, str) for r in rows]
 
     def lease(self, lease_id: str) -> Lease | None:
         row = self._conn.execute(
             f"SELECT {LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? AND lease_id = ?",
             (self._pool, lease_id),
         ).fetchone()
-        return None if row is None else _lease(row)
+        return None if row is None else lease_of_row(row, str)
 
     def recorded(self, key: str) -> RecordedCall | None:
         row = self._conn.execute(
@@ -242,34 +209,14 @@ class SqliteLedgerTransaction:
         self._conn.execute(
             f"INSERT OR REPLACE INTO ledger_producer (pool_id, {PRODUCER_COLUMNS}, "
             "lendable_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                self._pool,
-                account.producer_id,
-                account.server_id,
-                account.offered_bytes,
-                account.leased_bytes,
-                account.offered_total_bytes,
-                account.returned_total_bytes,
-                lendable_bytes,
-            ),
+            (self._pool, *producer_values(account, lendable_bytes, str)),
         )
 
     def put_lease(self, lease: Lease) -> None:
         self._conn.execute(
             f"INSERT OR REPLACE INTO ledger_lease (pool_id, seq, {LEASE_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                self._pool,
-                record_seq(lease.lease_id),
-                lease.lease_id,
-                lease.producer_id,
-                lease.consumer_id,
-                lease.bytes,
-                str(lease.state),
-                lease.created_s,
-                lease.reclaim_id,
-                lease.deadline_s,
-            ),
+            (self._pool, record_seq(lease.lease_id), *lease_values(lease, str)),
         )
 
     def delete_lease(self, lease_id: str) -> None:
@@ -285,13 +232,7 @@ class SqliteLedgerTransaction:
                 self._pool,
                 record_seq(reclaim.reclaim_id),
                 int(reclaim.complete),
-                reclaim.reclaim_id,
-                reclaim.producer_id,
-                reclaim.requested_bytes,
-                reclaim.returned_bytes,
-                reclaim.requested_s,
-                reclaim.deadline_s,
-                json.dumps(reclaim.lease_ids),
+                *reclaim_values(reclaim, str),
             ),
         )
 
@@ -355,9 +296,9 @@ class SqliteLedgerBackend:
             ).fetchall()
         return PoolRows(
             counters=counters,
-            producers=[_producer(r) for r in producers],
-            leases=[_lease(r) for r in leases],
-            reclaims=[_reclaim(r) for r in reclaims],
+            producers=[producer_of_row(r, str) for r in producers],
+            leases=[lease_of_row(r, str) for r in leases],
+            reclaims=[reclaim_of_row(r, str) for r in reclaims],
         )
 
 
