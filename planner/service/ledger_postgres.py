@@ -21,14 +21,9 @@ from planner.service.ledger_columns import (
     LEASE_COLUMNS,
     PRODUCER_COLUMNS,
     RECLAIM_COLUMNS,
+    LedgerRowCodec,
     Row,
     column_int,
-    lease_of_row,
-    lease_values,
-    producer_of_row,
-    producer_values,
-    reclaim_of_row,
-    reclaim_values,
     record_seq,
 )
 from planner.service.ledger_rows import LedgerTransaction, PoolCounters, PoolRows, RecordedCall
@@ -48,6 +43,10 @@ def _b(text: str) -> bytes:
 def _s(value: object) -> str:
     assert isinstance(value, bytes | memoryview), type(value)
     return bytes(value).decode("utf-8")
+
+
+# Ids as UTF-8 bytes.
+_ROWS = LedgerRowCodec(_b, _s)
 
 
 class PostgresLedgerTransaction:
@@ -85,7 +84,7 @@ class PostgresLedgerTransaction:
             f"{_SELECT_PRODUCER} WHERE pool_id = %s AND producer_id = %s",
             (self._pool, _b(producer_id)),
         )
-        return None if row is None else producer_of_row(row, _s)
+        return None if row is None else _ROWS.producer(row)
 
     def most_lendable_producer(self, server_id: str) -> ProducerAccount | None:
         if server_id:
@@ -100,7 +99,7 @@ class PostgresLedgerTransaction:
                 "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
                 (self._pool,),
             )
-        return None if row is None else producer_of_row(row, _s)
+        return None if row is None else _ROWS.producer(row)
 
     def pending_reclaims(self, producer_id: str) -> list[Reclaim]:
         rows = self.all_rows(
@@ -108,21 +107,21 @@ class PostgresLedgerTransaction:
             "ORDER BY seq",
             (self._pool, _b(producer_id)),
         )
-        return [reclaim_of_row(r, _s) for r in rows]
+        return [_ROWS.reclaim(r) for r in rows]
 
     def leases_of(self, producer_id: str) -> list[Lease]:
         rows = self.all_rows(
             f"{_SELECT_LEASE} WHERE pool_id = %s AND producer_id = %s ORDER BY seq",
             (self._pool, _b(producer_id)),
         )
-        return [lease_of_row(r, _s) for r in rows]
+        return [_ROWS.lease(r) for r in rows]
 
     def lease(self, lease_id: str) -> Lease | None:
         row = self._one(
             f"{_SELECT_LEASE} WHERE pool_id = %s AND lease_id = %s",
             (self._pool, _b(lease_id)),
         )
-        return None if row is None else lease_of_row(row, _s)
+        return None if row is None else _ROWS.lease(row)
 
     def recorded(self, key: str) -> RecordedCall | None:
         row = self._one(
@@ -155,7 +154,7 @@ class PostgresLedgerTransaction:
             "offered_total_bytes = excluded.offered_total_bytes, "
             "returned_total_bytes = excluded.returned_total_bytes, "
             "lendable_bytes = excluded.lendable_bytes",
-            (self._pool, *producer_values(account, lendable_bytes, _b)),
+            (self._pool, *_ROWS.producer_values(account, lendable_bytes)),
         )
 
     def put_lease(self, lease: Lease) -> None:
@@ -167,7 +166,7 @@ class PostgresLedgerTransaction:
             "consumer_id = excluded.consumer_id, bytes = excluded.bytes, "
             "state = excluded.state, created_s = excluded.created_s, "
             "reclaim_id = excluded.reclaim_id, deadline_s = excluded.deadline_s",
-            (self._pool, record_seq(lease.lease_id), *lease_values(lease, _b)),
+            (self._pool, record_seq(lease.lease_id), *_ROWS.lease_values(lease)),
         )
 
     def delete_lease(self, lease_id: str) -> None:
@@ -189,7 +188,7 @@ class PostgresLedgerTransaction:
                 self._pool,
                 record_seq(reclaim.reclaim_id),
                 reclaim.complete,
-                *reclaim_values(reclaim, _b),
+                *_ROWS.reclaim_values(reclaim),
             ),
         )
 
@@ -244,17 +243,17 @@ class PostgresLedgerBackend:
             return PoolRows(
                 counters=counters,
                 producers=[
-                    producer_of_row(r, _s)
+                    _ROWS.producer(r)
                     for r in tx.all_rows(
                         f"{_SELECT_PRODUCER} WHERE pool_id = %s ORDER BY producer_id", pool
                     )
                 ],
                 leases=[
-                    lease_of_row(r, _s)
+                    _ROWS.lease(r)
                     for r in tx.all_rows(f"{_SELECT_LEASE} WHERE pool_id = %s ORDER BY seq", pool)
                 ],
                 reclaims=[
-                    reclaim_of_row(r, _s)
+                    _ROWS.reclaim(r)
                     for r in tx.all_rows(f"{_SELECT_RECLAIM} WHERE pool_id = %s ORDER BY seq", pool)
                 ],
             )

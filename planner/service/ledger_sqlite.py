@@ -25,12 +25,7 @@ from planner.service.ledger_columns import (
     LEASE_COLUMNS,
     PRODUCER_COLUMNS,
     RECLAIM_COLUMNS,
-    lease_of_row,
-    lease_values,
-    producer_of_row,
-    producer_values,
-    reclaim_of_row,
-    reclaim_values,
+    LedgerRowCodec,
     record_seq,
 )
 from planner.service.ledger_rows import LedgerTransaction, PoolCounters, PoolRows, RecordedCall
@@ -128,6 +123,9 @@ CREATE INDEX IF NOT EXISTS ledger_request_by_revision
 )
 
 
+_ROWS = LedgerRowCodec(str, str)
+
+
 class SqliteLedgerTransaction:
     """planner.service.ledger_rows.LedgerTransaction on one connection."""
 
@@ -147,7 +145,7 @@ class SqliteLedgerTransaction:
             f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? AND producer_id = ?",
             (self._pool, producer_id),
         ).fetchone()
-        return None if row is None else producer_of_row(row, str)
+        return None if row is None else _ROWS.producer(row)
 
     def most_lendable_producer(self, server_id: str) -> ProducerAccount | None:
         if server_id:
@@ -163,7 +161,7 @@ class SqliteLedgerTransaction:
                 "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
                 (self._pool,),
             ).fetchone()
-        return None if row is None else producer_of_row(row, str)
+        return None if row is None else _ROWS.producer(row)
 
     def pending_reclaims(self, producer_id: str) -> list[Reclaim]:
         rows = self._conn.execute(
@@ -171,7 +169,7 @@ class SqliteLedgerTransaction:
             "WHERE pool_id = ? AND producer_id = ? AND complete = 0 ORDER BY seq",
             (self._pool, producer_id),
         ).fetchall()
-        return [reclaim_of_row(r, str) for r in rows]
+        return [_ROWS.reclaim(r) for r in rows]
 
     def leases_of(self, producer_id: str) -> list[Lease]:
         rows = self._conn.execute(
@@ -179,14 +177,14 @@ class SqliteLedgerTransaction:
             "WHERE pool_id = ? AND producer_id = ? ORDER BY seq",
             (self._pool, producer_id),
         ).fetchall()
-        return [lease_of_row(r, str) for r in rows]
+        return [_ROWS.lease(r) for r in rows]
 
     def lease(self, lease_id: str) -> Lease | None:
         row = self._conn.execute(
             f"SELECT {LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? AND lease_id = ?",
             (self._pool, lease_id),
         ).fetchone()
-        return None if row is None else lease_of_row(row, str)
+        return None if row is None else _ROWS.lease(row)
 
     def recorded(self, key: str) -> RecordedCall | None:
         row = self._conn.execute(
@@ -209,14 +207,14 @@ class SqliteLedgerTransaction:
         self._conn.execute(
             f"INSERT OR REPLACE INTO ledger_producer (pool_id, {PRODUCER_COLUMNS}, "
             "lendable_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (self._pool, *producer_values(account, lendable_bytes, str)),
+            (self._pool, *_ROWS.producer_values(account, lendable_bytes)),
         )
 
     def put_lease(self, lease: Lease) -> None:
         self._conn.execute(
             f"INSERT OR REPLACE INTO ledger_lease (pool_id, seq, {LEASE_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (self._pool, record_seq(lease.lease_id), *lease_values(lease, str)),
+            (self._pool, record_seq(lease.lease_id), *_ROWS.lease_values(lease)),
         )
 
     def delete_lease(self, lease_id: str) -> None:
@@ -232,7 +230,7 @@ class SqliteLedgerTransaction:
                 self._pool,
                 record_seq(reclaim.reclaim_id),
                 int(reclaim.complete),
-                *reclaim_values(reclaim, str),
+                *_ROWS.reclaim_values(reclaim),
             ),
         )
 
@@ -296,9 +294,9 @@ class SqliteLedgerBackend:
             ).fetchall()
         return PoolRows(
             counters=counters,
-            producers=[producer_of_row(r, str) for r in producers],
-            leases=[lease_of_row(r, str) for r in leases],
-            reclaims=[reclaim_of_row(r, str) for r in reclaims],
+            producers=[_ROWS.producer(r) for r in producers],
+            leases=[_ROWS.lease(r) for r in leases],
+            reclaims=[_ROWS.reclaim(r) for r in reclaims],
         )
 
 
