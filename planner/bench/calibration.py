@@ -60,6 +60,7 @@ from planner.bench.machine import describe, describe_commit, load_average, machi
 from planner.bench.markdown import write_section
 from planner.bench.openai_stream import StreamRecord, run_requests
 from planner.bench.prometheus_histogram import bucket_quantile
+from planner.bench.reproduce_command import changed_options
 from planner.bench.tiny_llama import cached
 from planner.bench.vllm_server import VllmServer, VllmServerConfig
 from planner.profiles.fit import CostFit
@@ -84,6 +85,19 @@ ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
 # Targets (issue: relative error <= 10 %, vLLM's own scheduler).
 TARGET_ERROR = 0.10
 TARGET_GAIN_POINTS = 10.0
+
+
+# The Settings that say how a measurement is predicted, not how it is
+# measured: a saved measurement can be predicted again with others.
+PREDICTION_SETTINGS = (
+    "per_request",
+    "stream_work",
+    "engine_clock",
+    "fit_load",
+    "tokenize_work",
+    "planning_cost",
+    "step_jitter",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +147,11 @@ class Settings:
     # variation given as a number (docs/replay.md: a lognormal on every step
     # does not fit the engines' tight steps with rare stalls).
     step_jitter: str = "none"
+
+    def with_prediction_of(self, other: Settings) -> Settings:
+        """These settings of a measurement with other's choices of how to
+        predict it (PREDICTION_SETTINGS), as --from predicts again."""
+        return replace(self, **{name: getattr(other, name) for name in PREDICTION_SETTINGS})
 
     @property
     def limits(self) -> EngineLimits:
@@ -538,33 +557,6 @@ class Measurement:
     machine: dict[str, Any]
     command: str
     model_dir: Path
-
-
-def calibrate(
-    settings: Settings,
-    loads: Sequence[CalibrationLoad],
-    repeats: int,
-    out_dir: Path,
-    *,
-    python: str,
-    port: int,
-    model_dir: Path | None = None,
-    progress: Callable[[str], None] = print,
-    command: str = "",
-) -> Calibration:
-    """Measures (measure) and predicts (predict) in out_dir."""
-    measurement = measure(
-        settings,
-        loads,
-        repeats,
-        out_dir,
-        python=python,
-        port=port,
-        model_dir=model_dir,
-        progress=progress,
-        command=command,
-    )
-    return predict(measurement, out_dir, progress=progress)
 
 
 def measure(
@@ -1464,30 +1456,23 @@ def command_line(args: argparse.Namespace) -> str:
     if args.quick:
         parts.append("--quick")
     d = Settings()
-    if args.gpu_kv_blocks != d.gpu_kv_blocks:
-        parts += ["--gpu-kv-blocks", str(args.gpu_kv_blocks)]
-    if args.slo_ttft != d.slo_ttft_s:
-        parts += ["--slo-ttft", f"{args.slo_ttft:g}"]
-    if args.slo_tbt != d.slo_tbt_s:
-        parts += ["--slo-tbt", f"{args.slo_tbt:g}"]
-    if args.profile_repeats != d.profile_repeats:
-        parts += ["--profile-repeats", str(args.profile_repeats)]
+    parts += changed_options(
+        ("--gpu-kv-blocks", args.gpu_kv_blocks, d.gpu_kv_blocks),
+        ("--slo-ttft", args.slo_ttft, d.slo_ttft_s),
+        ("--slo-tbt", args.slo_tbt, d.slo_tbt_s),
+        ("--profile-repeats", args.profile_repeats, d.profile_repeats),
+    )
     if not args.pin_cores:
         parts.append("--no-pin-cores")
-    if args.per_request_work != d.per_request:
-        parts += ["--per-request-work", args.per_request_work]
-    if args.stream_work != d.stream_work:
-        parts += ["--stream-work", args.stream_work]
-    if args.engine_clock != d.engine_clock:
-        parts += ["--engine-clock", args.engine_clock]
-    if args.fit_load != d.fit_load:
-        parts += ["--fit-on", args.fit_load]
-    if args.tokenize_work != d.tokenize_work:
-        parts += ["--tokenize-work", args.tokenize_work]
-    if args.planning_cost != d.planning_cost:
-        parts += ["--planning-cost", args.planning_cost]
-    if args.step_jitter != d.step_jitter:
-        parts += ["--step-jitter", args.step_jitter]
+    parts += changed_options(
+        ("--per-request-work", args.per_request_work, d.per_request),
+        ("--stream-work", args.stream_work, d.stream_work),
+        ("--engine-clock", args.engine_clock, d.engine_clock),
+        ("--fit-on", args.fit_load, d.fit_load),
+        ("--tokenize-work", args.tokenize_work, d.tokenize_work),
+        ("--planning-cost", args.planning_cost, d.planning_cost),
+        ("--step-jitter", args.step_jitter, d.step_jitter),
+    )
     if args.measure_only:
         parts.append("--measure-only")
     if args.from_dir is not None:
@@ -1546,16 +1531,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"planner bench calibration: --from: {e}")
             return EXIT_BAD_INPUT
         args.out.mkdir(parents=True, exist_ok=True)
-        measurement.settings = replace(
-            measurement.settings,
-            per_request=args.per_request_work,
-            stream_work=args.stream_work,
-            engine_clock=args.engine_clock,
-            fit_load=args.fit_load,
-            tokenize_work=args.tokenize_work,
-            planning_cost=args.planning_cost,
-            step_jitter=args.step_jitter,
-        )
+        measurement.settings = measurement.settings.with_prediction_of(settings)
         cal = predict(measurement, args.from_dir, progress=progress)
         cal.command = f"{measurement.command}` (measured), then `{command_line(args)}"
         loads = list({run.load.name: run.load for run in measurement.runs}.values())

@@ -30,9 +30,14 @@ from planner.bench import (
     solvers_offload,
     trace_io,
 )
-from planner.bench.baseline import DEFAULT_FACTOR, compare
+from planner.bench.baseline import compare
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
+from planner.bench.result_options import (
+    add_baseline_options,
+    add_output_options,
+    result_command_args,
+)
 from planner.bench.results import Report
 from planner.bench.rotation_report import SECTION, markdown_section, text_report
 from planner.bench.server_process import ServerStartError
@@ -123,15 +128,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     q.add_argument("--seed", type=int, default=DEFAULTS.seed, help="synthetic snapshots' seed")
     q.add_argument("--no-grpc", action="store_true", help="skip the gRPC cases (no server)")
-    q.add_argument("--out", type=Path, help="write results and machine info as JSON")
-    q.add_argument("--markdown", type=Path, help="(re)write this bench's section of this file")
-    q.add_argument("--baseline", type=Path, help="a JSON from --out to compare with")
-    q.add_argument(
-        "--regression-factor",
-        type=float,
-        default=DEFAULT_FACTOR,
-        help=f"flag a case whose p50 exceeds this times the baseline's (default {DEFAULT_FACTOR})",
-    )
+    add_output_options(q)
+    add_baseline_options(q)
     q.set_defaults(func=run_policies)
     replay_speed.register(benches)
     rotation_quality.register(benches)
@@ -163,13 +161,7 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--seed", str(args.seed)]
     if args.no_grpc:
         parts.append("--no-grpc")
-    for flag, path in (("--out", args.out), ("--markdown", args.markdown)):
-        if path is not None:
-            parts += [flag, str(path)]
-    if args.baseline is not None:
-        parts += ["--baseline", str(args.baseline)]
-        if args.regression_factor != DEFAULT_FACTOR:
-            parts += ["--regression-factor", f"{args.regression_factor:g}"]
+    parts += result_command_args(args)
     return " ".join(parts)
 
 

@@ -78,6 +78,7 @@ from planner.profiles.link import GB, LinkModel, MeasuredCurve, MeasuredPoint
 from planner.profiles.loading import MeasuredProfile
 from planner.profiles.models import ModelProfile
 from planner.replay.engine import Engine, EngineConfig
+from planner.replay.models import IterationCost
 from planner.replay.schedulers import Fcfs
 from planner.trace.records import TraceRequest
 
@@ -308,6 +309,32 @@ def probe_trace(records: Sequence[StreamRecord]) -> tuple[list[TraceRequest], fl
     ], t0
 
 
+def probe_engine(
+    trace: Sequence[TraceRequest],
+    cost: LinearCost,
+    limits: EngineLimits,
+    timer: IterationCost | None = None,
+) -> Engine:
+    """The replay of a probe's trace: FCFS within the engine's limits, KV on
+    the GPU only, each iteration timed by cost (or timer, a wrapper of it)."""
+    return Engine(
+        EngineConfig(
+            gpu_kv_blocks=limits.gpu_kv_blocks,
+            cpu_kv_blocks=0,
+            block_bytes=1,
+            block_size_tokens=limits.block_size_tokens,
+            max_batched_tokens=limits.max_batched_tokens,
+            max_running=limits.max_running,
+            slo=Slo(),
+            prefill_s_per_sequence=cost.prefill_s_per_sequence,
+        ),
+        Fcfs(),
+        cost if timer is None else timer,
+        LinkModel.flat(1.0, 1.0, full_duplex=True),
+        trace,
+    )
+
+
 def probe_rows(
     records: Sequence[StreamRecord], cost: LinearCost, limits: EngineLimits
 ) -> ProbeRows:
@@ -320,23 +347,7 @@ def probe_rows(
         return ProbeRows([], [])
     trace, t0 = probe_trace(done)
     recording = RecordingCost(cost)
-    engine = Engine(
-        EngineConfig(
-            gpu_kv_blocks=limits.gpu_kv_blocks,
-            cpu_kv_blocks=0,
-            block_bytes=1,
-            block_size_tokens=limits.block_size_tokens,
-            max_batched_tokens=limits.max_batched_tokens,
-            max_running=limits.max_running,
-            slo=Slo(),
-            prefill_s_per_sequence=cost.prefill_s_per_sequence,
-        ),
-        Fcfs(),
-        recording,
-        LinkModel.flat(1.0, 1.0, full_duplex=True),
-        trace,
-    )
-    result = engine.run()
+    result = probe_engine(trace, cost, limits, recording).run()
     timeline = result.timeline
     features = np.asarray(recording.iterations, dtype=np.float64).reshape(-1, 3)
     if len(features) != len(timeline):

@@ -33,6 +33,7 @@ import grpc
 from planner.bench.ledger_replicas import WriteResult, run_cases
 from planner.bench.machine import describe, load_average, machine_info
 from planner.bench.markdown import write_section
+from planner.bench.result_options import add_output_options
 from planner.bench.server_process import ServerProcess, ServerStartError
 from planner.bench.stats import LatencyStats, summarize
 from planner.bench.table import markdown_table, text_table
@@ -170,8 +171,7 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "its default durability, started from Debian's postgresql binaries)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the producers picked")
-    p.add_argument("--out", type=Path, help="write results and machine info as JSON")
-    p.add_argument("--markdown", type=Path, help="(re)write this bench's section of this file")
+    add_output_options(p)
     p.set_defaults(func=run)
 
 

@@ -40,7 +40,7 @@ from planner.adapters.common.link import PlannerLink, PlanPipeline
 from planner.adapters.common.snapshot import build_rotation_request
 from planner.bench import call_timing_report
 from planner.bench.planner_call import snapshot, snapshot_views
-from planner.bench.server_process import ServerProcess
+from planner.bench.server_process import ServerProcess, add_planner_arg_option
 from planner.bench.vllm_placement import set_thread_nice
 from planner.policies.rotation import plan_rotation
 from planner.service.convert.rotation import rotation_plan_to_proto, rotation_request_from_proto
@@ -236,13 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--server-nice", type=int, help="the nice value of every thread of the planner server"
     )
-    parser.add_argument(
-        "--planner-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="an argument for `planner serve` (e.g. --planner-arg=--max-workers=1)",
-    )
+    add_planner_arg_option(parser)
     parser.add_argument("--metrics-port", type=int, default=9464)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

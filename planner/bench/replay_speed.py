@@ -22,6 +22,7 @@ from typing import Any
 
 from planner.bench.machine import describe, describe_commit, load_average, machine_info
 from planner.bench.markdown import write_section
+from planner.bench.result_options import add_output_options
 from planner.domain.requests import Slo
 from planner.replay.cluster_engine import ClusterEngine
 from planner.replay.cluster_policies import CLUSTER_POLICY_NAMES
@@ -147,8 +148,7 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="the serverless case replays the trace's first N requests (default: all)",
     )
     p.add_argument("--no-serverless", action="store_true", help="skip the serverless case")
-    p.add_argument("--out", type=Path, help="write results and machine info as JSON")
-    p.add_argument("--markdown", type=Path, help="(re)write this bench's section of this file")
+    add_output_options(p)
     p.set_defaults(func=run)
 
 

@@ -3,6 +3,7 @@ on loopback."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import selectors
 import signal
@@ -32,6 +33,18 @@ def parse_address(line: str) -> str | None:
     """HOST:PORT from the line `planner serve` prints once it listens."""
     match = SERVING_LINE.match(line)
     return match.group("address") if match else None
+
+
+def add_planner_arg_option(parser: argparse.ArgumentParser) -> None:
+    """--planner-arg ARG, repeatable: the extra arguments of the `planner
+    serve` a benchmark starts (args.planner_arg, a list)."""
+    parser.add_argument(
+        "--planner-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an argument for `planner serve` (e.g. --planner-arg=--max-workers=1)",
+    )
 
 
 class ServerProcess:

@@ -18,10 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from planner.bench.baseline import DEFAULT_FACTOR
 from planner.bench.machine import load_average, machine_info
 from planner.bench.markdown import write_section
 from planner.bench.proto_request import FORMS
+from planner.bench.reproduce_command import option_text
+from planner.bench.result_options import (
+    add_baseline_options,
+    add_output_options,
+    result_command_args,
+)
 from planner.bench.server_process import ServerStartError
 from planner.bench.service_load import LoadError, PhaseConfig, ServerLimits, run_phase
 from planner.bench.service_report import (
@@ -94,6 +99,30 @@ def _join_limits(limits: tuple[ServerLimits, ...]) -> str:
     return ",".join(f"{x.max_workers}:{x.max_concurrent_rpcs}" for x in limits)
 
 
+def _flag(name: str) -> str:
+    """The option of a DEFAULTS name."""
+    return "--" + name.replace("_", "-")
+
+
+def _add_default_option(
+    p: argparse.ArgumentParser,
+    name: str,
+    parse: Any,
+    text: str,
+    choices: tuple[str, ...] | None = None,
+) -> None:
+    """The option of name, parsed by parse, defaulting to DEFAULTS[name],
+    whose help ends with that default."""
+    default = DEFAULTS[name]
+    p.add_argument(
+        _flag(name),
+        type=parse,
+        choices=choices,
+        default=default,
+        help=f"{text} (default {option_text(default)})",
+    )
+
+
 def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = DEFAULTS
     p = benches.add_parser(
@@ -101,66 +130,28 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="concurrent engines over gRPC: throughput, p50/p99/p999, errors, server memory",
         description=" ".join((__doc__ or "").split("\n\n")[1].split()),
     )
-    p.add_argument(
-        "--clients",
-        type=_positive(int),
-        default=d["clients"],
-        help=f"client processes (default {d['clients']})",
+    _add_default_option(p, "clients", _positive(int), "client processes")
+    _add_default_option(
+        p, "rate_hz", _non_negative_float, "calls per second per client; 0: unpaced"
     )
-    p.add_argument(
-        "--rate-hz",
-        type=_non_negative_float,
-        default=d["rate_hz"],
-        help=f"calls per second per client; 0: unpaced (default {d['rate_hz']:g})",
-    )
-    p.add_argument(
-        "--duration-s",
-        type=_positive(float),
-        default=d["duration_s"],
-        help=f"length of the load phase (default {d['duration_s']:g})",
-    )
-    p.add_argument(
-        "--deadline-ms",
-        type=_positive(float),
-        default=d["deadline_ms"],
-        help=f"deadline of every call (default {d['deadline_ms']:g})",
-    )
-    p.add_argument(
-        "--requests",
-        type=_positive(int),
-        default=d["requests"],
-        help=f"tracked requests in the snapshot (default {d['requests']})",
-    )
-    p.add_argument(
-        "--form",
-        choices=FORMS,
-        default=d["form"],
-        help=f"encoding of the requests (default {d['form']})",
-    )
+    _add_default_option(p, "duration_s", _positive(float), "length of the load phase")
+    _add_default_option(p, "deadline_ms", _positive(float), "deadline of every call")
+    _add_default_option(p, "requests", _positive(int), "tracked requests in the snapshot")
+    _add_default_option(p, "form", None, "encoding of the requests", choices=FORMS)
     p.add_argument("--seed", type=int, default=d["seed"], help="synthetic snapshot's seed")
-    p.add_argument(
-        "--max-workers",
-        type=_positive(int),
-        default=d["max_workers"],
-        help=f"the load phase server's --max-workers (default {d['max_workers']})",
-    )
-    p.add_argument(
-        "--max-concurrent-rpcs",
-        type=_positive(int),
-        default=d["max_concurrent_rpcs"],
-        help=f"the load phase server's --max-concurrent-rpcs (default {d['max_concurrent_rpcs']})",
+    _add_default_option(p, "max_workers", _positive(int), "the load phase server's --max-workers")
+    _add_default_option(
+        p,
+        "max_concurrent_rpcs",
+        _positive(int),
+        "the load phase server's --max-concurrent-rpcs",
     )
     p.add_argument(
         "--overload",
         action="store_true",
         help="after the load phase, one unpaced phase per --overload-limits server",
     )
-    p.add_argument(
-        "--overload-duration-s",
-        type=_positive(float),
-        default=d["overload_duration_s"],
-        help=f"length of each overload phase (default {d['overload_duration_s']:g})",
-    )
+    _add_default_option(p, "overload_duration_s", _positive(float), "length of each overload phase")
     p.add_argument(
         "--overload-limits",
         type=_limits_list,
@@ -168,15 +159,9 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="WORKERS:RPCS server limits, one overload phase each (default "
         f"{_join_limits(DEFAULT_OVERLOAD_LIMITS)})",
     )
-    p.add_argument("--out", type=Path, help="write results and machine info as JSON")
-    p.add_argument("--markdown", type=Path, help="(re)write this bench's section of this file")
-    p.add_argument("--baseline", type=Path, help="a JSON from --out to compare with")
-    p.add_argument(
-        "--regression-factor",
-        type=float,
-        default=DEFAULT_FACTOR,
-        help="flag a phase whose OK p50 grows, or throughput falls, by more than "
-        f"this factor (default {DEFAULT_FACTOR})",
+    add_output_options(p)
+    add_baseline_options(
+        p, "a phase whose OK p50 grows, or throughput falls, by more than this factor"
     )
     p.set_defaults(func=run)
 
@@ -186,26 +171,11 @@ def command_line(args: argparse.Namespace) -> str:
     parts = ["planner", "bench", "service"]
     for name, value in vars(args).items():
         if name in DEFAULTS and value != DEFAULTS[name]:
-            flag = "--" + name.replace("_", "-")
-            text = (
-                _join_limits(value)
-                if name == "overload_limits"
-                else f"{value:g}"
-                if isinstance(value, float)
-                else str(value)
-            )
-            parts += [flag, text]
+            text = _join_limits(value) if name == "overload_limits" else option_text(value)
+            parts += [_flag(name), text]
     if args.overload:
         parts.append("--overload")
-    for flag, path in (
-        ("--out", args.out),
-        ("--markdown", args.markdown),
-        ("--baseline", args.baseline),
-    ):
-        if path is not None:
-            parts += [flag, str(path)]
-    if args.baseline is not None and args.regression_factor != DEFAULT_FACTOR:
-        parts += ["--regression-factor", f"{args.regression_factor:g}"]
+    parts += result_command_args(args)
     return " ".join(parts)
 
 

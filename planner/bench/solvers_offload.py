@@ -28,15 +28,19 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from planner.bench import solvers_placement
-from planner.bench.baseline import DEFAULT_FACTOR
 from planner.bench.gurobi_probe import runnable_backends
 from planner.bench.machine import load_average, machine_info
+from planner.bench.reproduce_command import changed_options
+from planner.bench.result_options import (
+    add_baseline_options,
+    add_output_options,
+    result_command_args,
+)
 from planner.bench.solvers_offload_instances import PRESSURES, Instance, make_instance, setting_for
 from planner.bench.solvers_offload_report import markdown_section, text_report
 from planner.bench.solvers_output import EXIT_BAD_INPUT, publish, read_baseline
@@ -788,15 +792,8 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help=f"seconds per bnb solve in that comparison (default {DEFAULT_PRUNING_TIME_LIMIT_S:g})",
     )
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="instances' seed (default 0)")
-    p.add_argument("--out", type=Path, help="write results and machine info as JSON")
-    p.add_argument("--markdown", type=Path, help="(re)write this bench's section of this file")
-    p.add_argument("--baseline", type=Path, help="a JSON from --out to compare with")
-    p.add_argument(
-        "--regression-factor",
-        type=float,
-        default=DEFAULT_FACTOR,
-        help=f"flag a case whose p50 exceeds this times the baseline's (default {DEFAULT_FACTOR})",
-    )
+    add_output_options(p)
+    add_baseline_options(p)
     p.set_defaults(func=run)
 
 
@@ -824,7 +821,7 @@ def command_line(args: argparse.Namespace, config: Config) -> str:
     if args.backend:
         for b in config.backends:
             parts += ["--backend", b]
-    for flag, value, default in (
+    parts += changed_options(
         ("--instances", config.instances, d.instances),
         ("--time-limit", config.time_limit_s, d.time_limit_s),
         ("--reference-time-limit", config.reference_time_limit_s, d.reference_time_limit_s),
@@ -833,16 +830,8 @@ def command_line(args: argparse.Namespace, config: Config) -> str:
         ("--pruning-instances", config.pruning_instances, d.pruning_instances),
         ("--pruning-time-limit", config.pruning_time_limit_s, d.pruning_time_limit_s),
         ("--seed", config.seed, d.seed),
-    ):
-        if value != default:
-            parts += [flag, f"{value:g}"]
-    for flag, path in (("--out", args.out), ("--markdown", args.markdown)):
-        if path is not None:
-            parts += [flag, str(path)]
-    if args.baseline is not None:
-        parts += ["--baseline", str(args.baseline)]
-        if args.regression_factor != DEFAULT_FACTOR:
-            parts += ["--regression-factor", f"{args.regression_factor:g}"]
+    )
+    parts += result_command_args(args)
     return " ".join(parts)
 
 

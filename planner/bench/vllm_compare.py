@@ -40,7 +40,7 @@ from planner.bench.http_load import (
 )
 from planner.bench.machine import describe, describe_commit, machine_info
 from planner.bench.markdown import write_section
-from planner.bench.server_process import ServerProcess
+from planner.bench.server_process import ServerProcess, add_planner_arg_option
 from planner.bench.tiny_llama import cached
 from planner.bench.vllm_placement import (
     Placement,
@@ -526,13 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the nice value of every thread of the planner server (-20..19), in the autogroup "
         "it is in (the caller's unless --planner-autogroup-nice)",
     )
-    parser.add_argument(
-        "--planner-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="an argument for `planner serve` (e.g. --planner-arg=--max-workers=1)",
-    )
+    add_planner_arg_option(parser)
     parser.add_argument(
         "--env",
         action="append",

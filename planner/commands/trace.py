@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeAlias
 
@@ -370,79 +371,84 @@ def _check_format_options(args: argparse.Namespace, accepted: frozenset[str]) ->
                 )
 
 
-def run_import(args: argparse.Namespace) -> int:
+def _write_trace_output(
+    command: str, args: argparse.Namespace, write: Callable[[argparse.Namespace], list[str]]
+) -> int:
+    """Checks --output, runs write (it writes the file and returns the lines
+    that sum it up), prints those lines and `wrote OUTPUT`: exit 2 on bad
+    input, 1 when the file cannot be written."""
+    try:
+        check_output_file("--output", args.output)
+        summary = write(args)
+    except (TraceError, SpecError, OutputPathError) as exc:
+        return _fail(command, str(exc))
+    except OSError as exc:
+        return _fail(command, f"cannot write {args.output}: {exc.strerror or exc}", EXIT_FAILED)
+    for line in summary:
+        print(line)
+    print(f"wrote {args.output}")
+    return EXIT_OK
+
+
+def _write_imported(args: argparse.Namespace) -> list[str]:
     converter = CONVERTERS[args.format]
-    try:
-        check_output_file("--output", args.output)
-        _check_format_options(args, converter.options)
-        options = ImportOptions(
-            limit=args.limit,
-            start_s=args.start,
-            duration_s=args.duration,
-            schedule=_schedule(args),
-            burstiness=_burstiness(args),
-            seed=_seed(args),
-            lengths=_length_model(args, default=None) if "lengths" in converter.options else None,
-        )
-        summary = import_trace_to_file(args.format, args.source, options, _stamp(args), args.output)
-    except (TraceError, SpecError, OutputPathError) as exc:
-        return _fail("import", str(exc))
-    except OSError as exc:
-        return _fail("import", f"cannot write {args.output}: {exc.strerror or exc}", EXIT_FAILED)
-    for line in summary.lines():
-        print(line)
-    print(f"wrote {args.output}")
-    return EXIT_OK
+    _check_format_options(args, converter.options)
+    options = ImportOptions(
+        limit=args.limit,
+        start_s=args.start,
+        duration_s=args.duration,
+        schedule=_schedule(args),
+        burstiness=_burstiness(args),
+        seed=_seed(args),
+        lengths=_length_model(args, default=None) if "lengths" in converter.options else None,
+    )
+    return import_trace_to_file(
+        args.format, args.source, options, _stamp(args), args.output
+    ).lines()
 
 
-def run_export(args: argparse.Namespace) -> int:
-    try:
-        check_output_file("--output", args.output)
-        check_max_trace_bytes(args.max_trace_bytes)
-        requests = load_trace(args.trace, max_bytes=args.max_trace_bytes)
-        summary = export_trace(EXPORTERS[args.format], requests, args.output)
-    except (TraceError, SpecError, OutputPathError) as exc:
-        return _fail("export", str(exc))
-    except OSError as exc:
-        return _fail("export", f"cannot write {args.output}: {exc.strerror or exc}", EXIT_FAILED)
-    for line in summary.lines():
-        print(line)
-    print(f"wrote {args.output}")
-    return EXIT_OK
+def _write_exported(args: argparse.Namespace) -> list[str]:
+    check_max_trace_bytes(args.max_trace_bytes)
+    requests = load_trace(args.trace, max_bytes=args.max_trace_bytes)
+    return export_trace(EXPORTERS[args.format], requests, args.output).lines()
 
 
-def run_gen(args: argparse.Namespace) -> int:
-    try:
-        check_output_file("--output", args.output)
-        schedule = _schedule(args)
-        if schedule is None:
-            raise SpecError("--rate", "give --rate RPS or --rate-schedule S:RPS,...")
-        lengths = _length_model(args, default="sharegpt")
-        assert lengths is not None
-        config = GenConfig(
-            schedule=schedule,
-            lengths=lengths,
-            burstiness=_burstiness(args),
-            seed=_seed(args),
-            duration_s=args.duration,
-            num_requests=args.num_requests,
-        )
-        requests = _stamp(args).apply(generate(config))
-        count = write_trace(args.output, requests)
-    except (TraceError, SpecError, OutputPathError) as exc:
-        return _fail("gen", str(exc))
-    except OSError as exc:
-        return _fail("gen", f"cannot write {args.output}: {exc.strerror or exc}", EXIT_FAILED)
+def _write_generated(args: argparse.Namespace) -> list[str]:
+    schedule = _schedule(args)
+    if schedule is None:
+        raise SpecError("--rate", "give --rate RPS or --rate-schedule S:RPS,...")
+    lengths = _length_model(args, default="sharegpt")
+    assert lengths is not None
+    config = GenConfig(
+        schedule=schedule,
+        lengths=lengths,
+        burstiness=_burstiness(args),
+        seed=_seed(args),
+        duration_s=args.duration,
+        num_requests=args.num_requests,
+    )
+    requests = _stamp(args).apply(generate(config))
+    count = write_trace(args.output, requests)
     span = requests[-1].arrival_s - requests[0].arrival_s
     rate = (count - 1) / span if span > 0 else float("nan")
-    print(
+    return [
         f"generated {count:,} requests, arrivals {requests[0].arrival_s:.3f} s .. "
         f"{requests[-1].arrival_s:.3f} s, mean rate {rate:.2f} rps "
         f"({schedule.describe()}, burstiness {config.burstiness:g}, seed {config.seed}); "
         f"lengths: {lengths.describe()}"
-    )
-    print(f"wrote {args.output}")
-    return EXIT_OK
+    ]
+
+
+def run_import(args: argparse.Namespace) -> int:
+    return _write_trace_output("import", args, _write_imported)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    return _write_trace_output("export", args, _write_exported)
+
+
+def run_gen(args: argparse.Namespace) -> int:
+    return _write_trace_output("gen", args, _write_generated)
 
 
 def run_stats(args: argparse.Namespace) -> int:

@@ -11,32 +11,29 @@ index page, say) is rolled back and run again.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TypeVar
 
 import psycopg
 
-from planner.domain.placement import Lease, LeaseState, ProducerAccount, Reclaim
+from planner.domain.placement import Lease, ProducerAccount, Reclaim
+from planner.service.ledger_columns import (
+    LEASE_COLUMNS,
+    PRODUCER_COLUMNS,
+    RECLAIM_COLUMNS,
+    LedgerRowCodec,
+    Row,
+    column_int,
+    record_seq,
+)
 from planner.service.ledger_rows import LedgerTransaction, PoolCounters, PoolRows, RecordedCall
 from planner.service.postgres_database import LEDGER_POOL_LOCK, LockKey, PostgresDatabase
 
 T = TypeVar("T")
 
-_PRODUCER_COLUMNS = (
-    "producer_id, server_id, offered_bytes, leased_bytes, offered_total_bytes, returned_total_bytes"
-)
-_LEASE_COLUMNS = (
-    "lease_id, producer_id, consumer_id, bytes, state, created_s, reclaim_id, deadline_s"
-)
-_RECLAIM_COLUMNS = (
-    "reclaim_id, producer_id, requested_bytes, returned_bytes, requested_s, deadline_s, lease_ids"
-)
-_SELECT_PRODUCER = f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer"
-_SELECT_LEASE = f"SELECT {_LEASE_COLUMNS} FROM ledger_lease"
-_SELECT_RECLAIM = f"SELECT {_RECLAIM_COLUMNS} FROM ledger_reclaim"
-
-Row = tuple[object, ...]
+_SELECT_PRODUCER = f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer"
+_SELECT_LEASE = f"SELECT {LEASE_COLUMNS} FROM ledger_lease"
+_SELECT_RECLAIM = f"SELECT {RECLAIM_COLUMNS} FROM ledger_reclaim"
 
 
 def _b(text: str) -> bytes:
@@ -48,58 +45,8 @@ def _s(value: object) -> str:
     return bytes(value).decode("utf-8")
 
 
-def _int(value: object) -> int:
-    assert isinstance(value, int), type(value)
-    return value
-
-
-def _float(value: object) -> float:
-    assert isinstance(value, float | int), type(value)
-    return float(value)
-
-
-def _seq(record_id: str) -> int:
-    """The number in "lease-12" or "reclaim-3" (the Ledger makes the ids)."""
-    return int(record_id.rsplit("-", 1)[1])
-
-
-def _producer(row: Row) -> ProducerAccount:
-    pid, server, offered, leased, total, returned = row
-    return ProducerAccount(
-        producer_id=_s(pid),
-        server_id=_s(server),
-        offered_bytes=_int(offered),
-        leased_bytes=_int(leased),
-        offered_total_bytes=_int(total),
-        returned_total_bytes=_int(returned),
-    )
-
-
-def _lease(row: Row) -> Lease:
-    lid, pid, cid, size, state, created, reclaim_id, deadline = row
-    return Lease(
-        lease_id=_s(lid),
-        producer_id=_s(pid),
-        consumer_id=_s(cid),
-        bytes=_int(size),
-        state=LeaseState(str(state)),
-        created_s=_float(created),
-        reclaim_id=_s(reclaim_id),
-        deadline_s=_float(deadline),
-    )
-
-
-def _reclaim(row: Row) -> Reclaim:
-    rid, pid, requested, returned, requested_s, deadline, lease_ids = row
-    return Reclaim(
-        reclaim_id=_s(rid),
-        producer_id=_s(pid),
-        requested_bytes=_int(requested),
-        requested_s=_float(requested_s),
-        deadline_s=_float(deadline),
-        returned_bytes=_int(returned),
-        lease_ids=[str(x) for x in json.loads(str(lease_ids))],
-    )
+# Ids as UTF-8 bytes.
+_ROWS = LedgerRowCodec(_b, _s)
 
 
 class PostgresLedgerTransaction:
@@ -126,14 +73,18 @@ class PostgresLedgerTransaction:
             "SELECT revision, next_lease, next_reclaim FROM ledger_pool WHERE pool_id = %s",
             (self._pool,),
         )
-        return None if row is None else PoolCounters(_int(row[0]), _int(row[1]), _int(row[2]))
+        return (
+            None
+            if row is None
+            else PoolCounters(column_int(row[0]), column_int(row[1]), column_int(row[2]))
+        )
 
     def producer(self, producer_id: str) -> ProducerAccount | None:
         row = self._one(
             f"{_SELECT_PRODUCER} WHERE pool_id = %s AND producer_id = %s",
             (self._pool, _b(producer_id)),
         )
-        return None if row is None else _producer(row)
+        return None if row is None else _ROWS.producer(row)
 
     def most_lendable_producer(self, server_id: str) -> ProducerAccount | None:
         if server_id:
@@ -148,7 +99,7 @@ class PostgresLedgerTransaction:
                 "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
                 (self._pool,),
             )
-        return None if row is None else _producer(row)
+        return None if row is None else _ROWS.producer(row)
 
     def pending_reclaims(self, producer_id: str) -> list[Reclaim]:
         rows = self.all_rows(
@@ -156,21 +107,21 @@ class PostgresLedgerTransaction:
             "ORDER BY seq",
             (self._pool, _b(producer_id)),
         )
-        return [_reclaim(r) for r in rows]
+        return [_ROWS.reclaim(r) for r in rows]
 
     def leases_of(self, producer_id: str) -> list[Lease]:
         rows = self.all_rows(
             f"{_SELECT_LEASE} WHERE pool_id = %s AND producer_id = %s ORDER BY seq",
             (self._pool, _b(producer_id)),
         )
-        return [_lease(r) for r in rows]
+        return [_ROWS.lease(r) for r in rows]
 
     def lease(self, lease_id: str) -> Lease | None:
         row = self._one(
             f"{_SELECT_LEASE} WHERE pool_id = %s AND lease_id = %s",
             (self._pool, _b(lease_id)),
         )
-        return None if row is None else _lease(row)
+        return None if row is None else _ROWS.lease(row)
 
     def recorded(self, key: str) -> RecordedCall | None:
         row = self._one(
@@ -195,7 +146,7 @@ class PostgresLedgerTransaction:
 
     def put_producer(self, account: ProducerAccount, lendable_bytes: int) -> None:
         self._run(
-            f"INSERT INTO ledger_producer (pool_id, {_PRODUCER_COLUMNS}, lendable_bytes) "
+            f"INSERT INTO ledger_producer (pool_id, {PRODUCER_COLUMNS}, lendable_bytes) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (pool_id, producer_id) DO UPDATE SET "
             "server_id = excluded.server_id, offered_bytes = excluded.offered_bytes, "
@@ -203,39 +154,19 @@ class PostgresLedgerTransaction:
             "offered_total_bytes = excluded.offered_total_bytes, "
             "returned_total_bytes = excluded.returned_total_bytes, "
             "lendable_bytes = excluded.lendable_bytes",
-            (
-                self._pool,
-                _b(account.producer_id),
-                _b(account.server_id),
-                account.offered_bytes,
-                account.leased_bytes,
-                account.offered_total_bytes,
-                account.returned_total_bytes,
-                lendable_bytes,
-            ),
+            (self._pool, *_ROWS.producer_values(account, lendable_bytes)),
         )
 
     def put_lease(self, lease: Lease) -> None:
         self._run(
-            f"INSERT INTO ledger_lease (pool_id, seq, {_LEASE_COLUMNS}) "
+            f"INSERT INTO ledger_lease (pool_id, seq, {LEASE_COLUMNS}) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (pool_id, lease_id) DO UPDATE SET "
             "seq = excluded.seq, producer_id = excluded.producer_id, "
             "consumer_id = excluded.consumer_id, bytes = excluded.bytes, "
             "state = excluded.state, created_s = excluded.created_s, "
             "reclaim_id = excluded.reclaim_id, deadline_s = excluded.deadline_s",
-            (
-                self._pool,
-                _seq(lease.lease_id),
-                _b(lease.lease_id),
-                _b(lease.producer_id),
-                _b(lease.consumer_id),
-                lease.bytes,
-                str(lease.state),
-                lease.created_s,
-                _b(lease.reclaim_id),
-                lease.deadline_s,
-            ),
+            (self._pool, record_seq(lease.lease_id), *_ROWS.lease_values(lease)),
         )
 
     def delete_lease(self, lease_id: str) -> None:
@@ -246,7 +177,7 @@ class PostgresLedgerTransaction:
 
     def put_reclaim(self, reclaim: Reclaim) -> None:
         self._run(
-            f"INSERT INTO ledger_reclaim (pool_id, seq, complete, {_RECLAIM_COLUMNS}) "
+            f"INSERT INTO ledger_reclaim (pool_id, seq, complete, {RECLAIM_COLUMNS}) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (pool_id, reclaim_id) DO UPDATE SET "
             "seq = excluded.seq, complete = excluded.complete, "
@@ -255,15 +186,9 @@ class PostgresLedgerTransaction:
             "deadline_s = excluded.deadline_s, lease_ids = excluded.lease_ids",
             (
                 self._pool,
-                _seq(reclaim.reclaim_id),
+                record_seq(reclaim.reclaim_id),
                 reclaim.complete,
-                _b(reclaim.reclaim_id),
-                _b(reclaim.producer_id),
-                reclaim.requested_bytes,
-                reclaim.returned_bytes,
-                reclaim.requested_s,
-                reclaim.deadline_s,
-                json.dumps(reclaim.lease_ids),
+                *_ROWS.reclaim_values(reclaim),
             ),
         )
 
@@ -318,17 +243,17 @@ class PostgresLedgerBackend:
             return PoolRows(
                 counters=counters,
                 producers=[
-                    _producer(r)
+                    _ROWS.producer(r)
                     for r in tx.all_rows(
                         f"{_SELECT_PRODUCER} WHERE pool_id = %s ORDER BY producer_id", pool
                     )
                 ],
                 leases=[
-                    _lease(r)
+                    _ROWS.lease(r)
                     for r in tx.all_rows(f"{_SELECT_LEASE} WHERE pool_id = %s ORDER BY seq", pool)
                 ],
                 reclaims=[
-                    _reclaim(r)
+                    _ROWS.reclaim(r)
                     for r in tx.all_rows(f"{_SELECT_RECLAIM} WHERE pool_id = %s ORDER BY seq", pool)
                 ],
             )

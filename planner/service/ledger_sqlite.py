@@ -19,8 +19,15 @@ import sqlite3
 from collections.abc import Callable
 from typing import TypeVar
 
-from planner.domain.placement import Lease, LeaseState, ProducerAccount, Reclaim
+from planner.domain.placement import Lease, ProducerAccount, Reclaim
 from planner.policies.aqua.ledger import Ledger
+from planner.service.ledger_columns import (
+    LEASE_COLUMNS,
+    PRODUCER_COLUMNS,
+    RECLAIM_COLUMNS,
+    LedgerRowCodec,
+    record_seq,
+)
 from planner.service.ledger_rows import LedgerTransaction, PoolCounters, PoolRows, RecordedCall
 from planner.service.store import SqliteDatabase
 
@@ -115,59 +122,8 @@ CREATE INDEX IF NOT EXISTS ledger_request_by_revision
 """,
 )
 
-_PRODUCER_COLUMNS = (
-    "producer_id, server_id, offered_bytes, leased_bytes, offered_total_bytes, returned_total_bytes"
-)
-_LEASE_COLUMNS = (
-    "lease_id, producer_id, consumer_id, bytes, state, created_s, reclaim_id, deadline_s"
-)
-_RECLAIM_COLUMNS = (
-    "reclaim_id, producer_id, requested_bytes, returned_bytes, requested_s, deadline_s, lease_ids"
-)
 
-
-def _seq(record_id: str) -> int:
-    """The number in "lease-12" or "reclaim-3" (the Ledger makes the ids)."""
-    return int(record_id.rsplit("-", 1)[1])
-
-
-def _producer(row: tuple[object, ...]) -> ProducerAccount:
-    pid, server, offered, leased, total, returned = row
-    return ProducerAccount(
-        producer_id=str(pid),
-        server_id=str(server),
-        offered_bytes=int(offered),  # type: ignore[call-overload]
-        leased_bytes=int(leased),  # type: ignore[call-overload]
-        offered_total_bytes=int(total),  # type: ignore[call-overload]
-        returned_total_bytes=int(returned),  # type: ignore[call-overload]
-    )
-
-
-def _lease(row: tuple[object, ...]) -> Lease:
-    lid, pid, cid, size, state, created, reclaim_id, deadline = row
-    return Lease(
-        lease_id=str(lid),
-        producer_id=str(pid),
-        consumer_id=str(cid),
-        bytes=int(size),  # type: ignore[call-overload]
-        state=LeaseState(str(state)),
-        created_s=float(created),  # type: ignore[arg-type]
-        reclaim_id=str(reclaim_id),
-        deadline_s=float(deadline),  # type: ignore[arg-type]
-    )
-
-
-def _reclaim(row: tuple[object, ...]) -> Reclaim:
-    rid, pid, requested, returned, requested_s, deadline, lease_ids = row
-    return Reclaim(
-        reclaim_id=str(rid),
-        producer_id=str(pid),
-        requested_bytes=int(requested),  # type: ignore[call-overload]
-        requested_s=float(requested_s),  # type: ignore[arg-type]
-        deadline_s=float(deadline),  # type: ignore[arg-type]
-        returned_bytes=int(returned),  # type: ignore[call-overload]
-        lease_ids=[str(x) for x in json.loads(str(lease_ids))],
-    )
+_ROWS = LedgerRowCodec(str, str)
 
 
 class SqliteLedgerTransaction:
@@ -186,50 +142,49 @@ class SqliteLedgerTransaction:
 
     def producer(self, producer_id: str) -> ProducerAccount | None:
         row = self._conn.execute(
-            f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer "
-            "WHERE pool_id = ? AND producer_id = ?",
+            f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? AND producer_id = ?",
             (self._pool, producer_id),
         ).fetchone()
-        return None if row is None else _producer(row)
+        return None if row is None else _ROWS.producer(row)
 
     def most_lendable_producer(self, server_id: str) -> ProducerAccount | None:
         if server_id:
             row = self._conn.execute(
-                f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer "
+                f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer "
                 "WHERE pool_id = ? AND server_id = ? "
                 "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
                 (self._pool, server_id),
             ).fetchone()
         else:
             row = self._conn.execute(
-                f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? "
+                f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? "
                 "ORDER BY lendable_bytes DESC, producer_id LIMIT 1",
                 (self._pool,),
             ).fetchone()
-        return None if row is None else _producer(row)
+        return None if row is None else _ROWS.producer(row)
 
     def pending_reclaims(self, producer_id: str) -> list[Reclaim]:
         rows = self._conn.execute(
-            f"SELECT {_RECLAIM_COLUMNS} FROM ledger_reclaim "
+            f"SELECT {RECLAIM_COLUMNS} FROM ledger_reclaim "
             "WHERE pool_id = ? AND producer_id = ? AND complete = 0 ORDER BY seq",
             (self._pool, producer_id),
         ).fetchall()
-        return [_reclaim(r) for r in rows]
+        return [_ROWS.reclaim(r) for r in rows]
 
     def leases_of(self, producer_id: str) -> list[Lease]:
         rows = self._conn.execute(
-            f"SELECT {_LEASE_COLUMNS} FROM ledger_lease "
+            f"SELECT {LEASE_COLUMNS} FROM ledger_lease "
             "WHERE pool_id = ? AND producer_id = ? ORDER BY seq",
             (self._pool, producer_id),
         ).fetchall()
-        return [_lease(r) for r in rows]
+        return [_ROWS.lease(r) for r in rows]
 
     def lease(self, lease_id: str) -> Lease | None:
         row = self._conn.execute(
-            f"SELECT {_LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? AND lease_id = ?",
+            f"SELECT {LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? AND lease_id = ?",
             (self._pool, lease_id),
         ).fetchone()
-        return None if row is None else _lease(row)
+        return None if row is None else _ROWS.lease(row)
 
     def recorded(self, key: str) -> RecordedCall | None:
         row = self._conn.execute(
@@ -250,36 +205,16 @@ class SqliteLedgerTransaction:
 
     def put_producer(self, account: ProducerAccount, lendable_bytes: int) -> None:
         self._conn.execute(
-            f"INSERT OR REPLACE INTO ledger_producer (pool_id, {_PRODUCER_COLUMNS}, "
+            f"INSERT OR REPLACE INTO ledger_producer (pool_id, {PRODUCER_COLUMNS}, "
             "lendable_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                self._pool,
-                account.producer_id,
-                account.server_id,
-                account.offered_bytes,
-                account.leased_bytes,
-                account.offered_total_bytes,
-                account.returned_total_bytes,
-                lendable_bytes,
-            ),
+            (self._pool, *_ROWS.producer_values(account, lendable_bytes)),
         )
 
     def put_lease(self, lease: Lease) -> None:
         self._conn.execute(
-            f"INSERT OR REPLACE INTO ledger_lease (pool_id, seq, {_LEASE_COLUMNS}) "
+            f"INSERT OR REPLACE INTO ledger_lease (pool_id, seq, {LEASE_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                self._pool,
-                _seq(lease.lease_id),
-                lease.lease_id,
-                lease.producer_id,
-                lease.consumer_id,
-                lease.bytes,
-                str(lease.state),
-                lease.created_s,
-                lease.reclaim_id,
-                lease.deadline_s,
-            ),
+            (self._pool, record_seq(lease.lease_id), *_ROWS.lease_values(lease)),
         )
 
     def delete_lease(self, lease_id: str) -> None:
@@ -289,19 +224,13 @@ class SqliteLedgerTransaction:
 
     def put_reclaim(self, reclaim: Reclaim) -> None:
         self._conn.execute(
-            f"INSERT OR REPLACE INTO ledger_reclaim (pool_id, seq, complete, {_RECLAIM_COLUMNS}) "
+            f"INSERT OR REPLACE INTO ledger_reclaim (pool_id, seq, complete, {RECLAIM_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self._pool,
-                _seq(reclaim.reclaim_id),
+                record_seq(reclaim.reclaim_id),
                 int(reclaim.complete),
-                reclaim.reclaim_id,
-                reclaim.producer_id,
-                reclaim.requested_bytes,
-                reclaim.returned_bytes,
-                reclaim.requested_s,
-                reclaim.deadline_s,
-                json.dumps(reclaim.lease_ids),
+                *_ROWS.reclaim_values(reclaim),
             ),
         )
 
@@ -351,23 +280,23 @@ class SqliteLedgerBackend:
             if counters is None:
                 return None
             producers = conn.execute(
-                f"SELECT {_PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? "
+                f"SELECT {PRODUCER_COLUMNS} FROM ledger_producer WHERE pool_id = ? "
                 "ORDER BY producer_id",
                 (pool_id,),
             ).fetchall()
             leases = conn.execute(
-                f"SELECT {_LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? ORDER BY seq",
+                f"SELECT {LEASE_COLUMNS} FROM ledger_lease WHERE pool_id = ? ORDER BY seq",
                 (pool_id,),
             ).fetchall()
             reclaims = conn.execute(
-                f"SELECT {_RECLAIM_COLUMNS} FROM ledger_reclaim WHERE pool_id = ? ORDER BY seq",
+                f"SELECT {RECLAIM_COLUMNS} FROM ledger_reclaim WHERE pool_id = ? ORDER BY seq",
                 (pool_id,),
             ).fetchall()
         return PoolRows(
             counters=counters,
-            producers=[_producer(r) for r in producers],
-            leases=[_lease(r) for r in leases],
-            reclaims=[_reclaim(r) for r in reclaims],
+            producers=[_ROWS.producer(r) for r in producers],
+            leases=[_ROWS.lease(r) for r in leases],
+            reclaims=[_ROWS.reclaim(r) for r in reclaims],
         )
 
 

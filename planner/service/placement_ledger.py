@@ -51,6 +51,13 @@ from planner.service.ledger_rows import (
 from planner.v1 import placement_pb2
 
 R = TypeVar("R", bound=Message)
+# The calls that change a pool's ledger, each under its idempotency key.
+MutatingRequest = (
+    placement_pb2.OfferMemoryRequest
+    | placement_pb2.AllocateMemoryRequest
+    | placement_pb2.FreeMemoryRequest
+    | placement_pb2.ReclaimMemoryRequest
+)
 
 # Answered calls remembered per pool for their retries: at 100 calls a
 # second into one pool, the last 11 minutes (a few tens of MB on disk).
@@ -109,19 +116,18 @@ class LedgerStore:
     def mutate(
         self,
         method: str,
-        *,
-        pool_id: str,
-        key: str,
-        request: Message,
+        request: MutatingRequest,
         response_type: type[R],
         load: Loader,
         change: Callable[[Ledger, int], R],
     ) -> R:
         """Answers a mutating call once: replays the recorded answer of the
-        same (pool, key, content); otherwise loads what the call needs
-        (load), applies change(ledger, new revision), writes the rows that
-        changed and records the answer, in one transaction. load and change
-        may run again if the backend retries the transaction."""
+        same (request's pool, idempotency key, content); otherwise loads
+        what the call needs (load), applies change(ledger, new revision),
+        writes the rows that changed and records the answer, in one
+        transaction. load and change may run again if the backend retries
+        the transaction."""
+        pool_id, key = request.pool_id, request.idempotency_key
         digest = request_digest(method, request)
 
         def work(tx: LedgerTransaction) -> R:
@@ -243,15 +249,7 @@ def offer_memory_rpc(
             producer=account_to_proto(ledger, msg.producer_id), revision=revision
         )
 
-    return store.mutate(
-        "OfferMemory",
-        pool_id=msg.pool_id,
-        key=msg.idempotency_key,
-        request=msg,
-        response_type=placement_pb2.OfferMemoryResponse,
-        load=load,
-        change=change,
-    )
+    return store.mutate("OfferMemory", msg, placement_pb2.OfferMemoryResponse, load, change)
 
 
 def allocate_memory_rpc(
@@ -284,15 +282,7 @@ def allocate_memory_rpc(
             out.producer.CopyFrom(account_to_proto(ledger, msg.producer_id))
         return out
 
-    return store.mutate(
-        "AllocateMemory",
-        pool_id=msg.pool_id,
-        key=msg.idempotency_key,
-        request=msg,
-        response_type=placement_pb2.AllocateMemoryResponse,
-        load=load,
-        change=change,
-    )
+    return store.mutate("AllocateMemory", msg, placement_pb2.AllocateMemoryResponse, load, change)
 
 
 def free_memory_rpc(
@@ -315,15 +305,7 @@ def free_memory_rpc(
             revision=revision,
         )
 
-    return store.mutate(
-        "FreeMemory",
-        pool_id=msg.pool_id,
-        key=msg.idempotency_key,
-        request=msg,
-        response_type=placement_pb2.FreeMemoryResponse,
-        load=load,
-        change=change,
-    )
+    return store.mutate("FreeMemory", msg, placement_pb2.FreeMemoryResponse, load, change)
 
 
 def reclaim_memory_rpc(
@@ -345,15 +327,7 @@ def reclaim_memory_rpc(
             revision=revision,
         )
 
-    return store.mutate(
-        "ReclaimMemory",
-        pool_id=msg.pool_id,
-        key=msg.idempotency_key,
-        request=msg,
-        response_type=placement_pb2.ReclaimMemoryResponse,
-        load=load,
-        change=change,
-    )
+    return store.mutate("ReclaimMemory", msg, placement_pb2.ReclaimMemoryResponse, load, change)
 
 
 def get_pool_status_rpc(

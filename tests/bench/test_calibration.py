@@ -98,6 +98,17 @@ def test_histogram_quantile_interpolates_within_the_bucket():
     assert histogram_quantile(empty, "engine_tbt", 0.5) is None
 
 
+def test_predicting_again_keeps_the_measurement_and_takes_the_new_prediction_choices():
+    measured = Settings(gpu_kv_blocks=64, slo_ttft_s=0.5, quick=True, stream_work="token")
+    asked = Settings(
+        gpu_kv_blocks=256, stream_work="none", step_jitter="profile", fit_load="bursts"
+    )
+    again = measured.with_prediction_of(asked)
+    assert (again.gpu_kv_blocks, again.slo_ttft_s, again.quick) == (64, 0.5, True)
+    assert (again.stream_work, again.step_jitter, again.fit_load) == ("none", "profile", "bursts")
+    assert again.planning_cost == asked.planning_cost
+
+
 def test_relative_error():
     assert relative_error(2.0, 2.2) == pytest.approx(0.1)
     assert relative_error(2.0, 1.0) == pytest.approx(-0.5)

@@ -11,9 +11,15 @@ from typing import Any
 import pytest
 from planner.solvers import Status
 
-from planner.bench.solvers_offload import _run_bnb, _run_exhaustive, evaluate_targets
+from planner.bench.solvers_offload import (
+    _run_bnb,
+    _run_exhaustive,
+    command_line,
+    config_from,
+    evaluate_targets,
+)
 from planner.bench.solvers_offload_instances import PRESSURES, make_instance
-from planner.cli import main
+from planner.cli import build_parser, main
 
 TINY = ["--sizes", "3x8,2x12", "--instances", "4", "--pruning-instances", "2"]
 
@@ -67,6 +73,19 @@ def test_bnb_equals_exhaustive_on_tiny_instances(index: int) -> None:
     if inst.pressure == "fits":
         # Nothing offloaded: the step is its compute alone.
         assert exact.objective == pytest.approx(inst.step_compute_s, rel=1e-12)
+
+
+def test_the_command_line_reproduces_the_options_given() -> None:
+    argv = ["bench", "solvers", "--problem", "offload", "--instances", "7",
+            "--time-limit", "0.25", "--max-enumeration", "3000000", "--seed", "3"]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    command = command_line(args, config_from(args))
+    assert command == (
+        "planner bench solvers --problem offload --instances 7 --time-limit 0.25 "
+        "--max-enumeration 3000000 --seed 3"
+    )
+    again = build_parser().parse_args(command.split()[1:])
+    assert config_from(again) == config_from(args)
 
 
 def test_instances_are_seeded() -> None:

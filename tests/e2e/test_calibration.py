@@ -19,8 +19,9 @@ from planner.bench.calibration import (
     SIDES,
     TARGET_METRICS,
     Settings,
-    calibrate,
     markdown,
+    measure,
+    predict,
     targets,
 )
 from planner.bench.calibration_loads import QUICK_LOADS
@@ -45,7 +46,7 @@ def test_calibration_runs_end_to_end_and_reports_every_error(
     # vLLM's TTFT clock is still fitted (the default): every engine row has
     # a prediction.
     settings = Settings(quick=True, profile_repeats=1, stream_work="none")
-    cal = calibrate(
+    measurement = measure(
         settings,
         loads,
         1,
@@ -56,6 +57,7 @@ def test_calibration_runs_end_to_end_and_reports_every_error(
         progress=lambda message: None,
         command="pytest tests/e2e/test_calibration.py",
     )
+    cal = predict(measurement, tmp_path, progress=lambda message: None)
     assert {(s.load, s.side) for s in cal.sides} == {
         (load.name, side) for load in loads for side, _ in SIDES
     }

@@ -18,14 +18,11 @@ from planner.bench.engine_profile import (
     Probe,
     ProbeRun,
     fit_probes,
+    probe_engine,
     probe_trace,
 )
 from planner.bench.openai_stream import StreamRecord
-from planner.domain.requests import Slo
 from planner.profiles.fit import FIT_TERMS, LinearCost, fit_costs, nnls
-from planner.profiles.link import LinkModel
-from planner.replay.engine import Engine, EngineConfig
-from planner.replay.schedulers import Fcfs
 
 LIMITS = EngineLimits(
     block_size_tokens=32,
@@ -236,23 +233,7 @@ def _measured_run(probe: Probe, repeat: int, send_gaps_s: float, seed: int) -> P
             )
         )
     trace, t0 = probe_trace(records)
-    engine = Engine(
-        EngineConfig(
-            gpu_kv_blocks=LIMITS.gpu_kv_blocks,
-            cpu_kv_blocks=0,
-            block_bytes=1,
-            block_size_tokens=LIMITS.block_size_tokens,
-            max_batched_tokens=LIMITS.max_batched_tokens,
-            max_running=LIMITS.max_running,
-            slo=Slo(),
-            prefill_s_per_sequence=TRUE.prefill_s_per_sequence,
-        ),
-        Fcfs(),
-        TRUE,
-        LinkModel.flat(1.0, 1.0, full_duplex=True),
-        trace,
-    )
-    outcomes = {o.id: o for o in engine.run().requests}
+    outcomes = {o.id: o for o in probe_engine(trace, TRUE, LIMITS).run().requests}
     for record in records:
         times = outcomes[record.id].token_times_s
         record.token_times_s = [t0 + t + LATENCY_S for t in times]

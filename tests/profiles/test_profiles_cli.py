@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from planner_cli import run_planner
 
-from planner.cli import main
 from planner.profiles import HARDWARE_PROFILES, MODEL_PROFILES, IterationCostModel
 from planner.profiles.loading import profile_from_dict
 
@@ -19,9 +19,7 @@ PLANNER = Path(sys.executable).parent / "planner"
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(["profiles", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_planner(capsys, "profiles", *argv)
 
 
 def test_list_shows_every_profile(capsys):

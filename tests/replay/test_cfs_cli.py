@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from replay_cli import replay, write_trace
 
 from planner.cli import main
 
@@ -22,15 +23,7 @@ BURST = [
 
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
-    path = tmp_path / "burst.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in BURST), encoding="utf-8")
-    return path
-
-
-def replay(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["replay", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return write_trace(tmp_path / "burst.jsonl", BURST)
 
 
 def test_dram_and_peer_paging_side_by_side(

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from planner.cli import main
+from replay_cli import replay, write_trace
 
 ROWS: list[dict[str, Any]] = [
     {"arrival_s": 0.1 * i, "prompt_tokens": 300 + 10 * i, "output_tokens": 20 + i, "id": f"r{i}"}
@@ -19,15 +18,7 @@ ROWS: list[dict[str, Any]] = [
 
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
-    path = tmp_path / "c.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    return path
-
-
-def replay(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["replay", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return write_trace(tmp_path / "c.jsonl", ROWS)
 
 
 def test_table_and_json(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from replay_cli import one_line, replay, write_trace
 
 from planner.cli import main
 
@@ -24,22 +25,7 @@ MOONCAKE_FILE = MOONCAKE / "mooncake_conversation_trace.jsonl"
 
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
-    path = tmp_path / "lc.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    return path
-
-
-def replay(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["replay", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("planner replay: ")
-    return lines[0]
+    return write_trace(tmp_path / "lc.jsonl", ROWS)
 
 
 # 3 GB of KV for Llama-3-8B: 45,776 layer blocks of 64 KiB; the four requests

@@ -5,13 +5,11 @@ one line on stderr."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from planner.cli import main
+from replay_cli import one_line, replay, write_trace
 
 TRACE: list[dict[str, Any]] = [
     {"arrival_s": 0.0, "prompt_tokens": 512, "output_tokens": 20, "id": "a"},
@@ -23,27 +21,9 @@ TRACE: list[dict[str, Any]] = [
 ]
 
 
-def write_trace(path: Path, rows: Sequence[Mapping[str, object]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
     return write_trace(tmp_path / "tiny.jsonl", TRACE)
-
-
-def replay(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["replay", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("planner replay: ")
-    return lines[0]
 
 
 def test_default_policies_print_the_comparison(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from replay_cli import replay, write_trace
 
 from planner.cli import main
 from planner.replay.serverless_engine import SERVERLESS_POLICY_NAMES
@@ -32,15 +33,7 @@ ROWS: list[dict[str, Any]] = [
 
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
-    path = tmp_path / "s.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    return path
-
-
-def replay(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["replay", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return write_trace(tmp_path / "s.jsonl", ROWS)
 
 
 def test_table_and_json(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from replay_cli import replay, write_trace
 
-from planner.cli import main
 from planner.commands import replay as replay_command
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -59,17 +59,6 @@ TOPOLOGIES: dict[str, tuple[tuple[str, ...], list[dict[str, Any]], tuple[str, ..
         ),
     ),
 }
-
-
-def write_trace(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
-def replay(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["replay", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("topology", list(TOPOLOGIES))

@@ -16,8 +16,8 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from planner_cli import one_line, run_planner
 
-from planner.cli import main
 from planner.trace.errors import TraceError
 from planner.trace.io import load_trace
 from planner.trace.validate import FIELDS, MAX_ARRIVAL_S, MAX_TOKENS, REQUIRED_FIELDS
@@ -141,28 +141,15 @@ def test_reader_returns_a_valid_trace_or_names_the_line(tmp_path, data):
     assert_obeys_the_format(trace)
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(err: str, prefix: str) -> str:
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(prefix), err
-    return lines[0]
-
-
 @settings(SETTINGS, max_examples=40)
 @given(data=mutated_trace())
 def test_trace_stats_exits_0_or_2_with_one_line(tmp_path, capsys, data):
     path = tmp_path / "fuzzed.jsonl"
     path.write_bytes(data)
-    code, _, err = run_cli(capsys, "trace", "stats", str(path))
+    code, _, err = run_planner(capsys, "trace", "stats", str(path))
     assert code in (0, 2)
     if code == 2:
-        assert_one_line_error(err, f"planner trace stats: {path}:")
+        one_line(err, f"planner trace stats: {path}:")
 
 
 CASES: list[tuple[str, bytes, str]] = [
@@ -234,9 +221,9 @@ CASES: list[tuple[str, bytes, str]] = [
 def test_replay_names_the_line_and_field(tmp_path, capsys, data, expected):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(data)
-    code, out, err = run_cli(capsys, "replay", str(path), "--policy", "fcfs", "--quiet")
+    code, out, err = run_planner(capsys, "replay", str(path), "--policy", "fcfs", "--quiet")
     assert code == 2 and out == ""
-    line = assert_one_line_error(err, f"planner replay: {path}")
+    line = one_line(err, f"planner replay: {path}")
     assert expected in line, line
 
 
@@ -244,9 +231,9 @@ def test_replay_names_the_line_and_field(tmp_path, capsys, data, expected):
 def test_trace_stats_names_the_line_and_field(tmp_path, capsys, data, expected):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(data)
-    code, out, err = run_cli(capsys, "trace", "stats", str(path))
+    code, out, err = run_planner(capsys, "trace", "stats", str(path))
     assert code == 2 and out == ""
-    line = assert_one_line_error(err, f"planner trace stats: {path}")
+    line = one_line(err, f"planner trace stats: {path}")
     assert expected in line, line
 
 
@@ -254,7 +241,7 @@ def test_unsorted_arrivals_are_sorted_where_asked(tmp_path, capsys):
     path = tmp_path / "unsorted.jsonl"
     path.write_bytes(b"\n".join(lines_of([BASE[2], BASE[0], BASE[1]])) + b"\n")
     assert [r.id for r in load_trace(path, sort=True)] == ["a", "b", "c"]
-    code, out, _ = run_cli(capsys, "trace", "stats", str(path), "--sort")
+    code, out, _ = run_planner(capsys, "trace", "stats", str(path), "--sort")
     assert code == 0 and out
 
 
@@ -265,5 +252,5 @@ def test_a_trace_at_the_limits_replays(tmp_path, capsys):
         {"arrival_s": MAX_ARRIVAL_S, "prompt_tokens": 1, "output_tokens": 1},
     ]
     path.write_bytes(b"\n".join(lines_of(rows)))
-    code, _, err = run_cli(capsys, "replay", str(path), "--policy", "fcfs", "--quiet")
+    code, _, err = run_planner(capsys, "replay", str(path), "--policy", "fcfs", "--quiet")
     assert code == 0, err

@@ -10,7 +10,7 @@ from concurrent import futures
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from held_call import held_call
 
 from planner.client import PlannerClient, PlannerError, RetryPolicy
 from planner.service.limits import ServiceLimits
@@ -40,22 +40,8 @@ def busy_server(start_server) -> Iterator[tuple[PlannerServer, threading.Event]]
     """A server whose only worker is held by a reflection stream until the
     event is set: no call can be answered before then."""
     server = start_server(ServiceLimits(max_workers=1))
-    release = threading.Event()
-
-    def reflection_requests():
-        yield reflection_pb2.ServerReflectionRequest(list_services="")
-        release.wait(timeout=30)
-
-    with grpc.insecure_channel(server.address) as ch:
-        stream = reflection_pb2_grpc.ServerReflectionStub(ch).ServerReflectionInfo(
-            reflection_requests(), timeout=30
-        )
-        assert next(stream).HasField("list_services_response")
-        try:
-            yield server, release
-        finally:
-            release.set()
-        assert list(stream) == []
+    with held_call(server.address) as (_, release):
+        yield server, release
 
 
 # gRPC rounds deadlines to whole milliseconds, so on an idle loopback server

@@ -9,10 +9,10 @@ import grpc
 import pytest
 from google.protobuf import descriptor_pool, json_format, message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
+from held_call import held_call
 from planner.solvers import Backend, available_backends
 
 import planner
@@ -170,23 +170,11 @@ def test_health_turns_not_serving_when_stop_begins(start_server, service):
 
 def test_server_refuses_calls_beyond_max_concurrent_rpcs(start_server, stub, example_request):
     server = start_server(ServiceLimits(max_concurrent_rpcs=1))
-    release = threading.Event()
-
-    def reflection_requests():
-        yield reflection_pb2.ServerReflectionRequest(list_services="")
-        release.wait(timeout=30)
-
-    with grpc.insecure_channel(server.address) as ch:
-        # A reflection stream held open by the client occupies the one slot.
-        stream = reflection_pb2_grpc.ServerReflectionStub(ch).ServerReflectionInfo(
-            reflection_requests(), timeout=30
-        )
-        assert next(stream).HasField("list_services_response")
+    # A reflection stream held open by the client occupies the one slot.
+    with held_call(server.address) as (ch, _):
         with pytest.raises(grpc.RpcError) as err:
             stub(ch, PLAN)(example_request, timeout=10)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        release.set()
-        assert list(stream) == []
     # RESOURCE_EXHAUSTED is retryable: the client gets through once the slot
     # is free again.
     retry = RetryPolicy(max_attempts=5, initial_backoff_s=0.01, max_backoff_s=0.2)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from planner_cli import one_line, run_planner
 
 from planner.cli import main
 from planner.trace import load_trace
@@ -24,15 +25,7 @@ AZURE = (
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["trace", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
+    return run_planner(capsys, "trace", *args)
 
 
 def test_gen_then_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from planner_cli import run_planner
 
-from planner.cli import main
 from planner.trace import TraceError, TraceRequest, write_trace
 from planner.trace.exporters import EXPORTERS, export_trace
 from planner.trace.importers.base import ImportOptions
@@ -24,9 +24,7 @@ VIDUR = (
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["trace", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_planner(capsys, "trace", *args)
 
 
 def test_vidur_import_keeps_arrivals(write_file: WriteFile) -> None:

@@ -15,7 +15,13 @@ from planner.service.convert.common import (
     model_from_proto,
     slo_from_proto,
 )
-from planner.service.convert.solver import PROTO_BACKENDS, backend_from_proto, solve_stats_to_proto
+from planner.service.convert.solver import (
+    PROTO_BACKENDS,
+    backend_from_proto,
+    plan_solve_to_proto,
+    relative_gap_from_proto,
+    time_limit_from_proto,
+)
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import ServiceLimits
 from planner.solvers import Backend
@@ -110,18 +116,8 @@ def params_from_proto(
     backend = backend_from_proto(
         "solver.backend", solver.backend, PROTO_BACKENDS, Backend.BRANCH_AND_BOUND
     )
-    limit = (
-        positive("solver.time_limit_s", solver.time_limit_s)
-        if solver.HasField("time_limit_s")
-        else DEFAULT_TIME_LIMIT_S
-    )
-    if time_remaining_s is not None:
-        limit = min(limit, max(time_remaining_s - DEADLINE_MARGIN_S, 1e-4))
-    gap = 0.0
-    if solver.HasField("relative_gap"):
-        gap = solver.relative_gap
-        if not 0.0 <= gap < 1.0:
-            raise InvalidArgumentError("solver.relative_gap", f"must be in [0, 1), got {gap}")
+    limit = time_limit_from_proto(solver, DEFAULT_TIME_LIMIT_S, time_remaining_s, DEADLINE_MARGIN_S)
+    gap = relative_gap_from_proto(solver)
     return OffloadParams(
         violation_cap=cap,
         min_window_steps=lo,
@@ -244,17 +240,5 @@ def offload_plan_to_proto(plan: OffloadPlan) -> offload_pb2.PlanLayerOffloadResp
         summary=plan.summary,
     )
     if plan.solve is not None:
-        s = plan.solve
-        out.solve.CopyFrom(
-            solve_stats_to_proto(
-                backend=s.backend,
-                status=s.status,
-                objective=s.objective,
-                best_bound=s.best_bound,
-                gap=s.gap,
-                wall_s=s.wall_s,
-                time_limit_s=s.time_limit_s,
-                note=s.note,
-            )
-        )
+        out.solve.CopyFrom(plan_solve_to_proto(plan.solve))
     return offload_pb2.PlanLayerOffloadResponse(plan=out)

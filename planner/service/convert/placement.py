@@ -28,7 +28,12 @@ from planner.policies.aqua.roles import DEFAULT_ATTAINMENT
 from planner.profiles import find_hardware, find_model
 from planner.profiles.errors import ProfileError
 from planner.service.convert.checks import finite, non_negative, positive
-from planner.service.convert.solver import model_solver_from_proto, solve_stats_to_proto
+from planner.service.convert.solver import (
+    model_solver_from_proto,
+    relative_gap_from_proto,
+    solve_stats_to_proto,
+    time_limit_from_proto,
+)
 from planner.service.errors import FailedPreconditionError, InvalidArgumentError
 from planner.service.limits import MAX_ID_LENGTH
 from planner.service.role_oracles import RoleOracles
@@ -46,6 +51,15 @@ def _id(field: str, value: str, required: bool = True) -> str:
         raise InvalidArgumentError(field, "required (a non-empty string)")
     if len(value) > MAX_ID_LENGTH:
         raise InvalidArgumentError(field, f"longer than {MAX_ID_LENGTH} characters")
+    return value
+
+
+def _unique_id(field: str, value: str, seen: set[str]) -> str:
+    """A required id not in seen (the ids before it), added to seen."""
+    _id(field, value)
+    if value in seen:
+        raise InvalidArgumentError(field, f"duplicate id {value!r}")
+    seen.add(value)
     return value
 
 
@@ -196,10 +210,7 @@ def roles_request_from_proto(
     out = []
     for i, d in enumerate(msg.deployments):
         f = f"deployments[{i}]"
-        _id(f"{f}.id", d.id)
-        if d.id in seen:
-            raise InvalidArgumentError(f"{f}.id", f"duplicate id {d.id!r}")
-        seen.add(d.id)
+        _unique_id(f"{f}.id", d.id, seen)
         _bytes(f"{f}.gpu_memory_bytes", d.gpu_memory_bytes, positive=True)
         _bytes(f"{f}.swap_demand_bytes", d.swap_demand_bytes)
         has_replay = d.HasField("replay_profile")
@@ -289,10 +300,7 @@ def place_request_from_proto(
     models = []
     for i, m in enumerate(msg.models):
         f = f"models[{i}]"
-        _id(f"{f}.id", m.id)
-        if m.id in seen:
-            raise InvalidArgumentError(f"{f}.id", f"duplicate id {m.id!r}")
-        seen.add(m.id)
+        _unique_id(f"{f}.id", m.id, seen)
         if abs(m.r_bytes) > MAX_BYTES:
             raise InvalidArgumentError(f"{f}.r_bytes", f"|r_bytes| must be <= {MAX_BYTES}")
         shards = m.shards or 1
@@ -320,16 +328,10 @@ def place_request_from_proto(
             "models", f"{total} shards need more GPUs than the {msg.num_servers} servers have"
         )
     backend = model_solver_from_proto("solver.backend", msg.solver.backend)
-    limit = DEFAULT_TIME_LIMIT_S
-    if msg.solver.HasField("time_limit_s"):
-        limit = positive("solver.time_limit_s", msg.solver.time_limit_s)
-    if time_remaining_s is not None:
-        limit = min(limit, max(time_remaining_s - DEADLINE_MARGIN_S, 1e-3))
-    gap = 0.0
-    if msg.solver.HasField("relative_gap"):
-        gap = msg.solver.relative_gap
-        if not 0 <= gap < 1:
-            raise InvalidArgumentError("solver.relative_gap", f"must be in [0, 1), got {gap}")
+    limit = time_limit_from_proto(
+        msg.solver, DEFAULT_TIME_LIMIT_S, time_remaining_s, DEADLINE_MARGIN_S, floor_s=1e-3
+    )
+    gap = relative_gap_from_proto(msg.solver)
     inputs = PlacementInputs(
         models=tuple(models),
         num_servers=msg.num_servers,
@@ -391,10 +393,7 @@ def match_request_from_proto(
         gpus = []
         for j, g in enumerate(s.gpus):
             h = f"{f}.gpus[{j}]"
-            _id(f"{h}.id", g.id)
-            if g.id in seen:
-                raise InvalidArgumentError(f"{h}.id", f"duplicate id {g.id!r}")
-            seen.add(g.id)
+            _unique_id(f"{h}.id", g.id, seen)
             _bytes(f"{h}.spare_bytes", g.spare_bytes)
             _bytes(f"{h}.demand_bytes", g.demand_bytes)
             if g.spare_bytes and g.demand_bytes:
@@ -449,10 +448,7 @@ def cfs_request_from_proto(msg: placement_pb2.PartitionBatchRequest) -> CfsInput
     out = []
     for i, r in enumerate(msg.requests):
         f = f"requests[{i}]"
-        _id(f"{f}.id", r.id)
-        if r.id in seen:
-            raise InvalidArgumentError(f"{f}.id", f"duplicate id {r.id!r}")
-        seen.add(r.id)
+        _unique_id(f"{f}.id", r.id, seen)
         if not 0 < r.prompt_tokens <= MAX_TOKENS:
             raise InvalidArgumentError(f"{f}.prompt_tokens", "must be in [1, 2^40]")
         if not 0 <= r.prefilled_tokens <= r.prompt_tokens:

@@ -26,7 +26,11 @@ from planner.profiles import MODEL_PROFILES, ModelProfile, find_model
 from planner.profiles.c2c_cost import ChunkRow
 from planner.profiles.mig import GH200_C2C_LINK, MIG_PROFILES, MigSliceProfile, find_mig_profile
 from planner.service.convert.checks import finite, non_negative, positive
-from planner.service.convert.solver import model_solver_from_proto, solve_stats_to_proto
+from planner.service.convert.solver import (
+    model_solver_from_proto,
+    plan_solve_to_proto,
+    time_limit_from_proto,
+)
 from planner.service.errors import InvalidArgumentError
 from planner.service.limits import MAX_ID_LENGTH
 from planner.v1 import serverless_pb2
@@ -202,13 +206,7 @@ def placement_request_from_proto(
         raise InvalidArgumentError("method", f"unknown value {msg.method}") from None
     solver = msg.solver
     backend = model_solver_from_proto("solver.backend", solver.backend)
-    limit = (
-        positive("solver.time_limit_s", solver.time_limit_s)
-        if solver.HasField("time_limit_s")
-        else DEFAULT_TIME_LIMIT_S
-    )
-    if time_remaining_s is not None:
-        limit = min(limit, max(time_remaining_s - DEADLINE_MARGIN_S, 1e-4))
+    limit = time_limit_from_proto(solver, DEFAULT_TIME_LIMIT_S, time_remaining_s, DEADLINE_MARGIN_S)
     params = PlacementParams(
         link_gbps=gbps,
         utilization_cap=cap,
@@ -248,19 +246,7 @@ def placement_plan_to_proto(plan: PlacementPlan) -> serverless_pb2.PlanModelPlac
         summary=plan.summary,
     )
     if plan.solve is not None:
-        s = plan.solve
-        out.solve.CopyFrom(
-            solve_stats_to_proto(
-                backend=s.backend,
-                status=s.status,
-                objective=s.objective,
-                best_bound=s.best_bound,
-                gap=s.gap,
-                wall_s=s.wall_s,
-                time_limit_s=s.time_limit_s,
-                note=s.note,
-            )
-        )
+        out.solve.CopyFrom(plan_solve_to_proto(plan.solve))
     return out
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
+from planner.domain import serverless
+from planner.service.convert.checks import positive
 from planner.service.errors import InvalidArgumentError
-from planner.solvers import Backend, Status
+from planner.solvers import Backend, SolveStats, Status
 from planner.v1 import common_pb2, solver_pb2
 
 # The contract's name of each backend.
@@ -53,6 +55,36 @@ def model_solver_from_proto(field: str, value: common_pb2.SolverBackend.ValueTyp
     return backend_from_proto(field, value, MODEL_SOLVERS, Backend.CPSAT)
 
 
+def time_limit_from_proto(
+    solver: solver_pb2.SolverOptions,
+    default_s: float,
+    time_remaining_s: float | None,
+    margin_s: float,
+    floor_s: float = 1e-4,
+) -> float:
+    """The solve's time limit: the request's solver.time_limit_s (> 0) or
+    default_s, cut to the call's remaining time less margin_s (the time
+    left to answer), never below floor_s."""
+    limit = (
+        positive("solver.time_limit_s", solver.time_limit_s)
+        if solver.HasField("time_limit_s")
+        else default_s
+    )
+    if time_remaining_s is not None:
+        limit = min(limit, max(time_remaining_s - margin_s, floor_s))
+    return limit
+
+
+def relative_gap_from_proto(solver: solver_pb2.SolverOptions) -> float:
+    """The request's solver.relative_gap, in [0, 1); 0 when unset."""
+    if not solver.HasField("relative_gap"):
+        return 0.0
+    gap = solver.relative_gap
+    if not 0.0 <= gap < 1.0:
+        raise InvalidArgumentError("solver.relative_gap", f"must be in [0, 1), got {gap}")
+    return gap
+
+
 def solve_stats_to_proto(
     *,
     backend: str,
@@ -75,4 +107,19 @@ def solve_stats_to_proto(
         wall_s=wall_s,
         time_limit_s=time_limit_s,
         note=note,
+    )
+
+
+def plan_solve_to_proto(solve: SolveStats | serverless.SolveStats) -> solver_pb2.SolveStats:
+    """The statistics of the solve behind a plan, as solve_stats_to_proto
+    writes them."""
+    return solve_stats_to_proto(
+        backend=solve.backend,
+        status=solve.status,
+        objective=solve.objective,
+        best_bound=solve.best_bound,
+        gap=solve.gap,
+        wall_s=solve.wall_s,
+        time_limit_s=solve.time_limit_s,
+        note=solve.note,
     )
