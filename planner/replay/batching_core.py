@@ -31,9 +31,9 @@ import numpy as np
 import numpy.typing as npt
 
 from planner.domain.requests import Slo
-from planner.replay.batch import Batch, form_batch, whole_prefills
+from planner.replay.batch import Batch, form_batch, form_batch_of, whole_prefills
 from planner.replay.engine_state import EngineState
-from planner.replay.kv_residency import KvResidency
+from planner.replay.kv_residency import KvResidency, PicksRows
 from planner.replay.models import AttentionPairsCost, IterationCost, TransferCost
 from planner.replay.prefix_cache import PrefixCache
 from planner.replay.records import RequestOutcome, TimelineSample
@@ -240,6 +240,7 @@ class BatchingCore:
             SKIPS_BLOCKED_HEAD and scheduler.starts_queue_only and prefix is None
         )
         self._plan_at = scheduler.plan_at if isinstance(scheduler, PlansFromClock) else None
+        self._runs = residency.runs if isinstance(residency, PicksRows) else None
 
     # -- one iteration ------------------------------------------------------
 
@@ -295,19 +296,26 @@ class BatchingCore:
             s.running.rows = _without(everyone, held)
         residency = self.residency
         # With whole prefills, only a request started now has one to do.
-        whole = whole_prefills(s, self.now_s) if starting and cfg.prefills_alone else None
-        if residency is not None and whole is None:
-            paused = residency.paused(s, self.now_s)
-            if len(paused):
-                s.running.rows = _without(s.running.rows, paused)
-                held = paused
-        batch = (
-            whole
-            if whole is not None
-            else form_batch(
+        batch = whole_prefills(s, self.now_s) if starting and cfg.prefills_alone else None
+        if residency is not None and batch is None:
+            runs = self._runs(s, self.now_s) if self._runs is not None else None
+            if runs is not None and s.free_gpu >= len(runs) and s.running.rows is everyone:
+                batch = form_batch_of(
+                    s, runs, cfg.max_batched_tokens, self.now_s, cfg.max_chunk_tokens
+                )
+            else:
+                paused = (
+                    residency.paused(s, self.now_s)
+                    if runs is None
+                    else _without(s.running.rows, np.array(runs, dtype=np.int64))
+                )
+                if len(paused):
+                    s.running.rows = _without(s.running.rows, paused)
+                    held = paused
+        if batch is None:
+            batch = form_batch(
                 s, cfg.max_batched_tokens, self.now_s, self.scheduler.swaps, cfg.max_chunk_tokens
             )
-        )
         if held is not None and len(held):
             # Back in their places (finished ones leave at emit, below).
             s.running.rows = everyone[self.requests.phase[everyone] == Phase.RUNNING]

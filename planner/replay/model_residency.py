@@ -14,12 +14,13 @@ requests at the queue's front whose KV is in host memory swap back in while
 they fit (at the slice's share of the link: the request is ready then, the
 iteration is not stalled); the queue's head prefills when its chunk fits,
 admitted to the core if it is new to the slice. A request that fits not
-even alone on the slice is rejected. paused() holds back every running
-request but the turn's ready decodes and its one prefilling request (its
-chunk is the request's own chunk_tokens); timed() times the pass by the
-wiring's cost model (weights partly resident, the rest streamed over the
-link the slices share) in place of the core's compute and link terms;
-emitted() moves a finished prefill into the model's running requests.
+even alone on the slice is rejected. runs() names the running requests
+that run, the turn's ready decodes and its one prefilling request (its
+chunk is the request's own chunk_tokens), the core holding back the rest;
+timed() times the pass by the wiring's cost model (weights partly
+resident, the rest streamed over the link the slices share) in place of
+the core's compute and link terms; emitted() moves a finished prefill
+into the model's running requests.
 
 KV is counted in tokens. The core's block pool (one-token blocks) never
 limits: the slice's KV room is its HBM less the resident weights
@@ -43,7 +44,6 @@ from planner.replay.serverless_slices import NOBODY, Resident, Slice, SlicedRequ
 from planner.replay.state import IntArray
 
 _NOTHING = SchedulePlan()
-_NO_ROWS: IntArray = np.zeros(0, dtype=np.int64)
 
 
 class Turn(NamedTuple):
@@ -130,7 +130,8 @@ class ModelResidency:
         self._link_bytes_per_s = link_gbps * GB
         self._slice: Slice | None = None
         self.turn = NO_TURN
-        self._pass = Pass(0, 0, 0)
+        # The turn's prefill: the tokens its request had prefilled before.
+        self._start = 0
         self._now_s = 0.0
         # The core's finished count before this iteration's tokens.
         self._finished = 0
@@ -257,29 +258,31 @@ class ModelResidency:
 
     # -- the core's KV residency ----------------------------------------------
 
-    def paused(self, state: EngineState, now_s: float) -> IntArray:
+    def runs(self, state: EngineState, now_s: float) -> list[int]:
         turn = self.turn
         head = turn.head
-        running = state.running.rows
         self._now_s = now_s
         self._finished = state.finished
         if turn.resident is NOBODY:
-            return running
-        self._pass = Pass(
-            min(head.chunk, head.prompt_tokens - head.prefilled) if head is not None else 0,
-            sum(q.prompt_tokens + q.generated for q in turn.decodes),
-            head.prefilled if head is not None else 0,
-        )
-        if len(turn.decodes) + (head is not None) == len(running):
-            return _NO_ROWS  # every running request runs (they are all the turn's)
-        runs = {q.row for q in turn.decodes}
+            return []
+        rows = [q.row for q in turn.decodes]
+        self._start = 0
         if head is not None:
-            runs.add(head.row)
-        held = [row for row in running.tolist() if row not in runs]
+            self._start = head.prefilled
+            rows.append(head.row)
+        return rows
+
+    def paused(self, state: EngineState, now_s: float) -> IntArray:
+        runs = set(self.runs(state, now_s))
+        held = [row for row in state.running.rows.tolist() if row not in runs]
         return np.array(held, dtype=np.int64)
 
     def timed(self, batch: Batch, compute_s: float) -> ResidentIteration:
-        seconds = self._turns.pass_s(self.slice, self.turn, self._pass, self._now_s)
+        # The batch's context is each decode's KV after it (its prompt and
+        # its tokens so far) and the prefill's (its start and its chunk).
+        chunk = batch.prefill_tokens
+        work = Pass(chunk, batch.context_tokens - self._start - chunk, self._start)
+        seconds = self._turns.pass_s(self.slice, self.turn, work, self._now_s)
         return ResidentIteration(seconds, 0.0, 0, 0)
 
     def emitted(self, state: EngineState, batch: Batch, now_s: float) -> None:

@@ -88,10 +88,10 @@ from planner.profiles.c2c_cost import (
     DEFAULT_MEMORY_UTILIZATION,
     RUNTIME_RESERVE_BYTES,
     GemmTiles,
+    ModelPass,
     best_static_rho,
     chunk_table,
     kv_capacity_tokens,
-    model_pass_cost,
 )
 from planner.profiles.mig import GB, MigSliceProfile
 from planner.profiles.models import ModelProfile
@@ -430,6 +430,7 @@ class ServerlessEngine:
             residency.bind(x)
         self._per_slice = config.max_models_per_slice if self._p.shares else 1
         self._weight_bytes = float(config.model.param_bytes)
+        self._model_pass = ModelPass(config.model)
         self._kv_token_bytes = float(config.model.kv_bytes_per_token())
         self._tpot = config.slo.tbt_s
         self._streamed_bytes = self._weight_bytes - self._planned_resident_bytes()
@@ -1043,8 +1044,7 @@ class ServerlessEngine:
         context = sum(q.prompt_tokens + q.generated for q in decodes)
         all_kept = self._p.resident_like_hbm and self._weight_bytes - kept < 1024.0
         rho = 0.0 if all_kept or r.tuner is None else r.tuner.state.rho
-        cost = model_pass_cost(
-            self.config.model,
+        cost = self._model_pass.cost(
             len(decodes),
             rho=rho,
             mig=s.profile,
@@ -1170,8 +1170,7 @@ class ServerlessEngine:
         key = (s.profile.name, -1)
         if key not in self._cache_chunk:
             tokens = self.config.static_chunk
-            cost = model_pass_cost(
-                self.config.model,
+            cost = self._model_pass.cost(
                 tokens,
                 rho=0.0,
                 mig=s.profile,
@@ -1203,8 +1202,7 @@ class ServerlessEngine:
         pairs = float(context) + chunk * (start + chunk / 2.0)
         rho = self._rho(s, r, tokens)
         share, others = self._share(s)
-        cost = model_pass_cost(
-            cfg.model,
+        cost = self._model_pass.cost(
             tokens,
             rho=rho,
             mig=s.profile,
