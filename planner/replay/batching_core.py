@@ -37,7 +37,13 @@ from planner.replay.kv_residency import KvResidency, PicksRows
 from planner.replay.models import AttentionPairsCost, IterationCost, TransferCost
 from planner.replay.prefix_cache import PrefixCache
 from planner.replay.records import RequestOutcome, TimelineSample
-from planner.replay.schedulers import EngineView, PlansFromClock, SchedulePlan, Scheduler
+from planner.replay.schedulers import (
+    NO_PLAN,
+    EngineView,
+    PlansFromClock,
+    SchedulePlan,
+    Scheduler,
+)
 from planner.replay.state import IntArray, Phase, RequestColumns, start_candidates
 from planner.replay.tokens import TokenTimes
 from planner.trace.records import TraceRequest
@@ -252,24 +258,18 @@ class BatchingCore:
         if len(s.in_transit.rows):
             s.start_running(self.now_s)
         queued = s.queued.rows
-        planning_s = 0.0
         if self.scheduler.idle_unless_waiting and not (len(queued) or len(s.rotary.rows)):
             # Nobody waits: such a scheduler has nothing to say.
-            d2h_blocks = h2d_blocks = 0
-            starting = False
+            plan = NO_PLAN
         elif self._skips_blocked_head and (
             not len(queued)
             or len(s.running.rows) + len(s.in_transit.rows) >= cfg.max_running
             or self.requests.start_blocks.item(queued[0]) > s.free_gpu
         ):
             # The queue's head cannot start, so such a scheduler starts nobody.
-            d2h_blocks = h2d_blocks = 0
-            starting = False
+            plan = NO_PLAN
         elif self._plan_at is not None:
             plan = self._plan_at(self.now_s)
-            d2h_blocks, h2d_blocks = self._apply(plan)
-            starting = len(plan.start) > 0
-            planning_s = cfg.planning_s_per_call if plan.asked_policy else 0.0
         else:
             plan = self.scheduler.plan(
                 EngineView(
@@ -287,6 +287,11 @@ class BatchingCore:
                     prefix=self.prefix,
                 )
             )
+        if plan is NO_PLAN:
+            d2h_blocks = h2d_blocks = 0
+            starting = False
+            planning_s = 0.0
+        else:
             d2h_blocks, h2d_blocks = self._apply(plan)
             starting = len(plan.start) > 0
             planning_s = cfg.planning_s_per_call if plan.asked_policy else 0.0

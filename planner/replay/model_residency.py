@@ -39,11 +39,9 @@ from planner.profiles.mig import GB
 from planner.replay.batch import Batch
 from planner.replay.engine_state import FINISHED, QUEUED, EngineState
 from planner.replay.kv_residency import ResidentIteration
-from planner.replay.schedulers import EngineView, SchedulePlan
+from planner.replay.schedulers import NO_PLAN, EngineView, SchedulePlan
 from planner.replay.serverless_slices import NOBODY, Resident, Slice, SlicedRequest
 from planner.replay.state import IntArray
-
-_NOTHING = SchedulePlan()
 
 
 class Turn(NamedTuple):
@@ -158,34 +156,39 @@ class ModelResidency:
         head = turn.head
         if head is not None and self.slice.core.requests.phase.item(head.row) == QUEUED:
             return SchedulePlan(start=np.array([head.row], dtype=np.int64))
-        return _NOTHING
+        return NO_PLAN
 
     def _next_turn(self, now: float) -> Turn:
         """The resident to run now with its prefill head and ready decodes,
         its KV moves made; NO_TURN when no resident has tokens to run."""
         s = self.slice
-        if not s.residents:
-            return NO_TURN
-        ready = [r.ready_s <= now and r.in_flight > 0 for r in s.residents]
-        deadlines: list[float | None]
-        if sum(ready) > 1:
-            per_token = self._turns.prefill_s_per_token(s)
-            deadlines = [
-                min(q.start_by(per_token) for q in r.requests) if can else None
-                for r, can in zip(s.residents, ready, strict=True)
-            ]
-        else:
+        residents = s.residents
+        ready = [i for i, r in enumerate(residents) if r.ready_s <= now and r.in_flight > 0]
+        if len(ready) <= 1:
             # One resident can run at most: no deadline to weigh.
-            deadlines = [0.0 if can else None for can in ready]
-        while (i := next_turn(deadlines, s.turn)) is not None:
-            r = s.residents[i]
-            head = self._admit(r, now)
-            decodes = [q for q in r.running if q.ready_s <= now]
-            if head is not None or decodes:
-                s.turn = i
-                return Turn(r, head, decodes)
-            deadlines[i] = None
+            return self._turn_of(ready[0], now) if ready else NO_TURN
+        per_token = self._turns.prefill_s_per_token(s)
+        deadlines: list[float | None] = [None] * len(residents)
+        for i in ready:
+            deadlines[i] = min(q.start_by(per_token) for q in residents[i].requests)
+        while (k := next_turn(deadlines, s.turn)) is not None:
+            turn = self._turn_of(k, now)
+            if turn is not NO_TURN:
+                return turn
+            deadlines[k] = None
         return NO_TURN
+
+    def _turn_of(self, i: int, now: float) -> Turn:
+        """Resident i's turn now, its KV moves made (NO_TURN: it has no
+        tokens to run)."""
+        s = self.slice
+        r = s.residents[i]
+        head = self._admit(r, now)
+        decodes = [q for q in r.running if q.ready_s <= now]
+        if head is None and not decodes:
+            return NO_TURN
+        s.turn = i
+        return Turn(r, head, decodes)
 
     def _admit(self, r: Resident, now: float) -> SlicedRequest | None:
         """Make KV room for ``r``'s turn and pick the request to prefill: swap

@@ -396,6 +396,12 @@ class ServerlessEngine:
             )
             for i, t in enumerate(trace)
         ]
+        self._priorities = [
+            float(t.priority) if t.priority is not None else 1.0 for t in self._requests
+        ]
+        # A resident with requests in flight has a priority between these.
+        self._lowest_priority = min(self._priorities, default=1.0)
+        self._highest_priority = max(self._priorities, default=1.0)
         self._columns = RequestColumns.from_trace(self._requests, config.slo)
         self._tokens = TokenTimes(self._columns.output_tokens)
         self._residency = [
@@ -431,6 +437,7 @@ class ServerlessEngine:
         self._per_slice = config.max_models_per_slice if self._p.shares else 1
         self._weight_bytes = float(config.model.param_bytes)
         self._model_pass = ModelPass(config.model)
+        self._hbm_gbps = [p.hbm_bytes_per_s / GB for p in config.slices]
         self._kv_token_bytes = float(config.model.kv_bytes_per_token())
         self._tpot = config.slo.tbt_s
         self._streamed_bytes = self._weight_bytes - self._planned_resident_bytes()
@@ -516,9 +523,13 @@ class ServerlessEngine:
             return 0.0
         return max(0.0, self._weight_bytes - r.resident_bytes) / self._tpot / GB
 
-    @staticmethod
-    def _priority(r: Resident) -> float:
-        return max((q.priority for q in r.requests), default=r.priority)
+    def _priority(self, r: Resident) -> float:
+        """The highest priority of ``r``'s requests (its own without any)."""
+        if not r.in_flight:
+            return r.priority
+        if self._lowest_priority == self._highest_priority:
+            return self._highest_priority
+        return max(q.priority for q in r.requests)
 
     def _states(self, now: float) -> list[SliceState]:
         """One entry per resident model, one empty entry per idle slice. A
@@ -633,7 +644,9 @@ class ServerlessEngine:
             return False
         top = self._pending_priority
         residents = [r for s in self._slices for r in s.residents]
-        if any(r.in_flight and self._priority(r) < top for r in residents):
+        if top > self._lowest_priority and any(
+            r.in_flight and self._priority(r) < top for r in residents
+        ):
             return True
         p = self.config.preemption
         urgent = self._pending_deadline - now <= p.urgent_slack_s
@@ -1157,9 +1170,9 @@ class ServerlessEngine:
             s.iter_end_s = max(now, min(starts))
             self._loop.push(SliceIterates(s.iter_end_s, s.index))
 
-    def _share(self, s: Slice) -> tuple[float, list[Slice]]:
+    def _share(self, s: Slice) -> tuple[float, Sequence[Slice]]:
         if not self._p.streams:
-            return s.profile.hbm_bytes_per_s / GB, []
+            return self._hbm_gbps[s.index], ()
         others = [o for o in self._slices if o is not s and o.rate_gbps > 0]
         return self.config.link_gbps / (1 + len(others)), others
 
@@ -1479,7 +1492,7 @@ class ServerlessEngine:
                     columns,
                     i,
                     t.model or DEFAULT_MODEL,
-                    float(t.priority) if t.priority is not None else 1.0,
+                    self._priorities[i],
                     t.prompt_tokens,
                     t.output_tokens,
                     t.arrival_s,
