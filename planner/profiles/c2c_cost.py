@@ -111,17 +111,18 @@ def _roofline(
 ) -> PassCost:
     """``resident_weight_bytes``: HBM bytes of resident weights among
     ``hbm_bytes`` that get their own roofline term."""
+    hbm_bytes_per_s = mig.hbm_bytes_per_s
     return PassCost(
-        tokens=tokens,
-        rho=rho,
-        c2c_bytes=c2c_bytes,
-        hbm_bytes=hbm_bytes,
-        flops=flops,
-        c2c_s=c2c_bytes / (c2c_gbps * GB),
-        hbm_s=(hbm_bytes - resident_weight_bytes) / mig.hbm_bytes_per_s,
-        compute_s=flops / mig.compute_flops_per_s,
-        overhead_s=overhead_s,
-        resident_weights_s=resident_weight_bytes / mig.hbm_bytes_per_s,
+        tokens,
+        rho,
+        c2c_bytes,
+        hbm_bytes,
+        flops,
+        c2c_bytes / (c2c_gbps * GB),
+        (hbm_bytes - resident_weight_bytes) / hbm_bytes_per_s,
+        flops / mig.compute_flops_per_s,
+        overhead_s,
+        resident_weight_bytes / hbm_bytes_per_s,
     )
 
 

@@ -118,6 +118,8 @@ class ModelResidency:
     copies_only_unless_waiting = False
     running_first = False
     starts_queue_only = False
+    # Its slice, once bound (the slice's core is built with it).
+    slice: Slice
 
     def __init__(
         self, turns: SliceTurns, *, max_running: int, kv_token_bytes: float, link_gbps: float
@@ -126,7 +128,6 @@ class ModelResidency:
         self._max_running = max_running
         self._kv_token_bytes = kv_token_bytes
         self._link_bytes_per_s = link_gbps * GB
-        self._slice: Slice | None = None
         self.turn = NO_TURN
         # The turn's prefill: the tokens its request had prefilled before.
         self._start = 0
@@ -138,12 +139,7 @@ class ModelResidency:
         self.rejected = 0
 
     def bind(self, s: Slice) -> None:
-        self._slice = s
-
-    @property
-    def slice(self) -> Slice:
-        assert self._slice is not None, "model residency used before its slice was bound"
-        return self._slice
+        self.slice = s
 
     # -- the core's scheduler -----------------------------------------------
 

@@ -441,6 +441,8 @@ class ServerlessEngine:
         self._kv_token_bytes = float(config.model.kv_bytes_per_token())
         self._tpot = config.slo.tbt_s
         self._streamed_bytes = self._weight_bytes - self._planned_resident_bytes()
+        # Each model as the policy sees it (weight 1), by name.
+        self._models: dict[str, ServerlessModel] = {}
         self._cache_chunk: dict[tuple[str, int], int] = {}
         self._cache_tiles: dict[tuple[str, bool], GemmTiles] = {}
         self._cache_rho: dict[tuple[str, bool], float] = {}
@@ -512,10 +514,15 @@ class ServerlessEngine:
         return float(resident_split([self._weight_bytes] * k, free, kv)[0])
 
     def _serverless_model(self, name: str, weight: float = 1.0) -> ServerlessModel:
+        if weight == 1.0 and (known := self._models.get(name)) is not None:
+            return known
         hbm = RUNTIME_RESERVE_BYTES + (0.0 if self._p.streams else self._weight_bytes)
-        return ServerlessModel(
+        model = ServerlessModel(
             name, int(self._streamed_bytes), self._tpot, hbm_bytes=int(hbm), weight=weight
         )
+        if weight == 1.0:
+            self._models[name] = model
+        return model
 
     def _demand(self, r: Resident) -> float:
         """The C2C bandwidth its decode needs: what it streams per TPOT."""
@@ -539,9 +546,12 @@ class ServerlessEngine:
         for s in self._slices:
             if not s.residents:
                 out.append(SliceState(s.id, s.profile))
-            leavers = [r for r in s.residents if r.leaving]
-            extra_in_flight = sum(r.in_flight for r in leavers)
-            extra_demand = sum(self._demand(r) for r in leavers)
+                continue
+            extra_in_flight, extra_demand = 0, 0.0
+            for r in s.residents:
+                if r.leaving:
+                    extra_in_flight += r.in_flight
+                    extra_demand += self._demand(r)
             for r in s.residents:
                 if r.successor is not None or r.leaving:
                     continue  # draining: its successor stands for the place
@@ -556,7 +566,8 @@ class ServerlessEngine:
                         in_flight=len(on) + extra_in_flight,
                         last_used_s=r.last_used_s,
                         active_since_s=r.active_since_s,
-                        slack_s=min((q.slack_s(now) for q in on), default=math.inf),
+                        # The least slack is the earliest deadline's.
+                        slack_s=min(q.deadline_s for q in on) - now if on else math.inf,
                     )
                 )
                 extra_in_flight, extra_demand = 0, 0.0
@@ -569,11 +580,13 @@ class ServerlessEngine:
         deadline: dict[str, float] = {}
         for r in self._pending:
             m = r.model
+            d = r.deadline_s
             if m not in first:
-                first[m], count[m], top[m], deadline[m] = r, 0, r.priority, r.deadline_s
+                first[m], count[m], top[m], deadline[m] = r, 1, r.priority, d
+                continue
             count[m] += 1
             top[m] = max(top[m], r.priority)
-            deadline[m] = min(deadline[m], r.deadline_s)
+            deadline[m] = min(deadline[m], d)
         return [
             WaitingModel(
                 self._serverless_model(m), top[m], r.waiting_since, count[m], deadline[m] - now
