@@ -97,10 +97,9 @@ def _check(rho: float, c2c_gbps: float) -> None:
         raise ProfileError("c2c_gbps", f"must be > 0, got {c2c_gbps}")
 
 
-def _roofline(
+def _roofline(  # noqa: PLR0917
     tokens: int,
     rho: float,
-    *,
     c2c_bytes: float,
     hbm_bytes: float,
     flops: float,
@@ -147,14 +146,7 @@ def gemm_cost(
     y_writes = rho * m * n * dtype_bytes
     accumulate = (1.0 - rho) * tiles.accum_bytes * float(m) * n * k / tiles.asym_block_k
     return _roofline(
-        m,
-        rho,
-        c2c_bytes=c2c,
-        hbm_bytes=x_reads + y_writes + accumulate,
-        flops=2.0 * m * k * n,
-        mig=mig,
-        c2c_gbps=c2c_gbps,
-        overhead_s=overhead_s,
+        m, rho, c2c, x_reads + y_writes + accumulate, 2.0 * m * k * n, mig, c2c_gbps, overhead_s
     )
 
 
@@ -279,13 +271,13 @@ class ModelPass:
         return _roofline(
             tokens,
             rho,
-            c2c_bytes=c2c,
-            hbm_bytes=x_reads + y_writes + accumulate + kv_traffic + resident_reads,
-            flops=linear_flops + attn_flops,
-            mig=mig,
-            c2c_gbps=c2c_gbps,
-            overhead_s=overhead_s,
-            resident_weight_bytes=resident_reads if resident_reads_overlap else 0.0,
+            c2c,
+            x_reads + y_writes + accumulate + kv_traffic + resident_reads,
+            linear_flops + attn_flops,
+            mig,
+            c2c_gbps,
+            overhead_s,
+            resident_reads if resident_reads_overlap else 0.0,
         )
 
 

@@ -145,13 +145,7 @@ def _form_small_batch(
         rows = state.running.rows[start:]
         each = rows.tolist()
         stop, context, budget = _decode_each(
-            state,
-            each,
-            budget=budget,
-            context=context,
-            emitting=emitting,
-            pending=pending,
-            pending_left=pending_left,
+            state, each, budget, context, emitting, pending, pending_left
         )
         if stop < 0:
             break
@@ -192,15 +186,7 @@ def form_batch_of(
     emitting: list[int] = []
     pending: list[int] = []
     pending_left: list[int] = []
-    _, context, budget = _decode_each(
-        state,
-        rows,
-        budget=budget,
-        context=0,
-        emitting=emitting,
-        pending=pending,
-        pending_left=pending_left,
-    )
+    _, context, budget = _decode_each(state, rows, budget, 0, emitting, pending, pending_left)
     decodes = Batch(0, len(emitting), context, np.array(emitting, dtype=np.int64), 0, _NONE, _NONE)
     if not pending:
         return decodes
@@ -209,10 +195,9 @@ def form_batch_of(
     )
 
 
-def _decode_each(
+def _decode_each(  # noqa: PLR0917
     state: EngineState,
     rows: list[int],
-    *,
     budget: int,
     context: int,
     emitting: list[int],
@@ -230,6 +215,7 @@ def _decode_each(
     targets = r.prefill_target
     gpu_blocks = r.gpu_blocks
     block_size = state.block_size
+    free = state.free_gpu
     for i, row in enumerate(rows):
         kv = kv_column.item(row)
         left = targets.item(row) - kv
@@ -241,14 +227,16 @@ def _decode_each(
             continue
         blocks = gpu_blocks.item(row)
         if kv >= blocks * block_size:
-            if state.free_gpu <= 0:
+            if free <= 0:
+                state.free_gpu = free
                 return i, context, budget
             gpu_blocks[row] = blocks + 1
-            state.free_gpu -= 1
+            free -= 1
         kv_column[row] = kv + 1
         emitting.append(row)
         context += kv + 1
         budget -= 1
+    state.free_gpu = free
     return -1, context, budget
 
 

@@ -601,10 +601,11 @@ class ServerlessEngine:
     # -- per-policy choices ------------------------------------------------
     def _tiles(self, s: Slice, tokens: int) -> GemmTiles:
         key = (s.profile.name, tokens <= 64)
-        if key not in self._cache_tiles:
+        tiles = self._cache_tiles.get(key)
+        if tiles is None:
             k = choose_kernel(precision=self.config.precision, tokens=tokens, mig=s.profile)
-            self._cache_tiles[key] = GemmTiles(k.sym_block_m, k.block_n, k.asym_block_k)
-        return self._cache_tiles[key]
+            tiles = self._cache_tiles[key] = GemmTiles(k.sym_block_m, k.block_n, k.asym_block_k)
+        return tiles
 
     def _chunk(self, s: Slice, prompt: int) -> int:
         if self._p.chunk == STATIC:
@@ -630,7 +631,7 @@ class ServerlessEngine:
         return self._p.resident_like_hbm and self._weight_bytes - r.resident_bytes < 1024.0
 
     def _rho(self, s: Slice, r: Resident, tokens: int) -> float:
-        if self._runs_as_hbm(r):
+        if self._p.rho not in (BEST_STATIC, TUNER) or self._runs_as_hbm(r):
             return 0.0
         if self._p.rho == BEST_STATIC:
             key = (s.profile.name, tokens <= 64)
