@@ -159,7 +159,7 @@ class ModelResidency:
         its KV moves made; NO_TURN when no resident has tokens to run."""
         s = self.slice
         residents = s.residents
-        ready = [i for i, r in enumerate(residents) if r.ready_s <= now and r.in_flight > 0]
+        ready = [i for i, r in enumerate(residents) if r.ready_s <= now and (r.queue or r.running)]
         if len(ready) <= 1:
             # One resident can run at most: no deadline to weigh.
             return self._turn_of(ready[0], now) if ready else NO_TURN
@@ -192,7 +192,6 @@ class ModelResidency:
         fit, move swapped requests at the front of its queue back in when
         they fit, and return its queue head when that chunk fits."""
         s = self.slice
-        state = s.core.state
         turns = self._turns
         cap = s.kv_capacity
         used = s.kv_used
@@ -200,6 +199,7 @@ class ModelResidency:
             s, used + len(r.running), r, r.running, r.running[:-1]
         ):
             cap = s.kv_capacity
+        state = s.core.state
         while r.running and used + len(r.running) > cap:
             q = r.running.pop()
             used -= q.kv_tokens
