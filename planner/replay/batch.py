@@ -216,7 +216,7 @@ def _decode_each(  # noqa: PLR0917
     gpu_blocks = r.gpu_blocks
     block_size = state.block_size
     free = state.free_gpu
-    for i, row in enumerate(rows):
+    for row in rows:
         kv = kv_column.item(row)
         left = targets.item(row) - kv
         if left > 0:
@@ -229,7 +229,7 @@ def _decode_each(  # noqa: PLR0917
         if kv >= blocks * block_size:
             if free <= 0:
                 state.free_gpu = free
-                return i, context, budget
+                return rows.index(row), context, budget
             gpu_blocks[row] = blocks + 1
             free -= 1
         kv_column[row] = kv + 1

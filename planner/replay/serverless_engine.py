@@ -1263,15 +1263,16 @@ class ServerlessEngine:
 
     def _iterate(self, s: Slice, now: float) -> None:
         s.busy = False
-        for done in [x for x in s.residents if x.successor is not None and not x.in_flight]:
-            self._finish_drain(s, done, now)
-            if s.busy:
-                return
+        if self._drains:  # a resident has a successor only once a drain started
+            for done in [x for x in s.residents if x.successor is not None and not x.in_flight]:
+                self._finish_drain(s, done, now)
+                if s.busy:
+                    return
         if self._p.shares_when_light and self._shed(s, now) and s.busy:
             return
         if self._p.ends_shares and len(s.residents) > 1 and self._end_share(s, now) and s.busy:
             return
-        if self._may_preempt(now):
+        if self._p.preempts and self._may_preempt(now):
             self._schedule(now)
             if s.busy:
                 return
@@ -1299,7 +1300,8 @@ class ServerlessEngine:
         s.busy = True
         s.iter_end_s = end
         self._loop.push(SliceIterates(end, s.index))
-        self._top_up(s, r, now)
+        if self._p.keeps_resident:
+            self._top_up(s, r, now)
 
     def _shed(self, s: Slice, now: float) -> bool:
         """A shared slice busier than ``share_max_in_flight`` sheds the
