@@ -201,8 +201,9 @@ class BatchingCore:
     an engine that never copies KV (a recompute-only scheduler without eager
     copies). tokens: token times shared with other cores over the same
     request columns. residency, when given, pauses running requests before
-    each decode batch and times every iteration in place of the link term
-    (per-layer KV residency, planner.replay.kv_residency)."""
+    each decode batch (or names those that run: kv_residency.PicksRows) and
+    times every iteration in place of the link term (per-layer KV
+    residency, planner.replay.kv_residency)."""
 
     def __init__(
         self,
@@ -303,6 +304,8 @@ class BatchingCore:
         # With whole prefills, only a request started now has one to do.
         batch = whole_prefills(s, self.now_s) if starting and cfg.prefills_alone else None
         if residency is not None and batch is None:
+            # Rows named to run form the batch alone where none can preempt
+            # and nobody is held back; otherwise the rest is paused.
             runs = self._runs(s, self.now_s) if self._runs is not None else None
             if runs is not None and s.free_gpu >= len(runs) and s.running.rows is everyone:
                 batch = form_batch_of(
