@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from planner.profiles.errors import ProfileError
 from planner.profiles.mig import GB, MigSliceProfile
@@ -56,9 +57,9 @@ DEFAULT_TILES = GemmTiles()
 DEFAULT_STEP_OVERHEAD_S = 1e-3
 
 
-@dataclass(frozen=True, slots=True)
-class PassCost:
-    """One pass (a GEMM, or a model forward over ``tokens`` tokens)."""
+class PassCost(NamedTuple):
+    """One pass (a GEMM, or a model forward over ``tokens`` tokens). A
+    named tuple: replay builds one per simulated iteration."""
 
     tokens: int
     rho: float
@@ -96,10 +97,9 @@ def _check(rho: float, c2c_gbps: float) -> None:
         raise ProfileError("c2c_gbps", f"must be > 0, got {c2c_gbps}")
 
 
-def _roofline(
+def _roofline(  # noqa: PLR0917
     tokens: int,
     rho: float,
-    *,
     c2c_bytes: float,
     hbm_bytes: float,
     flops: float,
@@ -110,17 +110,18 @@ def _roofline(
 ) -> PassCost:
     """``resident_weight_bytes``: HBM bytes of resident weights among
     ``hbm_bytes`` that get their own roofline term."""
+    hbm_bytes_per_s = mig.hbm_bytes_per_s
     return PassCost(
-        tokens=tokens,
-        rho=rho,
-        c2c_bytes=c2c_bytes,
-        hbm_bytes=hbm_bytes,
-        flops=flops,
-        c2c_s=c2c_bytes / (c2c_gbps * GB),
-        hbm_s=(hbm_bytes - resident_weight_bytes) / mig.hbm_bytes_per_s,
-        compute_s=flops / mig.compute_flops_per_s,
-        overhead_s=overhead_s,
-        resident_weights_s=resident_weight_bytes / mig.hbm_bytes_per_s,
+        tokens,
+        rho,
+        c2c_bytes,
+        hbm_bytes,
+        flops,
+        c2c_bytes / (c2c_gbps * GB),
+        (hbm_bytes - resident_weight_bytes) / hbm_bytes_per_s,
+        flops / mig.compute_flops_per_s,
+        overhead_s,
+        resident_weight_bytes / hbm_bytes_per_s,
     )
 
 
@@ -145,14 +146,7 @@ def gemm_cost(
     y_writes = rho * m * n * dtype_bytes
     accumulate = (1.0 - rho) * tiles.accum_bytes * float(m) * n * k / tiles.asym_block_k
     return _roofline(
-        m,
-        rho,
-        c2c_bytes=c2c,
-        hbm_bytes=x_reads + y_writes + accumulate,
-        flops=2.0 * m * k * n,
-        mig=mig,
-        c2c_gbps=c2c_gbps,
-        overhead_s=overhead_s,
+        m, rho, c2c, x_reads + y_writes + accumulate, 2.0 * m * k * n, mig, c2c_gbps, overhead_s
     )
 
 
@@ -184,43 +178,107 @@ def model_pass_cost(
     ``kv_read_tokens``: KV tokens read from HBM (per layer, all layers counted
     by the model's KV bytes per token).
     """
-    _check(rho, c2c_gbps)
-    if not 0.0 <= resident_fraction <= 1.0:
-        raise ProfileError("resident_fraction", f"must be in [0, 1], got {resident_fraction}")
-    if tokens <= 0:
-        raise ProfileError("tokens", f"must be > 0, got {tokens}")
-    if model.param_bytes <= 0 and not model.has_architecture:
-        raise ProfileError("model.param_bytes", "must be > 0 (or give the architecture)")
-    b = model.weight_dtype_bytes
-    w = model.weights_read_bytes(tokens) if model.has_architecture else float(model.param_bytes)
-    p = w / b
-    row_tiles = math.ceil(tokens / tiles.sym_block_m)
-    weight_reads = w * (rho * row_tiles + (1.0 - rho))
-    c2c = weight_reads * (1.0 - resident_fraction)
-    x_reads = float(tokens) * b * p / tiles.block_n
-    out_cols = p / model.hidden_size if model.hidden_size > 0 else 0.0
-    y_writes = rho * tokens * out_cols * b
-    accumulate = (1.0 - rho) * tiles.accum_bytes * float(tokens) * p / tiles.asym_block_k
-    kv_bytes = model.kv_bytes_per_token() if model.num_layers > 0 else 0
-    kv_traffic = (kv_read_tokens + tokens) * kv_bytes
-    if model.has_architecture:
-        linear_flops = 2.0 * tokens * model.matmul_params_per_token()
-        attn_flops = attended_pairs * model.attention_flops_per_pair()
-    else:
-        linear_flops = 2.0 * tokens * p
-        attn_flops = 0.0
-    resident_reads = weight_reads * resident_fraction
-    return _roofline(
+    return ModelPass(model).cost(
         tokens,
-        rho,
-        c2c_bytes=c2c,
-        hbm_bytes=x_reads + y_writes + accumulate + kv_traffic + resident_reads,
-        flops=linear_flops + attn_flops,
+        rho=rho,
         mig=mig,
         c2c_gbps=c2c_gbps,
+        attended_pairs=attended_pairs,
+        kv_read_tokens=kv_read_tokens,
+        tiles=tiles,
         overhead_s=overhead_s,
-        resident_weight_bytes=resident_reads if resident_reads_overlap else 0.0,
+        resident_fraction=resident_fraction,
+        resident_reads_overlap=resident_reads_overlap,
     )
+
+
+class ModelPass:
+    """model_pass_cost of one model, the terms its architecture fixes
+    (weight bytes read, parameters multiplied per token, KV bytes per
+    token, attention FLOPs per pair) counted once: a caller that costs many
+    passes of one model keeps one."""
+
+    __slots__ = (
+        "_architecture",
+        "_attention_flops",
+        "_costed",
+        "_fixed_weight_bytes",
+        "_hidden",
+        "_kv_bytes",
+        "_matmul_params",
+        "_weight_bytes",
+        "model",
+    )
+
+    def __init__(self, model: ModelProfile) -> None:
+        self.model = model
+        architecture = model.has_architecture
+        self._architecture = architecture
+        self._costed = model.param_bytes > 0 or architecture
+        self._weight_bytes = model.weight_dtype_bytes
+        self._hidden = model.hidden_size
+        # The weight bytes a pass reads, unless they depend on its tokens
+        # (a mixture of experts: the experts they touch).
+        self._fixed_weight_bytes: float | None = float(model.param_bytes)
+        if architecture:
+            self._fixed_weight_bytes = None if model.is_moe else model.weights_read_bytes(1)
+        self._kv_bytes = model.kv_bytes_per_token() if model.num_layers > 0 else 0
+        self._matmul_params = model.matmul_params_per_token() if architecture else 0
+        self._attention_flops = model.attention_flops_per_pair() if architecture else 0
+
+    def cost(
+        self,
+        tokens: int,
+        *,
+        rho: float,
+        mig: MigSliceProfile,
+        c2c_gbps: float,
+        attended_pairs: float = 0.0,
+        kv_read_tokens: float = 0.0,
+        tiles: GemmTiles = DEFAULT_TILES,
+        overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
+        resident_fraction: float = 0.0,
+        resident_reads_overlap: bool = False,
+    ) -> PassCost:
+        """model_pass_cost(self.model, tokens, ...)."""
+        _check(rho, c2c_gbps)
+        if not 0.0 <= resident_fraction <= 1.0:
+            raise ProfileError("resident_fraction", f"must be in [0, 1], got {resident_fraction}")
+        if tokens <= 0:
+            raise ProfileError("tokens", f"must be > 0, got {tokens}")
+        if not self._costed:
+            raise ProfileError("model.param_bytes", "must be > 0 (or give the architecture)")
+        b = self._weight_bytes
+        w = self._fixed_weight_bytes
+        if w is None:
+            w = self.model.weights_read_bytes(tokens)
+        p = w / b
+        row_tiles = math.ceil(tokens / tiles.sym_block_m)
+        weight_reads = w * (rho * row_tiles + (1.0 - rho))
+        c2c = weight_reads * (1.0 - resident_fraction)
+        x_reads = float(tokens) * b * p / tiles.block_n
+        out_cols = p / self._hidden if self._hidden > 0 else 0.0
+        y_writes = rho * tokens * out_cols * b
+        accumulate = (1.0 - rho) * tiles.accum_bytes * float(tokens) * p / tiles.asym_block_k
+        kv_traffic = (kv_read_tokens + tokens) * self._kv_bytes
+        if self._architecture:
+            linear_flops = 2.0 * tokens * self._matmul_params
+            attn_flops = attended_pairs * self._attention_flops
+        else:
+            linear_flops = 2.0 * tokens * p
+            attn_flops = 0.0
+        resident_reads = weight_reads * resident_fraction
+        return _roofline(
+            tokens,
+            rho,
+            c2c,
+            x_reads + y_writes + accumulate + kv_traffic + resident_reads,
+            linear_flops + attn_flops,
+            mig,
+            c2c_gbps,
+            overhead_s,
+            resident_reads if resident_reads_overlap else 0.0,
+        )
 
 
 def required_c2c_gbps(weight_bytes: float, tpot_s: float) -> float:

@@ -134,9 +134,6 @@ def _form_small_batch(
     of running after it)."""
     r = state.requests
     kv_column = r.kv_tokens
-    targets = r.prefill_target
-    gpu_blocks = r.gpu_blocks
-    block_size = state.block_size
     emitting: list[int] = []
     pending: list[int] = []
     pending_left: list[int] = []
@@ -147,27 +144,9 @@ def _form_small_batch(
         passes += 1
         rows = state.running.rows[start:]
         each = rows.tolist()
-        stop = -1
-        for i, row in enumerate(each):
-            kv = kv_column.item(row)
-            left = targets.item(row) - kv
-            if left > 0:
-                pending.append(row)
-                pending_left.append(left)
-                continue
-            if budget <= 0:
-                continue
-            blocks = gpu_blocks.item(row)
-            if kv >= blocks * block_size:
-                if state.free_gpu <= 0:
-                    stop = i
-                    break
-                gpu_blocks[row] = blocks + 1
-                state.free_gpu -= 1
-            kv_column[row] = kv + 1
-            emitting.append(row)
-            context += kv + 1
-            budget -= 1
+        stop, context, budget = _decode_each(
+            state, each, budget, context, emitting, pending, pending_left
+        )
         if stop < 0:
             break
         row = each[stop]
@@ -192,6 +171,73 @@ def _form_small_batch(
     return _with_prefills(
         state, decodes, pending, pending_left, budget=budget, now_s=now_s, max_chunk=max_chunk
     )
+
+
+def form_batch_of(
+    state: EngineState, rows: list[int], budget: int, now_s: float, max_chunk: int | None
+) -> Batch:
+    """The batch form_batch forms were running these rows alone (running
+    rows, in this order; the others held back), when the free GPU blocks
+    hold a new block for each of them (state.free_gpu >= len(rows)): then
+    no decode preempts, and the running rows need not be filtered and put
+    back."""
+    if state.free_gpu < len(rows):
+        raise ValueError(f"{len(rows)} rows may need more than the {state.free_gpu} free blocks")
+    emitting: list[int] = []
+    pending: list[int] = []
+    pending_left: list[int] = []
+    _, context, budget = _decode_each(state, rows, budget, 0, emitting, pending, pending_left)
+    decodes = Batch(0, len(emitting), context, np.array(emitting, dtype=np.int64), 0, _NONE, _NONE)
+    if not pending:
+        return decodes
+    return _with_prefills(
+        state, decodes, pending, pending_left, budget=budget, now_s=now_s, max_chunk=max_chunk
+    )
+
+
+def _decode_each(  # noqa: PLR0917
+    state: EngineState,
+    rows: list[int],
+    budget: int,
+    context: int,
+    emitting: list[int],
+    pending: list[int],
+    pending_left: list[int],
+) -> tuple[int, int, int]:
+    """One pass over running rows, request by request: each that has
+    finished its prefill decodes a token while the budget lasts (into
+    emitting, a new block taken when its KV fills its last one), the others
+    go to pending with the prefill tokens they have left. Stops at the
+    first decode that finds no free block. Returns that decode's position
+    in rows (-1: none), the context and the budget after the pass."""
+    r = state.requests
+    kv_column = r.kv_tokens
+    targets = r.prefill_target
+    gpu_blocks = r.gpu_blocks
+    block_size = state.block_size
+    free = state.free_gpu
+    for row in rows:
+        kv = kv_column.item(row)
+        left = targets.item(row) - kv
+        if left > 0:
+            pending.append(row)
+            pending_left.append(left)
+            continue
+        if budget <= 0:
+            continue
+        blocks = gpu_blocks.item(row)
+        if kv >= blocks * block_size:
+            if free <= 0:
+                state.free_gpu = free
+                return rows.index(row), context, budget
+            gpu_blocks[row] = blocks + 1
+            free -= 1
+        kv_column[row] = kv + 1
+        emitting.append(row)
+        context += kv + 1
+        budget -= 1
+    state.free_gpu = free
+    return -1, context, budget
 
 
 def whole_prefills(state: EngineState, now_s: float) -> Batch | None:

@@ -31,13 +31,19 @@ import numpy as np
 import numpy.typing as npt
 
 from planner.domain.requests import Slo
-from planner.replay.batch import Batch, form_batch, whole_prefills
+from planner.replay.batch import Batch, form_batch, form_batch_of, whole_prefills
 from planner.replay.engine_state import EngineState
-from planner.replay.kv_residency import KvResidency
+from planner.replay.kv_residency import KvResidency, PicksRows
 from planner.replay.models import AttentionPairsCost, IterationCost, TransferCost
 from planner.replay.prefix_cache import PrefixCache
 from planner.replay.records import RequestOutcome, TimelineSample
-from planner.replay.schedulers import EngineView, PlansFromClock, SchedulePlan, Scheduler
+from planner.replay.schedulers import (
+    NO_PLAN,
+    EngineView,
+    PlansFromClock,
+    SchedulePlan,
+    Scheduler,
+)
 from planner.replay.state import IntArray, Phase, RequestColumns, start_candidates
 from planner.replay.tokens import TokenTimes
 from planner.trace.records import TraceRequest
@@ -195,8 +201,9 @@ class BatchingCore:
     an engine that never copies KV (a recompute-only scheduler without eager
     copies). tokens: token times shared with other cores over the same
     request columns. residency, when given, pauses running requests before
-    each decode batch and times every iteration in place of the link term
-    (per-layer KV residency, planner.replay.kv_residency)."""
+    each decode batch (or names those that run: kv_residency.PicksRows) and
+    times every iteration in place of the link term (per-layer KV
+    residency, planner.replay.kv_residency)."""
 
     def __init__(
         self,
@@ -240,6 +247,7 @@ class BatchingCore:
             SKIPS_BLOCKED_HEAD and scheduler.starts_queue_only and prefix is None
         )
         self._plan_at = scheduler.plan_at if isinstance(scheduler, PlansFromClock) else None
+        self._runs = residency.runs if isinstance(residency, PicksRows) else None
 
     # -- one iteration ------------------------------------------------------
 
@@ -251,24 +259,18 @@ class BatchingCore:
         if len(s.in_transit.rows):
             s.start_running(self.now_s)
         queued = s.queued.rows
-        planning_s = 0.0
         if self.scheduler.idle_unless_waiting and not (len(queued) or len(s.rotary.rows)):
             # Nobody waits: such a scheduler has nothing to say.
-            d2h_blocks = h2d_blocks = 0
-            starting = False
+            plan = NO_PLAN
         elif self._skips_blocked_head and (
             not len(queued)
             or len(s.running.rows) + len(s.in_transit.rows) >= cfg.max_running
             or self.requests.start_blocks.item(queued[0]) > s.free_gpu
         ):
             # The queue's head cannot start, so such a scheduler starts nobody.
-            d2h_blocks = h2d_blocks = 0
-            starting = False
+            plan = NO_PLAN
         elif self._plan_at is not None:
             plan = self._plan_at(self.now_s)
-            d2h_blocks, h2d_blocks = self._apply(plan)
-            starting = len(plan.start) > 0
-            planning_s = cfg.planning_s_per_call if plan.asked_policy else 0.0
         else:
             plan = self.scheduler.plan(
                 EngineView(
@@ -286,6 +288,11 @@ class BatchingCore:
                     prefix=self.prefix,
                 )
             )
+        if plan is NO_PLAN:
+            d2h_blocks = h2d_blocks = 0
+            starting = False
+            planning_s = 0.0
+        else:
             d2h_blocks, h2d_blocks = self._apply(plan)
             starting = len(plan.start) > 0
             planning_s = cfg.planning_s_per_call if plan.asked_policy else 0.0
@@ -295,19 +302,28 @@ class BatchingCore:
             s.running.rows = _without(everyone, held)
         residency = self.residency
         # With whole prefills, only a request started now has one to do.
-        whole = whole_prefills(s, self.now_s) if starting and cfg.prefills_alone else None
-        if residency is not None and whole is None:
-            paused = residency.paused(s, self.now_s)
-            if len(paused):
-                s.running.rows = _without(s.running.rows, paused)
-                held = paused
-        batch = (
-            whole
-            if whole is not None
-            else form_batch(
+        batch = whole_prefills(s, self.now_s) if starting and cfg.prefills_alone else None
+        if residency is not None and batch is None:
+            # Rows named to run form the batch alone where none can preempt
+            # and nobody is held back; otherwise the rest is paused.
+            runs = self._runs(s, self.now_s) if self._runs is not None else None
+            if runs is not None and s.free_gpu >= len(runs) and s.running.rows is everyone:
+                batch = form_batch_of(
+                    s, runs, cfg.max_batched_tokens, self.now_s, cfg.max_chunk_tokens
+                )
+            else:
+                paused = (
+                    residency.paused(s, self.now_s)
+                    if runs is None
+                    else _without(s.running.rows, np.array(runs, dtype=np.int64))
+                )
+                if len(paused):
+                    s.running.rows = _without(s.running.rows, paused)
+                    held = paused
+        if batch is None:
+            batch = form_batch(
                 s, cfg.max_batched_tokens, self.now_s, self.scheduler.swaps, cfg.max_chunk_tokens
             )
-        )
         if held is not None and len(held):
             # Back in their places (finished ones leave at emit, below).
             s.running.rows = everyone[self.requests.phase[everyone] == Phase.RUNNING]

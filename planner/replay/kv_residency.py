@@ -11,7 +11,7 @@ topology's LongctxPolicy objects."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from planner.replay.batch import Batch
 from planner.replay.engine_state import EngineState
@@ -41,4 +41,18 @@ class KvResidency(Protocol):
     def emitted(self, state: EngineState, batch: Batch, now_s: float) -> None:
         """After the batch's tokens were emitted at now_s (finished rows
         have left running)."""
+        ...
+
+
+@runtime_checkable
+class PicksRows(Protocol):
+    """A KV residency that names the running rows that run (rather than
+    those paused): the core forms the batch on those rows alone
+    (batch.form_batch_of) without taking the others out of running and
+    putting them back, where no decode can preempt; elsewhere it pauses the
+    rest. runs() stands for paused() before the batch."""
+
+    def runs(self, state: EngineState, now_s: float) -> list[int]:
+        """Before a batch: the running rows that run in it, each once (the
+        residency plan for them is kept for timed)."""
         ...

@@ -14,12 +14,13 @@ requests at the queue's front whose KV is in host memory swap back in while
 they fit (at the slice's share of the link: the request is ready then, the
 iteration is not stalled); the queue's head prefills when its chunk fits,
 admitted to the core if it is new to the slice. A request that fits not
-even alone on the slice is rejected. paused() holds back every running
-request but the turn's ready decodes and its one prefilling request (its
-chunk is the request's own chunk_tokens); timed() times the pass by the
-wiring's cost model (weights partly resident, the rest streamed over the
-link the slices share) in place of the core's compute and link terms;
-emitted() moves a finished prefill into the model's running requests.
+even alone on the slice is rejected. runs() names the running requests
+that run, the turn's ready decodes and its one prefilling request (its
+chunk is the request's own chunk_tokens), the core holding back the rest;
+timed() times the pass by the wiring's cost model (weights partly
+resident, the rest streamed over the link the slices share) in place of
+the core's compute and link terms; emitted() moves a finished prefill
+into the model's running requests.
 
 KV is counted in tokens. The core's block pool (one-token blocks) never
 limits: the slice's KV room is its HBM less the resident weights
@@ -38,12 +39,9 @@ from planner.profiles.mig import GB
 from planner.replay.batch import Batch
 from planner.replay.engine_state import FINISHED, QUEUED, EngineState
 from planner.replay.kv_residency import ResidentIteration
-from planner.replay.schedulers import EngineView, SchedulePlan
+from planner.replay.schedulers import NO_PLAN, EngineView, SchedulePlan
 from planner.replay.serverless_slices import NOBODY, Resident, Slice, SlicedRequest
 from planner.replay.state import IntArray
-
-_NOTHING = SchedulePlan()
-_NO_ROWS: IntArray = np.zeros(0, dtype=np.int64)
 
 
 class Turn(NamedTuple):
@@ -120,6 +118,8 @@ class ModelResidency:
     copies_only_unless_waiting = False
     running_first = False
     starts_queue_only = False
+    # Its slice, once bound (the slice's core is built with it).
+    slice: Slice
 
     def __init__(
         self, turns: SliceTurns, *, max_running: int, kv_token_bytes: float, link_gbps: float
@@ -128,9 +128,9 @@ class ModelResidency:
         self._max_running = max_running
         self._kv_token_bytes = kv_token_bytes
         self._link_bytes_per_s = link_gbps * GB
-        self._slice: Slice | None = None
         self.turn = NO_TURN
-        self._pass = Pass(0, 0, 0)
+        # The turn's prefill: the tokens its request had prefilled before.
+        self._start = 0
         self._now_s = 0.0
         # The core's finished count before this iteration's tokens.
         self._finished = 0
@@ -139,12 +139,7 @@ class ModelResidency:
         self.rejected = 0
 
     def bind(self, s: Slice) -> None:
-        self._slice = s
-
-    @property
-    def slice(self) -> Slice:
-        assert self._slice is not None, "model residency used before its slice was bound"
-        return self._slice
+        self.slice = s
 
     # -- the core's scheduler -----------------------------------------------
 
@@ -157,34 +152,39 @@ class ModelResidency:
         head = turn.head
         if head is not None and self.slice.core.requests.phase.item(head.row) == QUEUED:
             return SchedulePlan(start=np.array([head.row], dtype=np.int64))
-        return _NOTHING
+        return NO_PLAN
 
     def _next_turn(self, now: float) -> Turn:
         """The resident to run now with its prefill head and ready decodes,
         its KV moves made; NO_TURN when no resident has tokens to run."""
         s = self.slice
-        if not s.residents:
-            return NO_TURN
-        ready = [r.ready_s <= now and r.in_flight > 0 for r in s.residents]
-        deadlines: list[float | None]
-        if sum(ready) > 1:
-            per_token = self._turns.prefill_s_per_token(s)
-            deadlines = [
-                min(q.start_by(per_token) for q in r.requests) if can else None
-                for r, can in zip(s.residents, ready, strict=True)
-            ]
-        else:
+        residents = s.residents
+        ready = [i for i, r in enumerate(residents) if r.ready_s <= now and (r.queue or r.running)]
+        if len(ready) <= 1:
             # One resident can run at most: no deadline to weigh.
-            deadlines = [0.0 if can else None for can in ready]
-        while (i := next_turn(deadlines, s.turn)) is not None:
-            r = s.residents[i]
-            head = self._admit(r, now)
-            decodes = [q for q in r.running if q.ready_s <= now]
-            if head is not None or decodes:
-                s.turn = i
-                return Turn(r, head, decodes)
-            deadlines[i] = None
+            return self._turn_of(ready[0], now) if ready else NO_TURN
+        per_token = self._turns.prefill_s_per_token(s)
+        deadlines: list[float | None] = [None] * len(residents)
+        for i in ready:
+            deadlines[i] = min(q.start_by(per_token) for q in residents[i].requests)
+        while (k := next_turn(deadlines, s.turn)) is not None:
+            turn = self._turn_of(k, now)
+            if turn is not NO_TURN:
+                return turn
+            deadlines[k] = None
         return NO_TURN
+
+    def _turn_of(self, i: int, now: float) -> Turn:
+        """Resident i's turn now, its KV moves made (NO_TURN: it has no
+        tokens to run)."""
+        s = self.slice
+        r = s.residents[i]
+        head = self._admit(r, now)
+        decodes = [q for q in r.running if q.ready_s <= now]
+        if head is None and not decodes:
+            return NO_TURN
+        s.turn = i
+        return Turn(r, head, decodes)
 
     def _admit(self, r: Resident, now: float) -> SlicedRequest | None:
         """Make KV room for ``r``'s turn and pick the request to prefill: swap
@@ -192,7 +192,6 @@ class ModelResidency:
         fit, move swapped requests at the front of its queue back in when
         they fit, and return its queue head when that chunk fits."""
         s = self.slice
-        state = s.core.state
         turns = self._turns
         cap = s.kv_capacity
         used = s.kv_used
@@ -200,6 +199,7 @@ class ModelResidency:
             s, used + len(r.running), r, r.running, r.running[:-1]
         ):
             cap = s.kv_capacity
+        state = s.core.state
         while r.running and used + len(r.running) > cap:
             q = r.running.pop()
             used -= q.kv_tokens
@@ -257,29 +257,31 @@ class ModelResidency:
 
     # -- the core's KV residency ----------------------------------------------
 
-    def paused(self, state: EngineState, now_s: float) -> IntArray:
+    def runs(self, state: EngineState, now_s: float) -> list[int]:
         turn = self.turn
         head = turn.head
-        running = state.running.rows
         self._now_s = now_s
         self._finished = state.finished
         if turn.resident is NOBODY:
-            return running
-        self._pass = Pass(
-            min(head.chunk, head.prompt_tokens - head.prefilled) if head is not None else 0,
-            sum(q.prompt_tokens + q.generated for q in turn.decodes),
-            head.prefilled if head is not None else 0,
-        )
-        if len(turn.decodes) + (head is not None) == len(running):
-            return _NO_ROWS  # every running request runs (they are all the turn's)
-        runs = {q.row for q in turn.decodes}
+            return []
+        rows = [q.row for q in turn.decodes]
+        self._start = 0
         if head is not None:
-            runs.add(head.row)
-        held = [row for row in running.tolist() if row not in runs]
+            self._start = head.prefilled
+            rows.append(head.row)
+        return rows
+
+    def paused(self, state: EngineState, now_s: float) -> IntArray:
+        runs = set(self.runs(state, now_s))
+        held = [row for row in state.running.rows.tolist() if row not in runs]
         return np.array(held, dtype=np.int64)
 
     def timed(self, batch: Batch, compute_s: float) -> ResidentIteration:
-        seconds = self._turns.pass_s(self.slice, self.turn, self._pass, self._now_s)
+        # The batch's context is each decode's KV after it (its prompt and
+        # its tokens so far) and the prefill's (its start and its chunk).
+        chunk = batch.prefill_tokens
+        work = Pass(chunk, batch.context_tokens - self._start - chunk, self._start)
+        seconds = self._turns.pass_s(self.slice, self.turn, work, self._now_s)
         return ResidentIteration(seconds, 0.0, 0, 0)
 
     def emitted(self, state: EngineState, batch: Batch, now_s: float) -> None:

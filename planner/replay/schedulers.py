@@ -63,6 +63,11 @@ class SchedulePlan(NamedTuple):
     asked_policy: bool = False
 
 
+# The plan that does nothing: a scheduler that returns this object spares
+# the engine carrying it out.
+NO_PLAN = SchedulePlan()
+
+
 class EngineView(NamedTuple):
     """What a scheduler may read (and must not change): every request's
     columns, and the rows of the queues in the engine's order: queued by

@@ -88,10 +88,10 @@ from planner.profiles.c2c_cost import (
     DEFAULT_MEMORY_UTILIZATION,
     RUNTIME_RESERVE_BYTES,
     GemmTiles,
+    ModelPass,
     best_static_rho,
     chunk_table,
     kv_capacity_tokens,
-    model_pass_cost,
 )
 from planner.profiles.mig import GB, MigSliceProfile
 from planner.profiles.models import ModelProfile
@@ -407,6 +407,12 @@ class ServerlessEngine:
             )
             for i, t in enumerate(trace)
         ]
+        self._priorities = [
+            float(t.priority) if t.priority is not None else 1.0 for t in self._requests
+        ]
+        # A resident with requests in flight has a priority between these.
+        self._lowest_priority = min(self._priorities, default=1.0)
+        self._highest_priority = max(self._priorities, default=1.0)
         self._columns = RequestColumns.from_trace(self._requests, config.slo)
         self._tokens = TokenTimes(self._columns.output_tokens)
         self._residency = [
@@ -441,9 +447,13 @@ class ServerlessEngine:
             residency.bind(x)
         self._per_slice = config.max_models_per_slice if self._p.shares else 1
         self._weight_bytes = float(config.model.param_bytes)
+        self._model_pass = ModelPass(config.model)
+        self._hbm_gbps = [p.hbm_bytes_per_s / GB for p in config.slices]
         self._kv_token_bytes = float(config.model.kv_bytes_per_token())
         self._tpot = config.slo.tbt_s
         self._streamed_bytes = self._weight_bytes - self._planned_resident_bytes()
+        # Each model as the policy sees it (weight 1), by name.
+        self._models: dict[str, ServerlessModel] = {}
         self._cache_chunk: dict[tuple[str, int], int] = {}
         self._cache_tiles: dict[tuple[str, bool], GemmTiles] = {}
         self._cache_rho: dict[tuple[str, bool], float] = {}
@@ -527,10 +537,15 @@ class ServerlessEngine:
         return float(resident_split([self._weight_bytes] * k, free, kv)[0])
 
     def _serverless_model(self, name: str, weight: float = 1.0) -> ServerlessModel:
+        if weight == 1.0 and (known := self._models.get(name)) is not None:
+            return known
         hbm = RUNTIME_RESERVE_BYTES + (0.0 if self._p.streams else self._weight_bytes)
-        return ServerlessModel(
+        model = ServerlessModel(
             name, int(self._streamed_bytes), self._tpot, hbm_bytes=int(hbm), weight=weight
         )
+        if weight == 1.0:
+            self._models[name] = model
+        return model
 
     def _demand(self, r: Resident) -> float:
         """The C2C bandwidth its decode needs: what it streams per TPOT."""
@@ -538,9 +553,13 @@ class ServerlessEngine:
             return 0.0
         return max(0.0, self._weight_bytes - r.resident_bytes) / self._tpot / GB
 
-    @staticmethod
-    def _priority(r: Resident) -> float:
-        return max((q.priority for q in r.requests), default=r.priority)
+    def _priority(self, r: Resident) -> float:
+        """The highest priority of ``r``'s requests (its own without any)."""
+        if not r.in_flight:
+            return r.priority
+        if self._lowest_priority == self._highest_priority:
+            return self._highest_priority
+        return max(q.priority for q in r.requests)
 
     def _states(self, now: float) -> list[SliceState]:
         """One entry per resident model, one empty entry per idle slice. A
@@ -550,9 +569,12 @@ class ServerlessEngine:
         for s in self._slices:
             if not s.residents:
                 out.append(SliceState(s.id, s.profile))
-            leavers = [r for r in s.residents if r.leaving]
-            extra_in_flight = sum(r.in_flight for r in leavers)
-            extra_demand = sum(self._demand(r) for r in leavers)
+                continue
+            extra_in_flight, extra_demand = 0, 0.0
+            for r in s.residents:
+                if r.leaving:
+                    extra_in_flight += r.in_flight
+                    extra_demand += self._demand(r)
             for r in s.residents:
                 if r.successor is not None or r.leaving:
                     continue  # draining: its successor stands for the place
@@ -567,7 +589,8 @@ class ServerlessEngine:
                         in_flight=len(on) + extra_in_flight,
                         last_used_s=r.last_used_s,
                         active_since_s=r.active_since_s,
-                        slack_s=min((q.slack_s(now) for q in on), default=math.inf),
+                        # The least slack is the earliest deadline's.
+                        slack_s=min(q.deadline_s for q in on) - now if on else math.inf,
                     )
                 )
                 extra_in_flight, extra_demand = 0, 0.0
@@ -580,11 +603,13 @@ class ServerlessEngine:
         deadline: dict[str, float] = {}
         for r in self._pending:
             m = r.model
+            d = r.deadline_s
             if m not in first:
-                first[m], count[m], top[m], deadline[m] = r, 0, r.priority, r.deadline_s
+                first[m], count[m], top[m], deadline[m] = r, 1, r.priority, d
+                continue
             count[m] += 1
             top[m] = max(top[m], r.priority)
-            deadline[m] = min(deadline[m], r.deadline_s)
+            deadline[m] = min(deadline[m], d)
         return [
             WaitingModel(
                 self._serverless_model(m), top[m], r.waiting_since, count[m], deadline[m] - now
@@ -599,10 +624,11 @@ class ServerlessEngine:
     # -- per-policy choices ------------------------------------------------
     def _tiles(self, s: Slice, tokens: int) -> GemmTiles:
         key = (s.profile.name, tokens <= 64)
-        if key not in self._cache_tiles:
+        tiles = self._cache_tiles.get(key)
+        if tiles is None:
             k = choose_kernel(precision=self.config.precision, tokens=tokens, mig=s.profile)
-            self._cache_tiles[key] = GemmTiles(k.sym_block_m, k.block_n, k.asym_block_k)
-        return self._cache_tiles[key]
+            tiles = self._cache_tiles[key] = GemmTiles(k.sym_block_m, k.block_n, k.asym_block_k)
+        return tiles
 
     def _chunk(self, s: Slice, prompt: int) -> int:
         if self._p.chunk == STATIC:
@@ -628,7 +654,7 @@ class ServerlessEngine:
         return self._p.resident_like_hbm and self._weight_bytes - r.resident_bytes < 1024.0
 
     def _rho(self, s: Slice, r: Resident, tokens: int) -> float:
-        if self._runs_as_hbm(r):
+        if self._p.rho not in (BEST_STATIC, TUNER) or self._runs_as_hbm(r):
             return 0.0
         if self._p.rho == BEST_STATIC:
             key = (s.profile.name, tokens <= 64)
@@ -655,7 +681,9 @@ class ServerlessEngine:
             return False
         top = self._pending_priority
         residents = [r for s in self._slices for r in s.residents]
-        if any(r.in_flight and self._priority(r) < top for r in residents):
+        if top > self._lowest_priority and any(
+            r.in_flight and self._priority(r) < top for r in residents
+        ):
             return True
         p = self.config.preemption
         urgent = self._pending_deadline - now <= p.urgent_slack_s
@@ -1066,8 +1094,7 @@ class ServerlessEngine:
         context = sum(q.prompt_tokens + q.generated for q in decodes)
         all_kept = self._p.resident_like_hbm and self._weight_bytes - kept < 1024.0
         rho = 0.0 if all_kept or r.tuner is None else r.tuner.state.rho
-        cost = model_pass_cost(
-            self.config.model,
+        cost = self._model_pass.cost(
             len(decodes),
             rho=rho,
             mig=s.profile,
@@ -1180,9 +1207,9 @@ class ServerlessEngine:
             s.iter_end_s = max(now, min(starts))
             self._loop.push(SliceIterates(s.iter_end_s, s.index))
 
-    def _share(self, s: Slice) -> tuple[float, list[Slice]]:
+    def _share(self, s: Slice) -> tuple[float, Sequence[Slice]]:
         if not self._p.streams:
-            return s.profile.hbm_bytes_per_s / GB, []
+            return self._hbm_gbps[s.index], ()
         others = [o for o in self._slices if o is not s and o.rate_gbps > 0]
         return self.config.link_gbps / (1 + len(others)), others
 
@@ -1193,8 +1220,7 @@ class ServerlessEngine:
         key = (s.profile.name, -1)
         if key not in self._cache_chunk:
             tokens = self.config.static_chunk
-            cost = model_pass_cost(
-                self.config.model,
+            cost = self._model_pass.cost(
                 tokens,
                 rho=0.0,
                 mig=s.profile,
@@ -1226,8 +1252,7 @@ class ServerlessEngine:
         pairs = float(context) + chunk * (start + chunk / 2.0)
         rho = self._rho(s, r, tokens)
         share, others = self._share(s)
-        cost = model_pass_cost(
-            cfg.model,
+        cost = self._model_pass.cost(
             tokens,
             rho=rho,
             mig=s.profile,
@@ -1261,15 +1286,16 @@ class ServerlessEngine:
 
     def _iterate(self, s: Slice, now: float) -> None:
         s.busy = False
-        for done in [x for x in s.residents if x.successor is not None and not x.in_flight]:
-            self._finish_drain(s, done, now)
-            if s.busy:
-                return
+        if self._drains:  # a resident has a successor only once a drain started
+            for done in [x for x in s.residents if x.successor is not None and not x.in_flight]:
+                self._finish_drain(s, done, now)
+                if s.busy:
+                    return
         if self._p.shares_when_light and self._shed(s, now) and s.busy:
             return
         if self._p.ends_shares and len(s.residents) > 1 and self._end_share(s, now) and s.busy:
             return
-        if self._may_preempt(now):
+        if self._p.preempts and self._may_preempt(now):
             self._schedule(now)
             if s.busy:
                 return
@@ -1297,7 +1323,8 @@ class ServerlessEngine:
         s.busy = True
         s.iter_end_s = end
         self._loop.push(SliceIterates(end, s.index))
-        self._top_up(s, r, now)
+        if self._p.keeps_resident:
+            self._top_up(s, r, now)
 
     def _shed(self, s: Slice, now: float) -> bool:
         """A shared slice busier than ``share_max_in_flight`` sheds the
@@ -1504,7 +1531,7 @@ class ServerlessEngine:
                     columns,
                     i,
                     t.model or DEFAULT_MODEL,
-                    float(t.priority) if t.priority is not None else 1.0,
+                    self._priorities[i],
                     t.prompt_tokens,
                     t.output_tokens,
                     t.arrival_s,

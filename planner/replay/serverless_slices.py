@@ -189,13 +189,15 @@ class Slice:
         """KV tokens on the slice (its requests' whose KV is not in host
         memory)."""
         kv = self.core.requests.kv_tokens
-        return sum(
-            kv.item(q.row)
-            for r in self.residents
-            for part in (r.queue, r.running)
-            for q in part
-            if not q.kv_in_host
-        )
+        used = 0
+        for r in self.residents:
+            for q in r.queue:
+                if not q.kv_in_host:
+                    used += kv.item(q.row)
+            for q in r.running:
+                if not q.kv_in_host:
+                    used += kv.item(q.row)
+        return used
 
     def resident(self, model: str) -> Resident | None:
         """Its resident ``model`` that takes requests (not draining)."""

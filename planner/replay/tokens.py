@@ -13,13 +13,15 @@ from planner.replay.state import IntArray
 
 
 class TokenTimes:
-    __slots__ = ("_before_first", "_ends_s", "_first", "_iteration")
+    __slots__ = ("_before_first", "_ends_s", "_first", "_first_of", "_iteration")
 
     def __init__(self, output_tokens: IntArray) -> None:
         sizes = np.maximum(output_tokens, 1)
         ends = np.cumsum(sizes)
         self._first: IntArray = ends - sizes
         self._before_first = self._first - 1
+        # The same as Python ints, for a few rows at a time.
+        self._first_of: list[int] = self._first.tolist()
         self._iteration = np.full(int(ends[-1]) if len(ends) else 0, -1, dtype=np.int32)
         # When each iteration that emitted tokens ended; -1 above: no token yet.
         self._ends_s: list[float] = []
@@ -33,10 +35,10 @@ class TokenTimes:
         """record for a few rows, one by one: each of rows emitted its token
         number before[i] + 1 at time_s."""
         iteration = self._iteration
-        first = self._first
+        first = self._first_of
         index = len(self._ends_s)
         for row, count in zip(rows, before, strict=True):
-            iteration[first.item(row) + count] = index
+            iteration[first[row] + count] = index
         self._ends_s.append(time_s)
 
     def record_each(self, rows: IntArray, numbers: IntArray, times_s: list[float]) -> None:
