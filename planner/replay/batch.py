@@ -132,8 +132,7 @@ def _form_small_batch(
     same order (a pass over running up to a decode that finds no free
     block, that one grows by preempting, the next pass over what is left
     of running after it)."""
-    r = state.requests
-    kv_column = r.kv_tokens
+    kv_column = state.scalars.kv_tokens
     emitting: list[int] = []
     pending: list[int] = []
     pending_left: list[int] = []
@@ -150,7 +149,7 @@ def _form_small_batch(
         if stop < 0:
             break
         row = each[stop]
-        kv = kv_column.item(row)
+        kv = kv_column[row]
         grown, moved = state.grow(row, swaps)
         copied += moved
         if grown:
@@ -210,22 +209,22 @@ def _decode_each(  # noqa: PLR0917
     go to pending with the prefill tokens they have left. Stops at the
     first decode that finds no free block. Returns that decode's position
     in rows (-1: none), the context and the budget after the pass."""
-    r = state.requests
-    kv_column = r.kv_tokens
-    targets = r.prefill_target
-    gpu_blocks = r.gpu_blocks
+    scalars = state.scalars
+    kv_column = scalars.kv_tokens
+    targets = scalars.prefill_target
+    gpu_blocks = scalars.gpu_blocks
     block_size = state.block_size
     free = state.free_gpu
     for row in rows:
-        kv = kv_column.item(row)
-        left = targets.item(row) - kv
+        kv = kv_column[row]
+        left = targets[row] - kv
         if left > 0:
             pending.append(row)
             pending_left.append(left)
             continue
         if budget <= 0:
             continue
-        blocks = gpu_blocks.item(row)
+        blocks = gpu_blocks[row]
         if kv >= blocks * block_size:
             if free <= 0:
                 state.free_gpu = free
@@ -287,13 +286,14 @@ def _with_prefills(
     chunks: list[int] = []
     cap = budget if max_chunk is None else max_chunk
     own_caps = r.chunk_tokens
+    kv_column = state.scalars.kv_tokens
     for row, to_go in zip(rows, left, strict=True):
         if budget <= 0:
             break
         own = own_caps.item(row)
         chunk = min(to_go, budget, cap) if own == 0 else min(to_go, budget, cap, own)
-        kv = int(r.kv_tokens[row]) + chunk
-        r.kv_tokens[row] = kv
+        kv = kv_column[row] + chunk
+        kv_column[row] = kv
         if prefix is not None:
             prefix.computed(row, kv)
         r.last_prefill_s[row] = now_s

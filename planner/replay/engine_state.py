@@ -22,6 +22,7 @@ import numpy as np
 
 from planner.replay.prefix_cache import PrefixCache
 from planner.replay.queues import RequestQueue
+from planner.replay.scalar_columns import ScalarColumns
 from planner.replay.state import (
     IntArray,
     Phase,
@@ -73,6 +74,7 @@ class EngineState:
         self.rotary = RequestQueue(Phase.ROTARY)  # by preemption
         self.in_transit = RequestQueue(Phase.IN_TRANSIT)
         self.tokens = tokens if tokens is not None else TokenTimes(requests.output_tokens)
+        self.scalars = ScalarColumns(requests)
         self.preemptions = 0
         self.swap_outs = 0
         self.swap_ins = 0
@@ -485,21 +487,21 @@ class EngineState:
     def _emit_each(self, rows: IntArray, now_s: float) -> IntArray:
         """emit's tokens request by request (a few rows); returns the rows
         done."""
-        r = self.requests
-        generated = r.generated
-        output_tokens = r.output_tokens
-        first_token_s = r.first_token_s
-        last_token_s = r.last_token_s
+        scalars = self.scalars
+        generated = scalars.generated
+        output_tokens = scalars.output_tokens
+        first_token_s = scalars.first_token_s
+        last_token_s = scalars.last_token_s
         each = rows.tolist()
         before: list[int] = []
         done: list[int] = []
         for row in each:
-            count = generated.item(row)
+            count = generated[row]
             if count == 0:
                 first_token_s[row] = now_s
             generated[row] = count + 1
             last_token_s[row] = now_s
-            if count + 1 >= output_tokens.item(row):
+            if count + 1 >= output_tokens[row]:
                 done.append(row)
             before.append(count)
         self.tokens.record_rows(each, before, now_s)

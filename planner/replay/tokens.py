@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.replay.scalar_columns import int_view
 from planner.replay.state import IntArray
 
 
 class TokenTimes:
-    __slots__ = ("_before_first", "_ends_s", "_first", "_first_of", "_iteration")
+    __slots__ = ("_before_first", "_ends_s", "_first", "_first_of", "_iteration", "_slots")
 
     def __init__(self, output_tokens: IntArray) -> None:
         sizes = np.maximum(output_tokens, 1)
@@ -23,6 +24,8 @@ class TokenTimes:
         # The same as Python ints, for a few rows at a time.
         self._first_of: list[int] = self._first.tolist()
         self._iteration = np.full(int(ends[-1]) if len(ends) else 0, -1, dtype=np.int32)
+        # The same, written one slot at a time.
+        self._slots = int_view(self._iteration)
         # When each iteration that emitted tokens ended; -1 above: no token yet.
         self._ends_s: list[float] = []
 
@@ -34,7 +37,7 @@ class TokenTimes:
     def record_rows(self, rows: list[int], before: list[int], time_s: float) -> None:
         """record for a few rows, one by one: each of rows emitted its token
         number before[i] + 1 at time_s."""
-        iteration = self._iteration
+        iteration = self._slots
         first = self._first_of
         index = len(self._ends_s)
         for row, count in zip(rows, before, strict=True):
