@@ -163,7 +163,7 @@ def _form_small_batch(
         # Everyone decoded: the batch's rows are running's, in order.
         decoding = rows
     else:
-        decoding = np.array(emitting, dtype=np.int64)
+        decoding = state.last_emitting.array(emitting)
     decodes = Batch(0, decode_tokens, context, decoding, copied, _NONE, _NONE)
     if not pending:
         return decodes
@@ -186,7 +186,7 @@ def form_batch_of(
     pending: list[int] = []
     pending_left: list[int] = []
     _, context, budget = _decode_each(state, rows, budget, 0, emitting, pending, pending_left)
-    decodes = Batch(0, len(emitting), context, np.array(emitting, dtype=np.int64), 0, _NONE, _NONE)
+    decodes = Batch(0, len(emitting), context, state.last_emitting.array(emitting), 0, _NONE, _NONE)
     if not pending:
         return decodes
     return _with_prefills(

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from planner.replay.last_rows import LastRows
 from planner.replay.prefix_cache import PrefixCache
 from planner.replay.queues import RequestQueue
 from planner.replay.scalar_columns import ScalarColumns
@@ -75,6 +76,7 @@ class EngineState:
         self.in_transit = RequestQueue(Phase.IN_TRANSIT)
         self.tokens = tokens if tokens is not None else TokenTimes(requests.output_tokens)
         self.scalars = ScalarColumns(requests)
+        self.last_emitting = LastRows()
         self.preemptions = 0
         self.swap_outs = 0
         self.swap_ins = 0
@@ -492,7 +494,7 @@ class EngineState:
         output_tokens = scalars.output_tokens
         first_token_s = scalars.first_token_s
         last_token_s = scalars.last_token_s
-        each = rows.tolist()
+        each = self.last_emitting.rows(rows)
         before: list[int] = []
         done: list[int] = []
         for row in each:
