@@ -37,5 +37,5 @@ class LastRows:
 
 def _read_only(rows: list[int]) -> IntArray:
     array = np.array(rows, dtype=np.int64)
-    array.flags.writeable = False
+    array.setflags(write=False)
     return array
