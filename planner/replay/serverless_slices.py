@@ -188,15 +188,15 @@ class Slice:
     def kv_used(self) -> int:
         """KV tokens on the slice (its requests' whose KV is not in host
         memory)."""
-        kv = self.core.requests.kv_tokens
+        kv = self.core.state.scalars.kv_tokens
         used = 0
         for r in self.residents:
             for q in r.queue:
                 if not q.kv_in_host:
-                    used += kv.item(q.row)
+                    used += kv[q.row]
             for q in r.running:
                 if not q.kv_in_host:
-                    used += kv.item(q.row)
+                    used += kv[q.row]
         return used
 
     def resident(self, model: str) -> Resident | None:
