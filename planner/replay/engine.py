@@ -1,8 +1,10 @@
 """The single-engine topology: one batching core (planner.replay.
 batching_core: continuous batching with chunked prefill, paged KV in GPU and
 CPU block pools, swaps through a link model, preemption by swap or
-recompute) fed the trace's arrivals and run iteration by iteration on its
-own clock; each iteration, arrivals join the queue first.
+recompute) fed the trace's arrivals and run on the replay's event loop
+(planner.replay.events, with the events of planner.replay.engine_events:
+arrivals due, the engine iterating, the drain limit); before each
+iteration, the arrivals up to its start join the queue.
 
 Requests that cannot run are rejected on arrival (never queued, reported
 unfinished), the same ones under every policy: those whose KV at the last
@@ -42,6 +44,8 @@ from planner.replay.batching_core import (
     never_fits,
     request_outcomes,
 )
+from planner.replay.engine_events import ArrivalsDue, DrainLimit, EngineIterates, EngineWiring
+from planner.replay.events import EventLoop
 from planner.replay.kv_residency import KvResidency
 from planner.replay.models import AttentionPairsCost, IterationCost, TransferCost
 from planner.replay.prefix_cache import PrefixCache
@@ -59,7 +63,7 @@ _QUIET_STRETCH_MAX = 64
 
 class Engine(BatchingCore):
     """The single-engine topology: one batching core fed the trace's
-    arrivals, run iteration by iteration on its own clock."""
+    arrivals, run on the event loop (the EngineWiring of engine_events)."""
 
     def __init__(
         self,
@@ -118,7 +122,12 @@ class Engine(BatchingCore):
             else never_fits(r, config.gpu_kv_blocks, config.block_size_tokens)
         )
         self._next_arrival = 0
-        self._stop_after_s = math.inf
+        self._events: EventLoop[EngineWiring] = EventLoop()
+        self._iterating = False
+        self._ended = False
+        self._progress: Callable[[float], None] | None = None
+        # While the clock is below this, iterations run in place (see iterate).
+        self._in_place_before_s = math.inf
 
     # -- the loop ---------------------------------------------------------
 
@@ -153,32 +162,67 @@ class Engine(BatchingCore):
         )
 
     def drive(self, progress: Callable[[float], None] | None = None) -> None:
-        """Runs the trace to its end (or the drain limit): arrivals join the
-        queue, the core iterates, idle stretches are skipped."""
+        """Runs the trace to its end (or the drain limit) on the event loop
+        (planner.replay.engine_events): arrivals join the queue, the core
+        iterates, idle stretches are skipped."""
         arrivals = self._arrivals_s
-        last_arrival = arrivals[-1] if arrivals else 0.0
-        self._stop_after_s = last_arrival + self.config.drain_limit_s
+        self._progress = progress
+        self._iterating = False
+        self._ended = False
+        if arrivals:
+            events = self._events
+            events.push(ArrivalsDue(arrivals[0]))
+            events.push(DrainLimit(arrivals[-1] + self.config.drain_limit_s))
+            events.run(self, self._has_ended)
+        self._progress = None
+
+    def _has_ended(self) -> bool:
+        return self._ended
+
+    # -- the events (planner.replay.engine_events) ----------------------------
+
+    def arrive(self, now_s: float) -> None:
+        if not self._iterating:
+            self.now_s = max(self.now_s, now_s)
+        self._arrive()
+        arrivals = self._arrivals_s
+        if self._next_arrival < len(arrivals):
+            self._events.push(ArrivalsDue(arrivals[self._next_arrival]))
+        if not self._iterating:
+            self._iterating = True
+            self._events.push(EngineIterates(self.now_s))
+
+    def iterate(self, now_s: float) -> None:
+        """Iterations from now_s (the engine's clock), in place (quiet
+        stretches in one step) while no other event would pop before the
+        next one; then the next EngineIterates, or none while the engine
+        waits for an arrival (it has nothing to do, or its last iteration
+        did nothing: _stalled)."""
+        state = self.state
+        progress = self._progress
+        self._in_place_before_s = before_s = self._events.in_place_before_s(EngineIterates.priority)
         while True:
-            self._arrive()
-            if not self.state.active():
-                if self._next_arrival >= len(arrivals):
-                    break
-                self.now_s = max(self.now_s, arrivals[self._next_arrival])
-                continue
-            if self.now_s > self._stop_after_s:
-                break
-            if self._quiet_stretch(progress):
-                continue
-            preemptions = self.state.preemptions
-            self._iteration()
-            if progress is not None:
-                progress(self.now_s)
-            if self._stalled(preempted=self.state.preemptions > preemptions):
-                if self._next_arrival >= len(arrivals):
-                    break
-                self.now_s = max(self.now_s, arrivals[self._next_arrival])
+            if not state.active():
+                self._iterating = False
+                return
+            if not self._quiet_stretch(progress):
+                preemptions = state.preemptions
+                self._iteration()
+                if progress is not None:
+                    progress(self.now_s)
+                if self._stalled(preempted=state.preemptions > preemptions):
+                    self._iterating = False
+                    return
+            if self.now_s >= before_s:
+                self._events.push(EngineIterates(self.now_s))
+                return
+
+    def end(self, now_s: float) -> None:
+        """The drain limit: what is left stays unfinished."""
+        self._ended = True
 
     def _arrive(self) -> None:
+        """The arrivals up to the clock join the queue (or are rejected)."""
         arrivals = self._arrivals_s
         first = self._next_arrival
         if first >= len(arrivals) or arrivals[first] > self.now_s:
@@ -232,10 +276,7 @@ class Engine(BatchingCore):
             return False
         decoding = len(s.running)
         context = int(self.requests.kv_tokens[s.running.rows].sum())
-        arrivals = self._arrivals_s
-        next_arrival_s = (
-            arrivals[self._next_arrival] if self._next_arrival < len(arrivals) else math.inf
-        )
+        before_s = self._in_place_before_s
         used_before = cfg.gpu_kv_blocks - s.free_gpu
         cpu_used = cfg.cpu_kv_blocks - s.free_cpu
         # The clock and counters as locals: this loop is most of a light run.
@@ -243,7 +284,7 @@ class Engine(BatchingCore):
         compute_s = 0.0
         times_s: list[float] = []
         for taken in growth:
-            if times_s and (next_arrival_s <= now_s or now_s > self._stop_after_s):
+            if times_s and now_s >= before_s:
                 break
             context += decoding
             compute_s = self.cost.iteration_time_s(0, decoding, context)
@@ -297,10 +338,7 @@ class Engine(BatchingCore):
         kv = r.kv_tokens[rows]
         context = int(kv.sum())
         bs = cfg.block_size_tokens
-        arrivals = self._arrivals_s
-        next_arrival_s = (
-            arrivals[self._next_arrival] if self._next_arrival < len(arrivals) else math.inf
-        )
+        before_s = self._in_place_before_s
         scheduler, cost = self.scheduler, self.cost
         no_rows = s.queued.rows
         now_s, stalled_s, peak = self.now_s, self._stall_s, self._peak_gpu
@@ -310,7 +348,7 @@ class Engine(BatchingCore):
         times_s: list[float] = []
         eager_order: IntArray | None = None
         for _ in range(len(growth)):
-            if times_s and (next_arrival_s <= now_s or now_s > self._stop_after_s):
+            if times_s and now_s >= before_s:
                 break
             plan = scheduler.plan(
                 EngineView(
@@ -430,29 +468,6 @@ def admission_exits_s(entries_s: Sequence[float], service_s: float) -> list[floa
     return exits
 
 
-def front_end_exits_s(
-    entries_s: Sequence[float],
-    admission_s: float,
-    token_times_s: Sequence[float],
-    stream_s: float,
-    step_s: float = 0.0,
-    *,
-    prompt_tokens: Sequence[int] = (),
-    tokenize_s_per_token: float = 0.0,
-) -> list[float]:
-    """When each request leaves the front end (front_end_passage_s) and
-    reaches the engine."""
-    return front_end_passage_s(
-        entries_s,
-        admission_s,
-        token_times_s,
-        stream_s,
-        step_s,
-        prompt_tokens=prompt_tokens,
-        tokenize_s_per_token=tokenize_s_per_token,
-    )[1]
-
-
 # What a front end's one server does, in this order at equal times.
 _ADMIT, _TOKENIZE, _STREAM = 0, 1, 2
 
@@ -544,7 +559,7 @@ def run_through_front_end(
     passes = 1
     while True:
         tokens_s = [t for r in result.requests for t in r.token_times_s]
-        exits_s = front_end_exits_s(
+        _, exits_s = front_end_passage_s(
             entries_s,
             config.admission_s_per_request,
             tokens_s,

@@ -12,6 +12,7 @@ topology says it is done.
 from __future__ import annotations
 
 import heapq
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +54,17 @@ class EventLoop(Generic[Topology]):
         event = heapq.heappop(self._heap)[3]
         self.now_s = event.time_s
         return event
+
+    def in_place_before_s(self, priority: int) -> float:
+        """An event of this priority, were it pushed now for a time below
+        the returned one, would be the next to pop: its handler may do that
+        event's work in place, without the push and the pop (the earliest
+        queued event's time, or just past it when that event has a higher
+        priority and so runs after a tie; inf when the queue is empty)."""
+        if not self._heap:
+            return math.inf
+        time_s, first_priority = self._heap[0][:2]
+        return math.nextafter(time_s, math.inf) if first_priority > priority else time_s
 
     def run(self, target: Topology, done: Callable[[], bool]) -> None:
         """Pops and handles events until none is left or done() holds
