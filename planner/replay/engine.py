@@ -116,11 +116,13 @@ class Engine(BatchingCore):
         # block to spare, exceeds the GPU pool.
         self._arrival_order = np.argsort(r.arrival_s, kind="stable")
         self._arrivals_s = [seen[i].arrival_s for i in self._arrival_order.tolist()]
-        self._never_fits = (
+        never = (
             rejects
             if rejects is not None
             else never_fits(r, config.gpu_kv_blocks, config.block_size_tokens)
         )
+        self._never_fits = never if never.any() else None
+        self._no_rows = self._arrival_order[:0]
         self._next_arrival = 0
         self._events: EventLoop[EngineWiring] = EventLoop()
         self._iterating = False
@@ -189,8 +191,13 @@ class Engine(BatchingCore):
         if self._next_arrival < len(arrivals):
             self._events.push(ArrivalsDue(arrivals[self._next_arrival]))
         if not self._iterating:
+            # The engine starts again: its EngineIterates, in place when it
+            # would be the next event anyway.
             self._iterating = True
-            self._events.push(EngineIterates(self.now_s))
+            if self.now_s < self._events.in_place_before_s(EngineIterates.priority):
+                self.iterate(self.now_s)
+            else:
+                self._events.push(EngineIterates(self.now_s))
 
     def iterate(self, now_s: float) -> None:
         """Iterations from now_s (the engine's clock), in place (quiet
@@ -232,11 +239,12 @@ class Engine(BatchingCore):
             end += 1
         self._next_arrival = end
         rows = self._arrival_order[first:end]
-        never = self._never_fits[rows]
-        if never.any():
-            self.state.arrive(rows[~never], rows[never])
-        else:
-            self.state.arrive(rows, rows[:0])
+        if self._never_fits is not None:
+            never = self._never_fits[rows]
+            if never.any():
+                self.state.arrive(rows[~never], rows[never])
+                return
+        self.state.arrive(rows, self._no_rows)
 
     def _stalled(self, preempted: bool) -> bool:
         """The last iteration processed no token, preempted nobody and left

@@ -10,9 +10,10 @@ the engine's clock while it has work; its handler runs iterations in place
 (one after another, or a quiet stretch in one step) while no other event
 would pop before the next one (``EventLoop.in_place_before_s``), which
 gives what one event per iteration gives. An engine with nothing to do
-queues none and waits for the next arrival. ``DrainLimit`` is at the last
-arrival plus the drain limit: an iteration that would start after it does
-not, and the run ends."""
+queues none and waits for the next arrival, whose handler starts it again
+(its EngineIterates in place, the same way, when that would be the next
+event). ``DrainLimit`` is at the last arrival plus the drain limit: an
+iteration that would start after it does not, and the run ends."""
 
 from __future__ import annotations
 

@@ -63,11 +63,14 @@ class EventLoop(Generic[Topology]):
         priority and so runs after a tie; inf when the queue is empty)."""
         if not self._heap:
             return math.inf
-        time_s, first_priority = self._heap[0][:2]
-        return math.nextafter(time_s, math.inf) if first_priority > priority else time_s
+        first = self._heap[0]
+        return math.nextafter(first[0], math.inf) if first[1] > priority else first[0]
 
     def run(self, target: Topology, done: Callable[[], bool]) -> None:
         """Pops and handles events until none is left or done() holds
         (checked before each)."""
-        while self._heap and not done():
-            self.pop().handle(target)
+        heap = self._heap
+        while heap and not done():
+            event = heapq.heappop(heap)[3]
+            self.now_s = event.time_s
+            event.handle(target)

@@ -560,16 +560,16 @@ def check_same_as_one_by_one(
 
 
 class EventPerIterationLoop(EventLoop[EngineWiring]):
-    """Lets no handler work in place, and counts the events popped."""
+    """Lets no handler work in place, and counts the events pushed."""
 
-    popped = 0
+    pushed = 0
 
     def in_place_before_s(self, priority: int) -> float:
         return -math.inf
 
-    def pop(self) -> Event[EngineWiring]:
-        self.popped += 1
-        return super().pop()
+    def push(self, event: Event[EngineWiring]) -> None:
+        self.pushed += 1
+        super().push(event)
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
@@ -589,7 +589,7 @@ def test_iterations_run_in_place_as_one_event_each(
     engine = Engine(cfg, make_scheduler(policy, rotation_inputs()), AffineCost(), Link(), trace)
     loop = engine._events = EventPerIterationLoop()
     expected = engine.run()
-    assert loop.popped > expected.totals.iterations
+    assert loop.pushed > expected.totals.iterations
     assert result.requests == expected.requests
     assert result.timeline == expected.timeline
     assert dataclasses.replace(result.totals, wall_s=0.0) == dataclasses.replace(
