@@ -109,7 +109,6 @@ class Engine(BatchingCore):
             pairs_cost=pairs_cost,
             residency=residency,
         )
-        self._link = link
         r = self.requests
         # Rows in arrival order (ties by trace order), and which of them can
         # never run: their KV at the last token, or their prompt with one
@@ -287,22 +286,24 @@ class Engine(BatchingCore):
         before_s = self._in_place_before_s
         used_before = cfg.gpu_kv_blocks - s.free_gpu
         cpu_used = cfg.cpu_kv_blocks - s.free_cpu
-        # The clock and counters as locals: this loop is most of a light run.
+        # The clock, counters and methods as locals: this loop is most of a
+        # light run.
         now_s, stalled_s, peak = self.now_s, self._stall_s, self._peak_gpu
+        iteration_time_s, record = self.cost.iteration_time_s, self.timeline.append
         compute_s = 0.0
         times_s: list[float] = []
         for taken in growth:
             if times_s and now_s >= before_s:
                 break
             context += decoding
-            compute_s = self.cost.iteration_time_s(0, decoding, context)
+            compute_s = iteration_time_s(0, decoding, context)
             stall_s = max(0.0 - compute_s, 0.0)  # _iteration's, with nothing to copy
             now_s += compute_s + stall_s
             stalled_s += stall_s
             used = used_before + taken
             peak = max(peak, used)
             times_s.append(now_s)
-            self.timeline.append(
+            record(
                 TimelineSample(
                     time_s=now_s,
                     iteration_s=compute_s + stall_s,
@@ -333,7 +334,7 @@ class Engine(BatchingCore):
         the tokens are recorded at the end."""
         s = self.state
         cfg = self.config
-        link = self._link
+        link = self.link
         if link is None:
             # No copies without a link: _iteration says so.
             return False
@@ -347,7 +348,8 @@ class Engine(BatchingCore):
         context = int(kv.sum())
         bs = cfg.block_size_tokens
         before_s = self._in_place_before_s
-        scheduler, cost = self.scheduler, self.cost
+        scheduler = self.scheduler
+        iteration_time_s, record = self.cost.iteration_time_s, self.timeline.append
         no_rows = s.queued.rows
         now_s, stalled_s, peak = self.now_s, self._stall_s, self._peak_gpu
         last_s = self._last_iteration_s
@@ -395,7 +397,7 @@ class Engine(BatchingCore):
             kv = kv + 1
             r.kv_tokens[rows] = kv
             context += decoding
-            compute_s = cost.iteration_time_s(0, decoding, context)
+            compute_s = iteration_time_s(0, decoding, context)
             d2h_bytes = d2h_blocks * cfg.block_bytes
             transfer_s = link.transfer_time_s(d2h_bytes, 0, cfg.block_bytes) if d2h_bytes else 0.0
             stall_s = max(transfer_s - compute_s, 0.0)
@@ -406,7 +408,7 @@ class Engine(BatchingCore):
             used = cfg.gpu_kv_blocks - s.free_gpu
             peak = max(peak, used)
             times_s.append(now_s)
-            self.timeline.append(
+            record(
                 TimelineSample(
                     time_s=now_s,
                     iteration_s=compute_s + stall_s,
