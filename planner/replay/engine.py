@@ -187,26 +187,33 @@ class Engine(BatchingCore):
             self.now_s = max(self.now_s, now_s)
         self._arrive()
         arrivals = self._arrivals_s
+        events = self._events
         if self._next_arrival < len(arrivals):
-            self._events.push(ArrivalsDue(arrivals[self._next_arrival]))
+            events.push(ArrivalsDue(arrivals[self._next_arrival]))
         if not self._iterating:
             # The engine starts again: its EngineIterates, in place when it
             # would be the next event anyway.
             self._iterating = True
-            if self.now_s < self._events.in_place_before_s(EngineIterates.priority):
-                self.iterate(self.now_s)
+            before_s = events.in_place_before_s(EngineIterates.priority)
+            if self.now_s < before_s:
+                self._run(before_s)
             else:
-                self._events.push(EngineIterates(self.now_s))
+                events.push(EngineIterates(self.now_s))
 
     def iterate(self, now_s: float) -> None:
-        """Iterations from now_s (the engine's clock), in place (quiet
-        stretches in one step) while no other event would pop before the
-        next one; then the next EngineIterates, or none while the engine
-        waits for an arrival (it has nothing to do, or its last iteration
-        did nothing: _stalled)."""
+        self._run(self._events.in_place_before_s(EngineIterates.priority))
+
+    def _run(self, before_s: float) -> None:
+        """Iterations from the engine's clock, in place (quiet stretches in
+        one step) while the next would start before before_s, when another
+        event comes first; then that EngineIterates is queued, unless the
+        event is the arrivals that came during the last iteration (their
+        handler runs the engine again). An engine with nothing to do, or
+        whose last iteration did nothing (_stalled), queues none and waits
+        for the next arrival."""
+        self._in_place_before_s = before_s
         state = self.state
         progress = self._progress
-        self._in_place_before_s = before_s = self._events.in_place_before_s(EngineIterates.priority)
         while True:
             if not state.active():
                 self._iterating = False
@@ -220,8 +227,12 @@ class Engine(BatchingCore):
                     self._iterating = False
                     return
             if self.now_s >= before_s:
-                self._events.push(EngineIterates(self.now_s))
-                return
+                break
+        arrivals = self._arrivals_s
+        if self._next_arrival < len(arrivals) and arrivals[self._next_arrival] <= self.now_s:
+            self._iterating = False
+        else:
+            self._events.push(EngineIterates(self.now_s))
 
     def end(self, now_s: float) -> None:
         """The drain limit: what is left stays unfinished."""

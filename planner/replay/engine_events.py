@@ -6,14 +6,16 @@ At most one event of each kind is queued. ``ArrivalsDue`` is at the next
 arrival of the trace; the engine takes in every arrival up to its own clock
 (the start of its next iteration), so the arrivals that came while an
 iteration ran join together before the next one. ``EngineIterates`` is at
-the engine's clock while it has work; its handler runs iterations in place
-(one after another, or a quiet stretch in one step) while no other event
-would pop before the next one (``EventLoop.in_place_before_s``), which
-gives what one event per iteration gives. An engine with nothing to do
-queues none and waits for the next arrival, whose handler starts it again
-(its EngineIterates in place, the same way, when that would be the next
-event). ``DrainLimit`` is at the last arrival plus the drain limit: an
-iteration that would start after it does not, and the run ends."""
+the engine's clock while it has work and another event comes first; its
+handler runs iterations in place (one after another, or a quiet stretch in
+one step) while no other event would pop before the next one
+(``EventLoop.in_place_before_s``), which gives what one event per
+iteration gives. An engine with nothing to do, or stopped by arrivals that
+came during its last iteration, queues none: the ArrivalsDue handler takes
+the arrivals in and starts it again (its EngineIterates in place, the same
+way, when that would be the next event). ``DrainLimit`` is at the last
+arrival plus the drain limit: an iteration that would start after it does
+not, and the run ends."""
 
 from __future__ import annotations
 
