@@ -124,7 +124,7 @@ class EngineConfig:
     planning_s_per_call: float = 0.0
     # The front end's work per prompt token once it has taken a request up
     # (a measured profile's tokenize_s_per_prompt_token; with the streaming
-    # front end only: planner.replay.engine.front_end_exits_s).
+    # front end only: planner.replay.engine.front_end_passage_s).
     tokenize_s_per_prompt_token: float = 0.0
     # Automatic prefix caching over the trace's prefix_block_ids, each id
     # standing for prefix_block_tokens tokens (planner.replay.prefix_cache).

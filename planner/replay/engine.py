@@ -1,8 +1,10 @@
 """The single-engine topology: one batching core (planner.replay.
 batching_core: continuous batching with chunked prefill, paged KV in GPU and
 CPU block pools, swaps through a link model, preemption by swap or
-recompute) fed the trace's arrivals and run iteration by iteration on its
-own clock; each iteration, arrivals join the queue first.
+recompute) fed the trace's arrivals and run on the replay's event loop
+(planner.replay.events, with the events of planner.replay.engine_events:
+arrivals due, the engine iterating, the drain limit); before each
+iteration, the arrivals up to its start join the queue.
 
 Requests that cannot run are rejected on arrival (never queued, reported
 unfinished), the same ones under every policy: those whose KV at the last
@@ -42,6 +44,8 @@ from planner.replay.batching_core import (
     never_fits,
     request_outcomes,
 )
+from planner.replay.engine_events import ArrivalsDue, DrainLimit, EngineIterates, EngineWiring
+from planner.replay.events import EventLoop
 from planner.replay.kv_residency import KvResidency
 from planner.replay.models import AttentionPairsCost, IterationCost, TransferCost
 from planner.replay.prefix_cache import PrefixCache
@@ -59,7 +63,7 @@ _QUIET_STRETCH_MAX = 64
 
 class Engine(BatchingCore):
     """The single-engine topology: one batching core fed the trace's
-    arrivals, run iteration by iteration on its own clock."""
+    arrivals, run on the event loop (the EngineWiring of engine_events)."""
 
     def __init__(
         self,
@@ -105,20 +109,26 @@ class Engine(BatchingCore):
             pairs_cost=pairs_cost,
             residency=residency,
         )
-        self._link = link
         r = self.requests
         # Rows in arrival order (ties by trace order), and which of them can
         # never run: their KV at the last token, or their prompt with one
         # block to spare, exceeds the GPU pool.
         self._arrival_order = np.argsort(r.arrival_s, kind="stable")
         self._arrivals_s = [seen[i].arrival_s for i in self._arrival_order.tolist()]
-        self._never_fits = (
+        never = (
             rejects
             if rejects is not None
             else never_fits(r, config.gpu_kv_blocks, config.block_size_tokens)
         )
+        self._never_fits = never if never.any() else None
+        self._no_rows = self._arrival_order[:0]
         self._next_arrival = 0
-        self._stop_after_s = math.inf
+        self._events: EventLoop[EngineWiring] = EventLoop()
+        self._iterating = False
+        self._ended = False
+        self._progress: Callable[[float], None] | None = None
+        # While the clock is below this, iterations run in place (see iterate).
+        self._in_place_before_s = math.inf
 
     # -- the loop ---------------------------------------------------------
 
@@ -153,32 +163,83 @@ class Engine(BatchingCore):
         )
 
     def drive(self, progress: Callable[[float], None] | None = None) -> None:
-        """Runs the trace to its end (or the drain limit): arrivals join the
-        queue, the core iterates, idle stretches are skipped."""
+        """Runs the trace to its end (or the drain limit) on the event loop
+        (planner.replay.engine_events): arrivals join the queue, the core
+        iterates, idle stretches are skipped."""
         arrivals = self._arrivals_s
-        last_arrival = arrivals[-1] if arrivals else 0.0
-        self._stop_after_s = last_arrival + self.config.drain_limit_s
+        self._progress = progress
+        self._iterating = False
+        self._ended = False
+        if arrivals:
+            events = self._events
+            events.push(ArrivalsDue(arrivals[0]))
+            events.push(DrainLimit(arrivals[-1] + self.config.drain_limit_s))
+            events.run(self, self._has_ended)
+        self._progress = None
+
+    def _has_ended(self) -> bool:
+        return self._ended
+
+    # -- the events (planner.replay.engine_events) ----------------------------
+
+    def arrive(self, now_s: float) -> None:
+        if not self._iterating:
+            self.now_s = max(self.now_s, now_s)
+        self._arrive()
+        arrivals = self._arrivals_s
+        events = self._events
+        if self._next_arrival < len(arrivals):
+            events.push(ArrivalsDue(arrivals[self._next_arrival]))
+        if not self._iterating:
+            # The engine starts again: its EngineIterates, in place when it
+            # would be the next event anyway.
+            self._iterating = True
+            before_s = events.in_place_before_s(EngineIterates.priority)
+            if self.now_s < before_s:
+                self._run(before_s)
+            else:
+                events.push(EngineIterates(self.now_s))
+
+    def iterate(self, now_s: float) -> None:
+        self._run(self._events.in_place_before_s(EngineIterates.priority))
+
+    def _run(self, before_s: float) -> None:
+        """Iterations from the engine's clock, in place (quiet stretches in
+        one step) while the next would start before before_s, when another
+        event comes first; then that EngineIterates is queued, unless the
+        event is the arrivals that came during the last iteration (their
+        handler runs the engine again). An engine with nothing to do, or
+        whose last iteration did nothing (_stalled), queues none and waits
+        for the next arrival."""
+        self._in_place_before_s = before_s
+        state = self.state
+        progress = self._progress
         while True:
-            self._arrive()
-            if not self.state.active():
-                if self._next_arrival >= len(arrivals):
-                    break
-                self.now_s = max(self.now_s, arrivals[self._next_arrival])
-                continue
-            if self.now_s > self._stop_after_s:
+            if not state.active():
+                self._iterating = False
+                return
+            if not self._quiet_stretch(progress):
+                preemptions = state.preemptions
+                self._iteration()
+                if progress is not None:
+                    progress(self.now_s)
+                if self._stalled(preempted=state.preemptions > preemptions):
+                    self._iterating = False
+                    return
+            if self.now_s >= before_s:
                 break
-            if self._quiet_stretch(progress):
-                continue
-            preemptions = self.state.preemptions
-            self._iteration()
-            if progress is not None:
-                progress(self.now_s)
-            if self._stalled(preempted=self.state.preemptions > preemptions):
-                if self._next_arrival >= len(arrivals):
-                    break
-                self.now_s = max(self.now_s, arrivals[self._next_arrival])
+        arrivals = self._arrivals_s
+        if self._next_arrival < len(arrivals) and arrivals[self._next_arrival] <= self.now_s:
+            self._iterating = False
+        else:
+            self._events.push(EngineIterates(self.now_s))
+
+    def end(self, now_s: float) -> None:
+        """The drain limit: what is left stays unfinished."""
+        self._ended = True
 
     def _arrive(self) -> None:
+        """The arrivals up to the clock join the queue (or are rejected)."""
         arrivals = self._arrivals_s
         first = self._next_arrival
         if first >= len(arrivals) or arrivals[first] > self.now_s:
@@ -188,11 +249,12 @@ class Engine(BatchingCore):
             end += 1
         self._next_arrival = end
         rows = self._arrival_order[first:end]
-        never = self._never_fits[rows]
-        if never.any():
-            self.state.arrive(rows[~never], rows[never])
-        else:
-            self.state.arrive(rows, rows[:0])
+        if self._never_fits is not None:
+            never = self._never_fits[rows]
+            if never.any():
+                self.state.arrive(rows[~never], rows[never])
+                return
+        self.state.arrive(rows, self._no_rows)
 
     def _stalled(self, preempted: bool) -> bool:
         """The last iteration processed no token, preempted nobody and left
@@ -232,28 +294,27 @@ class Engine(BatchingCore):
             return False
         decoding = len(s.running)
         context = int(self.requests.kv_tokens[s.running.rows].sum())
-        arrivals = self._arrivals_s
-        next_arrival_s = (
-            arrivals[self._next_arrival] if self._next_arrival < len(arrivals) else math.inf
-        )
+        before_s = self._in_place_before_s
         used_before = cfg.gpu_kv_blocks - s.free_gpu
         cpu_used = cfg.cpu_kv_blocks - s.free_cpu
-        # The clock and counters as locals: this loop is most of a light run.
+        # The clock, counters and methods as locals: this loop is most of a
+        # light run.
         now_s, stalled_s, peak = self.now_s, self._stall_s, self._peak_gpu
+        iteration_time_s, record = self.cost.iteration_time_s, self.timeline.append
         compute_s = 0.0
         times_s: list[float] = []
         for taken in growth:
-            if times_s and (next_arrival_s <= now_s or now_s > self._stop_after_s):
+            if times_s and now_s >= before_s:
                 break
             context += decoding
-            compute_s = self.cost.iteration_time_s(0, decoding, context)
+            compute_s = iteration_time_s(0, decoding, context)
             stall_s = max(0.0 - compute_s, 0.0)  # _iteration's, with nothing to copy
             now_s += compute_s + stall_s
             stalled_s += stall_s
             used = used_before + taken
             peak = max(peak, used)
             times_s.append(now_s)
-            self.timeline.append(
+            record(
                 TimelineSample(
                     time_s=now_s,
                     iteration_s=compute_s + stall_s,
@@ -284,7 +345,7 @@ class Engine(BatchingCore):
         the tokens are recorded at the end."""
         s = self.state
         cfg = self.config
-        link = self._link
+        link = self.link
         if link is None:
             # No copies without a link: _iteration says so.
             return False
@@ -297,11 +358,9 @@ class Engine(BatchingCore):
         kv = r.kv_tokens[rows]
         context = int(kv.sum())
         bs = cfg.block_size_tokens
-        arrivals = self._arrivals_s
-        next_arrival_s = (
-            arrivals[self._next_arrival] if self._next_arrival < len(arrivals) else math.inf
-        )
-        scheduler, cost = self.scheduler, self.cost
+        before_s = self._in_place_before_s
+        scheduler = self.scheduler
+        iteration_time_s, record = self.cost.iteration_time_s, self.timeline.append
         no_rows = s.queued.rows
         now_s, stalled_s, peak = self.now_s, self._stall_s, self._peak_gpu
         last_s = self._last_iteration_s
@@ -310,7 +369,7 @@ class Engine(BatchingCore):
         times_s: list[float] = []
         eager_order: IntArray | None = None
         for _ in range(len(growth)):
-            if times_s and (next_arrival_s <= now_s or now_s > self._stop_after_s):
+            if times_s and now_s >= before_s:
                 break
             plan = scheduler.plan(
                 EngineView(
@@ -349,7 +408,7 @@ class Engine(BatchingCore):
             kv = kv + 1
             r.kv_tokens[rows] = kv
             context += decoding
-            compute_s = cost.iteration_time_s(0, decoding, context)
+            compute_s = iteration_time_s(0, decoding, context)
             d2h_bytes = d2h_blocks * cfg.block_bytes
             transfer_s = link.transfer_time_s(d2h_bytes, 0, cfg.block_bytes) if d2h_bytes else 0.0
             stall_s = max(transfer_s - compute_s, 0.0)
@@ -360,7 +419,7 @@ class Engine(BatchingCore):
             used = cfg.gpu_kv_blocks - s.free_gpu
             peak = max(peak, used)
             times_s.append(now_s)
-            self.timeline.append(
+            record(
                 TimelineSample(
                     time_s=now_s,
                     iteration_s=compute_s + stall_s,
@@ -428,29 +487,6 @@ def admission_exits_s(entries_s: Sequence[float], service_s: float) -> list[floa
         free_s = max(entries_s[i], free_s) + service_s
         exits[i] = free_s
     return exits
-
-
-def front_end_exits_s(
-    entries_s: Sequence[float],
-    admission_s: float,
-    token_times_s: Sequence[float],
-    stream_s: float,
-    step_s: float = 0.0,
-    *,
-    prompt_tokens: Sequence[int] = (),
-    tokenize_s_per_token: float = 0.0,
-) -> list[float]:
-    """When each request leaves the front end (front_end_passage_s) and
-    reaches the engine."""
-    return front_end_passage_s(
-        entries_s,
-        admission_s,
-        token_times_s,
-        stream_s,
-        step_s,
-        prompt_tokens=prompt_tokens,
-        tokenize_s_per_token=tokenize_s_per_token,
-    )[1]
 
 
 # What a front end's one server does, in this order at equal times.
@@ -544,7 +580,7 @@ def run_through_front_end(
     passes = 1
     while True:
         tokens_s = [t for r in result.requests for t in r.token_times_s]
-        exits_s = front_end_exits_s(
+        _, exits_s = front_end_passage_s(
             entries_s,
             config.admission_s_per_request,
             tokens_s,

@@ -12,6 +12,7 @@ topology says it is done.
 from __future__ import annotations
 
 import heapq
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,8 +55,22 @@ class EventLoop(Generic[Topology]):
         self.now_s = event.time_s
         return event
 
+    def in_place_before_s(self, priority: int) -> float:
+        """An event of this priority, were it pushed now for a time below
+        the returned one, would be the next to pop: its handler may do that
+        event's work in place, without the push and the pop (the earliest
+        queued event's time, or just past it when that event has a higher
+        priority and so runs after a tie; inf when the queue is empty)."""
+        if not self._heap:
+            return math.inf
+        first = self._heap[0]
+        return math.nextafter(first[0], math.inf) if first[1] > priority else first[0]
+
     def run(self, target: Topology, done: Callable[[], bool]) -> None:
         """Pops and handles events until none is left or done() holds
         (checked before each)."""
-        while self._heap and not done():
-            self.pop().handle(target)
+        heap = self._heap
+        while heap and not done():
+            event = heapq.heappop(heap)[3]
+            self.now_s = event.time_s
+            event.handle(target)

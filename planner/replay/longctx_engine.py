@@ -1,7 +1,7 @@
 """The long-context replay topology: one engine whose decode steps fetch
 offloaded KV layers over the CPU-GPU link (DESIGN.md §3.2, §4; OrbitFlow),
-wired from the shared pieces: the single-engine topology's loop and batching
-core (planner.replay.engine) with
+wired from the shared pieces: the single-engine topology (planner.replay.
+engine: its events on the replay's event loop) and batching core with
 
 - the core's KV-residency strategy of the LongctxPolicy
   (planner.replay.layer_residency.LayerResidency: who decodes, which layers

@@ -19,7 +19,7 @@ from planner.bench.calibration_front_end import (
     replay_in_process,
     time_to_engine_first_token_s,
 )
-from planner.replay.engine import admission_exits_s, front_end_exits_s
+from planner.replay.engine import admission_exits_s, front_end_passage_s
 from planner.replay.report import metrics_from_json
 from planner.trace.io import write_trace
 from planner.trace.records import TraceRequest
@@ -96,13 +96,14 @@ def test_requests_reach_the_engine_through_the_front_end():
     reached = engine_reached_s(result, config)
     entries = [r.arrival_s + config.request_latency_s for r in result.requests]
     tokens = [t for r in result.requests for t in r.token_times_s]
-    assert reached == front_end_exits_s(
+    _, exits = front_end_passage_s(
         entries,
         config.admission_s_per_request,
         tokens,
         config.stream_s_per_token,
         config.stream_s_per_step,
     )
+    assert reached == exits
     # Never before its admission's own service, never before a first token
     # the engine made from it.
     for r, at, entry in zip(result.requests, reached, entries, strict=True):

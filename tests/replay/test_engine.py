@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import random
 from collections.abc import Callable, Sequence
 
@@ -22,10 +23,11 @@ from planner.replay.engine import (
     Engine,
     EngineConfig,
     admission_exits_s,
-    front_end_exits_s,
     front_end_passage_s,
     run_through_front_end,
 )
+from planner.replay.engine_events import EngineWiring
+from planner.replay.events import Event, EventLoop
 from planner.replay.records import ReplayResult
 from planner.replay.scheduler_by_name import POLICY_NAMES, make_scheduler
 from planner.replay.schedulers import EngineView, Fcfs, SchedulePlan
@@ -557,6 +559,44 @@ def check_same_as_one_by_one(
     return engine, result
 
 
+class EventPerIterationLoop(EventLoop[EngineWiring]):
+    """Lets no handler work in place, and counts the events pushed."""
+
+    pushed = 0
+
+    def in_place_before_s(self, priority: int) -> float:
+        return -math.inf
+
+    def push(self, event: Event[EngineWiring]) -> None:
+        self.pushed += 1
+        super().push(event)
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize(
+    ("seed", "gpu", "rate", "drain_limit_s"),
+    [(6, 10, 50.0, 3600.0), (7, 64, 5.0, 3600.0), (8, 64, 50.0, 3600.0), (9, 64, 50.0, 0.3)],
+)
+def test_iterations_run_in_place_as_one_event_each(
+    policy: str, seed: int, gpu: int, rate: float, drain_limit_s: float
+) -> None:
+    # The engine's handler runs iterations (and quiet stretches) in place
+    # while no other event is due: exactly what one EngineIterates event per
+    # iteration gives, through the drain limit too.
+    trace = random_trace(seed, rate=rate)
+    cfg = config(gpu=gpu, cpu=12, budget=32, drain_limit_s=drain_limit_s)
+    _, result = simulate(trace, cfg, policy)
+    engine = Engine(cfg, make_scheduler(policy, rotation_inputs()), AffineCost(), Link(), trace)
+    loop = engine._events = EventPerIterationLoop()
+    expected = engine.run()
+    assert loop.pushed > expected.totals.iterations
+    assert result.requests == expected.requests
+    assert result.timeline == expected.timeline
+    assert dataclasses.replace(result.totals, wall_s=0.0) == dataclasses.replace(
+        expected.totals, wall_s=0.0
+    )
+
+
 @pytest.mark.parametrize("policy", POLICY_NAMES)
 @pytest.mark.parametrize(("seed", "gpu", "rate"), [(6, 10, 50.0), (7, 64, 5.0), (8, 64, 50.0)])
 def test_quiet_stretches_are_their_iterations_one_by_one(
@@ -668,15 +708,15 @@ def test_a_front_end_serves_admissions_and_streamed_tokens_in_the_order_they_com
     # the one at 0.5 finds it idle; a token at the same time as an admission
     # comes after it.
     tokens = [0.095] * 5 + [0.5]
-    assert front_end_exits_s([0.0, 0.1, 0.5], 0.01, tokens, 0.001) == pytest.approx(
+    assert front_end_passage_s([0.0, 0.1, 0.5], 0.01, tokens, 0.001)[1] == pytest.approx(
         [0.01, 0.11, 0.51]
     )
-    assert front_end_exits_s([0.0, 0.0999], 0.01, [0.05] * 20, 0.004) == pytest.approx(
+    assert front_end_passage_s([0.0, 0.0999], 0.01, [0.05] * 20, 0.004)[1] == pytest.approx(
         [0.01, 0.05 + 20 * 0.004 + 0.01]
     )
     # Without streaming work it is the admission queue.
     entries = [0.0, 0.0, 0.05, 1.0]
-    assert front_end_exits_s(entries, 0.02, [0.01, 0.03], 0.0) == pytest.approx(
+    assert front_end_passage_s(entries, 0.02, [0.01, 0.03], 0.0)[1] == pytest.approx(
         admission_exits_s(entries, 0.02)
     )
 
@@ -686,14 +726,14 @@ def test_a_front_end_handles_each_engine_steps_output_once():
     # step and nothing per token the request entering at 0.1 waits for one
     # step's output (to 0.098), not five tokens'.
     tokens = [0.095] * 5 + [0.5]
-    assert front_end_exits_s([0.0, 0.1, 0.5], 0.01, tokens, 0.0, 0.003) == pytest.approx(
+    assert front_end_passage_s([0.0, 0.1, 0.5], 0.01, tokens, 0.0, 0.003)[1] == pytest.approx(
         [0.01, 0.11, 0.51]
     )
-    assert front_end_exits_s([0.0, 0.096], 0.01, tokens, 0.0, 0.003) == pytest.approx(
+    assert front_end_passage_s([0.0, 0.096], 0.01, tokens, 0.0, 0.003)[1] == pytest.approx(
         [0.01, 0.098 + 0.01]
     )
     # Both terms: the step's once, each token's on top.
-    assert front_end_exits_s([0.096], 0.01, tokens, 0.001, 0.003) == pytest.approx(
+    assert front_end_passage_s([0.096], 0.01, tokens, 0.001, 0.003)[1] == pytest.approx(
         [0.095 + 0.003 + 5 * 0.001 + 0.01]
     )
 
@@ -730,7 +770,7 @@ def test_without_tokenization_a_request_leaves_the_front_end_when_taken_up(
     entries: list[float], tokens: list[float], admission_s: float, step_s: float
 ) -> None:
     taken, exits = front_end_passage_s(entries, admission_s, tokens, 0.0, step_s)
-    assert taken == exits == front_end_exits_s(entries, admission_s, tokens, 0.0, step_s)
+    assert taken == exits
     with_tokenization = front_end_passage_s(
         entries,
         admission_s,
@@ -768,7 +808,7 @@ def test_requests_wait_behind_the_steps_the_front_end_streams():
     )
     assert passes > 1 and change_s <= 1e-6
     tokens = [t for r in slow.requests for t in r.token_times_s]
-    exits = front_end_exits_s([0.0, 0.1], 0.001, tokens, 0.0, 0.002)
+    exits = front_end_passage_s([0.0, 0.1], 0.001, tokens, 0.0, 0.002)[1]
     assert exits[1] > 0.1 + 0.001
     assert exits[1] < slow.requests[1].token_times_s[0] < exits[1] + 0.01
 
@@ -810,7 +850,7 @@ def test_requests_wait_behind_the_tokens_the_front_end_streams():
     assert ttft[1] > ttft[0] + 0.05
     assert slow.requests[0].token_times_s[0] == alone.requests[0].token_times_s[0]
     tokens = [t for r in slow.requests for t in r.token_times_s]
-    exits = front_end_exits_s([0.0, 0.1], 0.001, tokens, 0.002)
+    exits = front_end_passage_s([0.0, 0.1], 0.001, tokens, 0.002)[1]
     # At the fixed point the late request reached the engine when its
     # tokens say it left the front end: its first token within a few
     # iterations after that.

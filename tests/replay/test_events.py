@@ -88,3 +88,27 @@ def test_pop_order_is_time_priority_push_order(events: list[tuple[float, bool]])
         key=lambda e: (e[0], e[1] == "late", e[2]),
     )
     assert log.seen == want
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 5).map(float), st.booleans()), max_size=20),
+    st.integers(0, 5).map(float),
+    st.booleans(),
+)
+def test_in_place_before_s_is_when_a_new_event_would_pop_first(
+    queued: list[tuple[float, bool]], time_s: float, late: bool
+) -> None:
+    # An event pushed for a time below in_place_before_s(its priority) is the
+    # next to pop, and one pushed at or past it is not: a handler may do
+    # that event's work in place exactly then.
+    loop: EventLoop[Log] = EventLoop()
+    for i, (t, queued_late) in enumerate(queued):
+        loop.push(Late(t, i) if queued_late else Early(t, i))
+    new = Late(time_s, -1) if late else Early(time_s, -1)
+    in_place = time_s < loop.in_place_before_s(new.priority)
+    loop.push(new)
+    assert (loop.pop() is new) == in_place
+
+
+def test_in_place_before_s_of_an_empty_loop_is_unbounded() -> None:
+    assert EventLoop[Log]().in_place_before_s(0) == float("inf")
