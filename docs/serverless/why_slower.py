@@ -17,8 +17,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from planner.domain.requests import Slo
-from planner.replay.serverless_engine import ServerlessEngine, _Slice
+from planner.replay.serverless_engine import ServerlessEngine
 from planner.replay.serverless_setup import ServerlessKnobs, serverless_config
+from planner.replay.serverless_slices import NOBODY, Slice
 from planner.replay.setup import ReplayKnobs, build_setup, scale_rate
 from planner.trace.io import load_trace
 
@@ -36,15 +37,15 @@ def instrumented(engine: ServerlessEngine, log: Iterations) -> None:
     inner = engine._iterate
     weight = engine._weight_bytes
 
-    def step(s: _Slice, now: float) -> None:
+    def step(s: Slice, now: float) -> None:
         before = engine._iterations
         snapshot = [(r.model, r.resident_bytes, len(r.running)) for r in s.residents]
         active = sum(1 for r in s.residents if r.in_flight)
         inner(s, now)
         if engine._iterations == before:
             return
-        r = s.residents[s.turn] if s.turn < len(s.residents) else None
-        if r is None:
+        r = engine._residency[s.index].turn.resident
+        if r is NOBODY:
             return
         frac = next((b for m, b, _ in snapshot if m == r.model), r.resident_bytes) / weight
         decodes = next((n for m, _, n in snapshot if m == r.model), 0)
