@@ -21,8 +21,8 @@ from tests.replay.test_small_batch import (
     SwappingFcfs,
     Workload,
     agree_both_ways,
+    iterations_of,
     small_batch_core,
-    snapshot,
     workloads,
 )
 
@@ -72,17 +72,7 @@ def run_core(w: Workload, picks: bool) -> list[object]:
         residency=residency,
     )
     core.state.pinned = set(w.pinned)
-    s = core.state
-    s.arrive(np.arange(len(w.prompts), dtype=np.int64), np.zeros(0, dtype=np.int64))
-    seen: list[object] = []
-    for _ in range(400):
-        if not s.active():
-            break
-        batch = core._iteration()
-        seen.append(snapshot(core, batch))
-        if not (batch.prefill_tokens or batch.decode_tokens) and not len(s.rotary.rows):
-            break
-    return seen
+    return iterations_of(core, len(w.prompts))
 
 
 @settings(max_examples=150, deadline=None)

@@ -95,9 +95,14 @@ def run_core(w: Workload, small: bool, monkeypatch: pytest.MonkeyPatch) -> list[
     """Every iteration's batch and the state after it."""
     monkeypatch.setattr(batch_module, "SMALL_BATCH", 10**9 if small else 0)
     monkeypatch.setattr(engine_state_module, "SMALL_EMIT", 10**9 if small else 0)
-    core = small_batch_core(w, SwappingFcfs() if w.swaps else Fcfs())
+    return iterations_of(small_batch_core(w, SwappingFcfs() if w.swaps else Fcfs()), len(w.prompts))
+
+
+def iterations_of(core: BatchingCore, requests: int) -> list[Any]:
+    """Every iteration's snapshot, the core's first ``requests`` rows
+    arrived at once, until nothing is active or an iteration does nothing."""
     s = core.state
-    s.arrive(np.arange(len(w.prompts), dtype=np.int64), np.zeros(0, dtype=np.int64))
+    s.arrive(np.arange(requests, dtype=np.int64), np.zeros(0, dtype=np.int64))
     seen: list[Any] = []
     for _ in range(400):
         if not s.active():
